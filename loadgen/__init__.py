@@ -1,0 +1,3 @@
+"""restorelens.loadgen: see DESIGN.md section 3."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+from restorelens.cli import main
+
+main()

@@ -1,0 +1,36 @@
+"""Errors that reach users. Each carries a one-line message; the CLI prints it without a traceback.
+
+Exception tree::
+
+    RestorelensError          exit code 1
+    ├── SettingError          a setting (flag, env variable, TOML key) is invalid; names it
+    └── InputError            an input file or value is malformed; names file:line when known
+"""
+
+from __future__ import annotations
+
+__all__ = ["InputError", "RestorelensError", "SettingError"]
+
+
+class RestorelensError(Exception):
+    """An error with a message meant for the user."""
+
+    exit_code = 1
+
+
+class SettingError(RestorelensError):
+    """A setting has an invalid value. The message names the setting."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        self.setting = setting
+        self.problem = problem
+        super().__init__(f"setting {setting}: {problem}")
+
+
+class InputError(RestorelensError):
+    """An input is malformed. The message names where (``file:line``) when known."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        self.where = where
+        self.problem = problem
+        super().__init__(f"{where}: {problem}" if where else problem)

@@ -1,0 +1,212 @@
+"""The span contract: every span name, attribute key and event name restorelens emits or reads.
+
+`docs/spans.md` documents each constant (who emits it, kind, type, unit, meaning) and
+`tests/restorelens/test_spans.py` fails when this module and that page disagree. Code never
+spells a span name or attribute key as a literal; it imports it from here.
+
+Naming: ``SPAN_*`` are span names, ``ATTR_*`` attribute keys, ``EVENT_*`` event names. OpenTelemetry
+semantic-convention constants are used where a convention exists; vLLM's own ``gen_ai.latency.*``
+names are custom (no convention covers queue time) and are spelled exactly as vLLM spells them.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
+from opentelemetry.semconv.attributes import error_attributes as _error
+from opentelemetry.semconv.attributes import http_attributes as _http
+
+# --- span names -------------------------------------------------------------------------------
+
+SPAN_CLIENT_REQUEST = "client.request"
+#: One HTTP attempt; opentelemetry-instrumentation-httpx names CLIENT spans by method only.
+SPAN_HTTP_POST = "POST"
+SPAN_GATE_REQUEST = "gate.request"
+SPAN_GATE_LEND = "gate.lend"
+SPAN_GATE_RESTORE = "gate.restore"
+SPAN_MODELCLAIM_STATE = "modelclaim.state"
+SPAN_MODELCLAIM_WAKE = "modelclaim.wake"
+#: vLLM's per-request span (vllm/v1/engine/output_processor.py); the simulator emits the same.
+SPAN_LLM_REQUEST = "llm_request"
+#: vLLM decorates its sleep endpoints with these span names; the simulator does too.
+SPAN_ENGINE_SLEEP = "POST /sleep"
+SPAN_ENGINE_WAKE_UP = "POST /wake_up"
+SPAN_ENGINE_IS_SLEEPING = "GET /is_sleeping"
+
+# --- attributes: restorelens's own ------------------------------------------------------------
+
+ATTR_TRAFFIC_CLASS = "restore.traffic_class"
+ATTR_REQUEST_ID = "restore.request_id"
+ATTR_RETRY_POLICY = "restore.retry_policy"
+ATTR_ATTEMPTS = "restore.attempts"
+ATTR_OUTCOME = "restore.outcome"
+ATTR_RETRY_AFTER_S = "restore.retry_after_s"
+ATTR_RETRY_AFTER_INVALID = "restore.retry_after_invalid"
+ATTR_SCENARIO = "restore.scenario"
+ATTR_WORKLOAD = "restore.workload"
+ATTR_SEED = "restore.seed"
+ATTR_ARRIVAL_PHASE = "restore.arrival_phase"
+ATTR_RUN_ID = "restore.run_id"
+
+ATTR_GATE_POLICY = "gate.policy"
+ATTR_GATE_DECISION = "gate.decision"
+ATTR_GATE_SLOT = "gate.slot"
+ATTR_GATE_WAIT_S = "gate.wait_s"
+ATTR_GATE_RETRY_AFTER_MS = "gate.retry_after_ms"
+ATTR_GATE_UPSTREAM = "gate.upstream"
+ATTR_GATE_LENDABLE_SLOTS = "gate.lendable_slots"
+ATTR_GATE_BORROWED_PEAK = "gate.borrowed_peak"
+ATTR_GATE_BORROWED_AT_RETURN = "gate.borrowed_at_return"
+
+ATTR_MODELCLAIM_PHASE = "modelclaim.phase"
+ATTR_MODELCLAIM_REASON = "modelclaim.reason"
+ATTR_MODELCLAIM_POD = "modelclaim.pod"
+ATTR_MODELCLAIM_WAKE_PATH = "modelclaim.wake_path"
+
+ATTR_RETRY_WAIT_S = "retry.wait_s"
+
+ATTR_ENGINE_SLEEP_LEVEL = "engine.sleep_level"
+
+# --- attributes: OpenTelemetry semantic conventions ---------------------------------------------
+
+ATTR_HTTP_STATUS_CODE = _http.HTTP_RESPONSE_STATUS_CODE
+ATTR_HTTP_RESEND_COUNT = _http.HTTP_REQUEST_RESEND_COUNT
+#: Opt-in response header attribute (http.response.header.<key>); semconv has no Retry-After key.
+ATTR_HTTP_RETRY_AFTER = "http.response.header.retry-after"
+ATTR_ERROR_TYPE = _error.ERROR_TYPE
+ATTR_GEN_AI_REQUEST_MODEL = _gen_ai.GEN_AI_REQUEST_MODEL
+
+# --- attributes: vLLM's llm_request span (spelled exactly as vLLM) --------------------------------
+
+ATTR_LATENCY_TIME_IN_QUEUE = "gen_ai.latency.time_in_queue"
+ATTR_LATENCY_TIME_TO_FIRST_TOKEN = "gen_ai.latency.time_to_first_token"
+ATTR_LATENCY_E2E = "gen_ai.latency.e2e"
+ATTR_LATENCY_TIME_IN_MODEL_PREFILL = "gen_ai.latency.time_in_model_prefill"
+ATTR_LATENCY_TIME_IN_MODEL_DECODE = "gen_ai.latency.time_in_model_decode"
+ATTR_LATENCY_TIME_IN_MODEL_INFERENCE = "gen_ai.latency.time_in_model_inference"
+ATTR_USAGE_PROMPT_TOKENS = _gen_ai.GEN_AI_USAGE_PROMPT_TOKENS
+ATTR_USAGE_COMPLETION_TOKENS = _gen_ai.GEN_AI_USAGE_COMPLETION_TOKENS
+ATTR_GEN_AI_REQUEST_ID = "gen_ai.request.id"
+ATTR_GEN_AI_REQUEST_MAX_TOKENS = _gen_ai.GEN_AI_REQUEST_MAX_TOKENS
+ATTR_GEN_AI_REQUEST_TEMPERATURE = _gen_ai.GEN_AI_REQUEST_TEMPERATURE
+ATTR_GEN_AI_REQUEST_TOP_P = _gen_ai.GEN_AI_REQUEST_TOP_P
+ATTR_GEN_AI_REQUEST_N = "gen_ai.request.n"
+ATTR_GEN_AI_RESPONSE_MODEL = _gen_ai.GEN_AI_RESPONSE_MODEL
+ATTR_GEN_AI_RESPONSE_FINISH_REASONS = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
+
+#: The attributes vLLM's V1 do_tracing sets on llm_request (reference/engines.md section 3).
+VLLM_LLM_REQUEST_ATTRIBUTES = (
+    ATTR_LATENCY_TIME_TO_FIRST_TOKEN,
+    ATTR_LATENCY_E2E,
+    ATTR_LATENCY_TIME_IN_QUEUE,
+    ATTR_USAGE_PROMPT_TOKENS,
+    ATTR_USAGE_COMPLETION_TOKENS,
+    ATTR_LATENCY_TIME_IN_MODEL_PREFILL,
+    ATTR_LATENCY_TIME_IN_MODEL_DECODE,
+    ATTR_LATENCY_TIME_IN_MODEL_INFERENCE,
+    ATTR_GEN_AI_REQUEST_ID,
+    ATTR_GEN_AI_RESPONSE_FINISH_REASONS,
+)
+
+# --- event names -------------------------------------------------------------------------------
+
+EVENT_RETRY_WAIT = "retry.wait"
+EVENT_RESPONSE_FIRST_CHUNK = "response.first_chunk"
+EVENT_GRANT_ACQUIRED = "grant.acquired"
+EVENT_UPSTREAM_FIRST_BYTE = "upstream.first_byte"
+EVENT_LEND_STOPPED = "lend.stopped"
+EVENT_BORROWED_DRAINED = "borrowed.drained"
+EVENT_GRANT_RESTORED = "grant.restored"
+EVENT_ROOM_FOUND = "room.found"
+EVENT_ENGINE_WAKE_CALLED = "engine.wake_called"
+EVENT_ENGINE_READY = "engine.ready"
+EVENT_READY_OBSERVED = "ready.observed"
+
+# --- closed value sets of string attributes ---------------------------------------------------
+
+TRAFFIC_CLASSES = ("interactive", "batch")
+GATE_DECISIONS = ("admitted", "rejected", "not_ready", "error")
+GATE_SLOTS = ("own", "borrowed")
+OUTCOMES = ("ok", "rejected", "gave_up", "error")
+WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
+
+#: Attribute key -> the only values it may take (docs/spans.md lists them too).
+ATTRIBUTE_VALUES: dict[str, tuple[str, ...]] = {
+    ATTR_TRAFFIC_CLASS: TRAFFIC_CLASSES,
+    ATTR_GATE_DECISION: GATE_DECISIONS,
+    ATTR_GATE_SLOT: GATE_SLOTS,
+    ATTR_OUTCOME: OUTCOMES,
+    ATTR_MODELCLAIM_WAKE_PATH: WAKE_PATHS,
+}
+
+# --- attribute value types, as the typed-spans SQL layer casts them --------------------------------
+
+STRING, INT, DOUBLE, BOOL, STRING_ARRAY = "string", "int", "double", "bool", "string[]"
+
+ATTRIBUTE_TYPES: dict[str, str] = {
+    ATTR_TRAFFIC_CLASS: STRING,
+    ATTR_REQUEST_ID: STRING,
+    ATTR_RETRY_POLICY: STRING,
+    ATTR_ATTEMPTS: INT,
+    ATTR_OUTCOME: STRING,
+    ATTR_RETRY_AFTER_S: DOUBLE,
+    ATTR_RETRY_AFTER_INVALID: STRING,
+    ATTR_SCENARIO: STRING,
+    ATTR_WORKLOAD: STRING,
+    ATTR_SEED: INT,
+    ATTR_ARRIVAL_PHASE: STRING,
+    ATTR_RUN_ID: STRING,
+    ATTR_GATE_POLICY: STRING,
+    ATTR_GATE_DECISION: STRING,
+    ATTR_GATE_SLOT: STRING,
+    ATTR_GATE_WAIT_S: DOUBLE,
+    ATTR_GATE_RETRY_AFTER_MS: INT,
+    ATTR_GATE_UPSTREAM: STRING,
+    ATTR_GATE_LENDABLE_SLOTS: INT,
+    ATTR_GATE_BORROWED_PEAK: INT,
+    ATTR_GATE_BORROWED_AT_RETURN: INT,
+    ATTR_MODELCLAIM_PHASE: STRING,
+    ATTR_MODELCLAIM_REASON: STRING,
+    ATTR_MODELCLAIM_POD: STRING,
+    ATTR_MODELCLAIM_WAKE_PATH: STRING,
+    ATTR_RETRY_WAIT_S: DOUBLE,
+    ATTR_ENGINE_SLEEP_LEVEL: INT,
+    ATTR_HTTP_STATUS_CODE: INT,
+    ATTR_HTTP_RESEND_COUNT: INT,
+    ATTR_HTTP_RETRY_AFTER: STRING_ARRAY,
+    ATTR_ERROR_TYPE: STRING,
+    ATTR_GEN_AI_REQUEST_MODEL: STRING,
+    ATTR_LATENCY_TIME_IN_QUEUE: DOUBLE,
+    ATTR_LATENCY_TIME_TO_FIRST_TOKEN: DOUBLE,
+    ATTR_LATENCY_E2E: DOUBLE,
+    ATTR_LATENCY_TIME_IN_MODEL_PREFILL: DOUBLE,
+    ATTR_LATENCY_TIME_IN_MODEL_DECODE: DOUBLE,
+    ATTR_LATENCY_TIME_IN_MODEL_INFERENCE: DOUBLE,
+    ATTR_USAGE_PROMPT_TOKENS: INT,
+    ATTR_USAGE_COMPLETION_TOKENS: INT,
+    ATTR_GEN_AI_REQUEST_ID: STRING,
+    ATTR_GEN_AI_REQUEST_MAX_TOKENS: INT,
+    ATTR_GEN_AI_REQUEST_TEMPERATURE: DOUBLE,
+    ATTR_GEN_AI_REQUEST_TOP_P: DOUBLE,
+    ATTR_GEN_AI_REQUEST_N: INT,
+    ATTR_GEN_AI_RESPONSE_MODEL: STRING,
+    ATTR_GEN_AI_RESPONSE_FINISH_REASONS: STRING_ARRAY,
+}
+
+
+def _constants(prefix: str) -> dict[str, str]:
+    return {name: value for name, value in globals().items() if name.startswith(prefix) and isinstance(value, str)}
+
+
+def span_names() -> dict[str, str]:
+    """Constant name -> span name, for every ``SPAN_*`` constant."""
+    return _constants("SPAN_")
+
+
+def attribute_keys() -> dict[str, str]:
+    """Constant name -> attribute key, for every ``ATTR_*`` constant."""
+    return _constants("ATTR_")
+
+
+def event_names() -> dict[str, str]:
+    """Constant name -> event name, for every ``EVENT_*`` constant."""
+    return _constants("EVENT_")
