@@ -61,10 +61,13 @@ ATTR_MODELCLAIM_PHASE = "modelclaim.phase"
 ATTR_MODELCLAIM_REASON = "modelclaim.reason"
 ATTR_MODELCLAIM_POD = "modelclaim.pod"
 ATTR_MODELCLAIM_WAKE_PATH = "modelclaim.wake_path"
+ATTR_MODELCLAIM_FROM_POD = "modelclaim.from_pod"
+ATTR_MODELCLAIM_NEIGHBOUR = "modelclaim.neighbour"
 
 ATTR_RETRY_WAIT_S = "retry.wait_s"
 
 ATTR_ENGINE_SLEEP_LEVEL = "engine.sleep_level"
+ATTR_ENGINE_WAKE_TAGS = "engine.wake_tags"
 
 # --- attributes: OpenTelemetry semantic conventions ---------------------------------------------
 
@@ -168,8 +171,11 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_MODELCLAIM_REASON: STRING,
     ATTR_MODELCLAIM_POD: STRING,
     ATTR_MODELCLAIM_WAKE_PATH: STRING,
+    ATTR_MODELCLAIM_FROM_POD: STRING,
+    ATTR_MODELCLAIM_NEIGHBOUR: STRING,
     ATTR_RETRY_WAIT_S: DOUBLE,
     ATTR_ENGINE_SLEEP_LEVEL: INT,
+    ATTR_ENGINE_WAKE_TAGS: STRING_ARRAY,
     ATTR_HTTP_STATUS_CODE: INT,
     ATTR_HTTP_RESEND_COUNT: INT,
     ATTR_HTTP_RETRY_AFTER: STRING_ARRAY,
