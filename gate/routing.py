@@ -1,0 +1,75 @@
+"""The seam between the gate's proxy and the ModelClaim lifecycle driver.
+
+The proxy asks a ``ModelRouter`` where a model's requests go. A router answers ``Routed`` (forward to
+this engine), ``NotReady`` (answer 503, with Retry-After when the lifecycle gives one; the gate never
+holds the request) or ``UnknownModel`` (not this router's model). The lifecycle driver implements the
+protocol; the proxy never imports the lifecycle's modules, so either side changes alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from opentelemetry.trace import SpanContext
+
+__all__ = ["ModelRouter", "NotReady", "Routed", "RouteAnswer", "UnknownModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Forward to ``upstream_url`` (an OpenAI-compatible engine base URL)."""
+
+    upstream_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotReady:
+    """Answer without forwarding: 503 with ``Retry-After: retry_after_s`` (omitted when None)."""
+
+    phase: str
+    reason: str
+    retry_after_s: int | None
+    status_code: int = 503
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownModel:
+    """The router does not manage this model (the gate answers 400 for a lifecycle-managed gateway)."""
+
+    model: str
+
+
+RouteAnswer = Routed | NotReady | UnknownModel
+
+
+@runtime_checkable
+class ModelRouter(Protocol):
+    def models(self) -> Collection[str]:
+        """Models this router manages."""
+
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> RouteAnswer:
+        """Where a request for ``model`` arriving at ``now_s`` goes; may trigger a wake (deduplicated).
+
+        ``trigger`` is the requesting ``gate.request`` span's context, for the wake span's link.
+        """
+
+    def request_started(self, model: str, now_s: float) -> None:
+        """A routed request began (the engine is busy; idle timers stop)."""
+
+    def request_finished(self, model: str, now_s: float) -> None:
+        """A routed request ended, however it ended (idle timers restart)."""
+
+    async def start(self) -> None:
+        """Start background work (idle sleep timers, readiness polling); called in the app lifespan."""
+
+    async def stop(self) -> None:
+        """Stop background work and release engines the router started."""
+
+    def register_metrics(self, registry: Any) -> None:
+        """Add the lifecycle's metrics to the gate's prometheus ``CollectorRegistry``."""
+
+    def routes(self) -> Sequence[Any]:
+        """Starlette routes the gate mounts (read-only status; control endpoints check the bearer token)."""
