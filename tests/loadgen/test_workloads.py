@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from restorelens.errors import SettingError
+from restorelens.loadgen.prompts import approx_tokens, filler_prompt
+from restorelens.loadgen.request import RunLabels
+from restorelens.loadgen.workloads import moflux_workload
+
+SEEDS = range(300)
+
+
+def test_same_seed_same_offered_load_and_other_seed_differs() -> None:
+    assert moflux_workload("balanced", 7) == moflux_workload("balanced", 7)
+    assert moflux_workload("balanced", 7).arrivals != moflux_workload("balanced", 8).arrivals
+
+
+def test_workload_is_immutable() -> None:
+    workload = moflux_workload("balanced", 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        workload.arrivals = ()  # type: ignore[misc]
+    assert isinstance(workload.arrivals, tuple)
+
+
+def test_phases_and_who_arrives_when() -> None:
+    for seed in range(50):
+        w = moflux_workload("balanced", seed)
+        assert w.duration_s == 105.0
+        for a in w.arrivals:
+            assert a.phase == w.phase_at(a.at_s)
+            if a.traffic_class == "interactive":
+                assert a.at_s < 25.0 or 60.0 <= a.at_s < 85.0
+            else:
+                assert 25.0 <= a.at_s < 85.0
+        assert [a.at_s for a in w.arrivals] == sorted(a.at_s for a in w.arrivals)
+        assert len({a.request_id for a in w.arrivals}) == len(w.arrivals)
+
+
+@pytest.mark.parametrize(
+    ("profile", "traffic_class", "phase", "rate", "span_s"),
+    [
+        ("balanced", "interactive", "interactive-alone", 0.25, 25.0),
+        ("balanced", "batch", "borrow", 0.75, 35.0),
+        ("balanced", "interactive", "return", 0.5, 25.0),
+        ("balanced", "batch", "return", 0.75, 25.0),
+        ("long-context", "batch", "borrow", 0.15, 35.0),
+        ("long-context", "interactive", "return", 0.5, 25.0),
+    ],
+)
+def test_mean_rates_over_many_seeds(profile: str, traffic_class: str, phase: str, rate: float, span_s: float) -> None:
+    counts = [moflux_workload(profile, s).count(traffic_class, phase) for s in SEEDS]
+    expected = rate * span_s
+    mean = sum(counts) / len(counts)
+    # Poisson: the mean of 300 draws has a standard error of sqrt(expected / 300); allow 4 of them.
+    assert abs(mean - expected) < 4 * (expected / len(counts)) ** 0.5
+    assert len(set(counts)) > 1  # random, not a fixed grid
+
+
+def test_no_arrivals_while_draining_or_of_the_idle_class() -> None:
+    for s in range(50):
+        w = moflux_workload("long-context", s)
+        assert w.count("interactive", "drain") == w.count("batch", "drain") == 0
+        assert w.count("interactive", "borrow") == 0 and w.count("batch", "interactive-alone") == 0
+
+
+def test_request_shapes_and_engine() -> None:
+    balanced = moflux_workload("balanced", 0)
+    shapes = {(a.traffic_class, a.prompt_chars, a.max_tokens) for a in balanced.arrivals}
+    assert shapes == {("interactive", 400, 16), ("batch", 800, 32)}
+    long_context = moflux_workload("long-context", 0)
+    assert {(a.prompt_chars, a.max_tokens) for a in long_context.arrivals if a.traffic_class == "batch"} == {(7_100, 64)}
+    assert long_context.engine.kv_tokens == 320 * 16 and balanced.engine.kv_tokens is None
+    assert balanced.slo.ttft_s == 5.0 and balanced.slo.e2e_s == 30.0
+    assert approx_tokens(7_100) == 1_607
+
+
+def test_client_requests_carry_filler_of_the_right_length() -> None:
+    w = moflux_workload("long-context", 3)
+    labels = RunLabels("moflux-long-context", w.name, 3, "r1")
+    at_s, request = next(iter(w.requests(labels)))
+    arrival = w.arrivals[0]
+    assert at_s == arrival.at_s and len(request.prompt) == arrival.prompt_chars
+    assert request.prompt == filler_prompt(arrival.prompt_chars, 3, arrival.request_id)
+    assert request.arrival_phase == arrival.phase and request.labels.workload == "long-context" and request.stream
+
+
+def test_filler_prompt_exact_lengths() -> None:
+    for chars in (0, 1, 17, 400, 800, 7_100):
+        assert len(filler_prompt(chars, 1, "x")) == chars
+    assert filler_prompt(400, 1, "a") != filler_prompt(400, 1, "b")
+
+
+def test_unknown_profile_is_a_setting_error() -> None:
+    with pytest.raises(SettingError, match="workload"):
+        moflux_workload("huge")
