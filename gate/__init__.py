@@ -1,3 +1,47 @@
-"""restorelens.gate: see DESIGN.md section 3."""
+"""restorelens.gate: the admission gate (story A of DESIGN.md) and the ModelRouter seam.
 
-__all__: list[str] = []
+The sans-I/O core (``Admission`` + an ``AdmissionPolicy``) runs live behind ``create_gate_app`` or
+in virtual time; ``GateSpans`` emits the gate's spans with explicit timestamps either way.
+"""
+
+from .admission import Admission, Decision, Grant, GrantError, Rejection, Waiter
+from .gate_spans import GateSpans
+from .policies import (
+    BATCH,
+    INTERACTIVE,
+    POLICIES,
+    AdmissionPolicy,
+    FcfsPolicy,
+    LendPolicy,
+    Occupancy,
+    PriorityPolicy,
+    StaticPolicy,
+    build_policy,
+)
+from .restoration import LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
+from .retry_hint import RetryHint
+
+__all__ = [
+    "BATCH",
+    "INTERACTIVE",
+    "POLICIES",
+    "Admission",
+    "AdmissionPolicy",
+    "Decision",
+    "FcfsPolicy",
+    "GateSpans",
+    "Grant",
+    "GrantError",
+    "LendPolicy",
+    "LendingPeriod",
+    "Occupancy",
+    "PriorityPolicy",
+    "Rejection",
+    "RestorationEpisode",
+    "RestorationListener",
+    "RestorationTracker",
+    "RetryHint",
+    "StaticPolicy",
+    "Waiter",
+    "build_policy",
+]

@@ -1,0 +1,271 @@
+"""The sans-I/O admission core: grants, per-class queues with a wait timeout, lending records.
+
+``Admission`` never reads a clock, sleeps or does I/O: every method takes ``now_s``. The live proxy
+calls it with wall-clock time and parks queued requests on futures; the virtual-time loop calls it
+with simulated time and schedules ``next_deadline_s()``. Either way each ``Grant`` must be released
+exactly once (a second release raises ``GrantError``: a bookkeeping bug must be loud, never a leak).
+
+A request is granted at once when the policy admits it and nobody of its class is queued ahead
+(nobody at all for shared-queue policies); otherwise it waits until a release frees room or its
+deadline passes (``expire``), or the caller withdraws it (client gone).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from restorelens.spans import TRAFFIC_CLASSES
+
+from .policies import AdmissionPolicy, Occupancy, Slot
+from .restoration import LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
+from .retry_hint import RetryHint
+
+__all__ = ["Admission", "Decision", "Grant", "GrantError", "Rejection", "Waiter"]
+
+REJECT_QUEUE_LIMIT = "queue_limit"
+REJECT_TIMEOUT = "timeout"
+REJECT_CONCURRENCY = "concurrency_limit"
+REJECT_WITHDRAWN = "withdrawn"
+
+
+class GrantError(RuntimeError):
+    """A grant was released twice, or a grant of another core was released here."""
+
+
+@dataclass(eq=False, slots=True)
+class Grant:
+    grant_id: int
+    request_id: str
+    traffic_class: str
+    slot: Slot
+    requested_at_s: float
+    granted_at_s: float
+    released_at_s: float | None = None
+
+    @property
+    def wait_s(self) -> float:
+        return self.granted_at_s - self.requested_at_s
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """A queued request. ``grant`` is set when a release (or policy change) admits it."""
+
+    seq: int
+    request_id: str
+    traffic_class: str
+    requested_at_s: float
+    deadline_s: float
+    grant: Grant | None = None
+    rejection: Rejection | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    request_id: str
+    traffic_class: str
+    reason: str
+    requested_at_s: float
+    rejected_at_s: float
+    retry_after_ms: int | None = None
+
+    @property
+    def wait_s(self) -> float:
+        return self.rejected_at_s - self.requested_at_s
+
+
+Decision = Grant | Waiter | Rejection
+
+
+@dataclass(slots=True)
+class _Counters:
+    admitted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
+    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
+    released: int = 0
+
+
+class Admission:
+    """Grants capacity per ``policy``; keeps lending periods and restoration episodes."""
+
+    def __init__(
+        self,
+        policy: AdmissionPolicy,
+        *,
+        wait_timeout_s: float = 30.0,
+        queue_limit: int = 256,
+        retry_hint: RetryHint | None = None,
+        listeners: Iterable[RestorationListener] = (),
+        on_waiter_granted: Callable[[Waiter], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.wait_timeout_s = wait_timeout_s
+        self.queue_limit = queue_limit
+        self.retry_hint = retry_hint or RetryHint()
+        self.tracker = RestorationTracker(list(listeners))
+        #: Called whenever a queued request is granted (the live shell wakes its future here).
+        self.on_waiter_granted = on_waiter_granted
+        self.counters = _Counters()
+        self._queues: dict[str, deque[Waiter]] = {c: deque() for c in TRAFFIC_CLASSES}
+        self._in_flight: dict[int, Grant] = {}
+        self._own: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)
+        self._borrowed: set[int] = set()
+        self._next_grant_id = 1
+        self._next_seq = 1
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def occupancy(self) -> Occupancy:
+        return Occupancy(dict(self._own), len(self._borrowed), {c: len(q) for c, q in self._queues.items()})
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues.values())
+
+    @property
+    def periods(self) -> list[LendingPeriod]:
+        return self.tracker.periods
+
+    @property
+    def episodes(self) -> list[RestorationEpisode]:
+        return self.tracker.episodes
+
+    def next_deadline_s(self) -> float | None:
+        """Earliest queued deadline (for a virtual-time loop to schedule ``expire``)."""
+        deadlines = [w.deadline_s for q in self._queues.values() for w in q]
+        return min(deadlines) if deadlines else None
+
+    # --- transitions ---------------------------------------------------------------------------
+
+    def request(
+        self, request_id: str, traffic_class: str, now_s: float, *, wait_timeout_s: float | None = None
+    ) -> Decision:
+        """A request arrives: a ``Grant`` now, a ``Waiter`` in the queue, or a ``Rejection``."""
+        if traffic_class not in self._queues:
+            raise ValueError(f"unknown traffic class {traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
+        occupancy = self.occupancy()
+        protected = self.policy.protected_class
+        if traffic_class == protected and occupancy.idle(protected):
+            self.tracker.protected_returned(request_id, now_s, set(self._borrowed))
+        queue = self._queues[traffic_class]
+        ahead = self.queued if self.policy.shared_queue else len(queue)
+        if ahead == 0:
+            slot = self.policy.admit(traffic_class, occupancy)
+            if slot is not None:
+                return self._grant(request_id, traffic_class, slot, now_s, now_s)
+        timeout_s = self.wait_timeout_s if wait_timeout_s is None else wait_timeout_s
+        if timeout_s <= 0:
+            return self._reject(request_id, traffic_class, REJECT_CONCURRENCY, now_s, now_s, ahead)
+        if len(queue) >= self.queue_limit:
+            return self._reject(request_id, traffic_class, REJECT_QUEUE_LIMIT, now_s, now_s, ahead)
+        waiter = Waiter(self._next_seq, request_id, traffic_class, now_s, now_s + timeout_s)
+        self._next_seq += 1
+        queue.append(waiter)
+        return waiter
+
+    def release(self, grant: Grant, now_s: float) -> list[Grant]:
+        """The granted request finished (however it ended). Returns grants made to queued requests."""
+        if self._in_flight.pop(grant.grant_id, None) is not grant:
+            raise GrantError(f"grant {grant.grant_id} ({grant.request_id}) is not in flight: released twice?")
+        grant.released_at_s = now_s
+        self.counters.released += 1
+        self.retry_hint.observe_completion(now_s)
+        if grant.slot == "borrowed":
+            self._borrowed.discard(grant.grant_id)
+            self.tracker.borrowed_released(grant.grant_id, now_s)
+        else:
+            self._own[grant.traffic_class] -= 1
+        return self._pump(now_s)
+
+    def withdraw(self, waiter: Waiter, now_s: float, reason: str = REJECT_WITHDRAWN) -> Grant | Rejection:
+        """Take a waiter out of the queue (timeout seen by the shell, client gone).
+
+        If it was granted meanwhile the grant is returned and the caller owns it (release it).
+        Grants this makes to other waiters are found on their ``Waiter.grant``.
+        """
+        if waiter.grant is not None:
+            return waiter.grant
+        rejection = self._remove(waiter, now_s, reason)
+        self._pump(now_s)
+        return rejection
+
+    def expire(self, now_s: float) -> tuple[list[Rejection], list[Grant]]:
+        """Reject every queued request whose deadline is at or before ``now_s``.
+
+        Returns the rejections and any grants that the freed queue places allowed.
+        """
+        expired = sorted((w for q in self._queues.values() for w in q if w.deadline_s <= now_s), key=lambda w: w.seq)
+        rejections = [self._remove(waiter, now_s, REJECT_TIMEOUT) for waiter in expired]
+        return rejections, self._pump(now_s) if rejections else []
+
+    def set_policy(self, policy: AdmissionPolicy, now_s: float) -> list[Grant]:
+        """Swap the policy; grants in flight keep their slots. Lending stops if the new policy differs."""
+        self.policy = policy
+        self.tracker.stop_lending(now_s)
+        return self._pump(now_s)
+
+    def close(self, now_s: float) -> None:
+        """End of a run: stop lending so open periods finish as their borrowed work drains."""
+        self.tracker.stop_lending(now_s)
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _remove(self, waiter: Waiter, now_s: float, reason: str) -> Rejection:
+        if waiter.rejection is not None:
+            return waiter.rejection
+        queue = self._queues[waiter.traffic_class]
+        ahead = sum(1 for w in queue if w.seq < waiter.seq)
+        queue.remove(waiter)
+        waiter.rejection = self._reject(
+            waiter.request_id, waiter.traffic_class, reason, waiter.requested_at_s, now_s, ahead
+        )
+        return waiter.rejection
+
+    def _grant(self, request_id: str, traffic_class: str, slot: Slot, requested_at_s: float, now_s: float) -> Grant:
+        grant = Grant(self._next_grant_id, request_id, traffic_class, slot, requested_at_s, now_s)
+        self._next_grant_id += 1
+        self._in_flight[grant.grant_id] = grant
+        self.counters.admitted[traffic_class] += 1
+        if slot == "borrowed":
+            self._borrowed.add(grant.grant_id)
+            self.tracker.borrowed_granted(grant.grant_id, now_s, self.policy.lendable_slots, len(self._borrowed))
+        else:
+            self._own[traffic_class] += 1
+        if traffic_class == self.policy.protected_class:
+            self.tracker.protected_granted(now_s)
+        return grant
+
+    def _reject(
+        self, request_id: str, traffic_class: str, reason: str, requested_at_s: float, now_s: float, ahead: int
+    ) -> Rejection:
+        self.counters.rejected[traffic_class] += 1
+        return Rejection(request_id, traffic_class, reason, requested_at_s, now_s, self.retry_hint.estimate_ms(ahead))
+
+    def _pump(self, now_s: float) -> list[Grant]:
+        granted: list[Grant] = []
+        while (grant := self._grant_one_head(now_s)) is not None:
+            granted.append(grant)
+        return granted
+
+    def _grant_one_head(self, now_s: float) -> Grant | None:
+        heads = [q[0] for q in self._queues.values() if q]
+        if self.policy.shared_queue:
+            # One FIFO: only the oldest waiter may go next.
+            heads = sorted(heads, key=lambda w: w.seq)[:1]
+        else:
+            protected = self.policy.protected_class
+            heads.sort(key=lambda w: (w.traffic_class != protected, w.seq))
+        for waiter in heads:
+            slot = self.policy.admit(waiter.traffic_class, self.occupancy())
+            if slot is not None:
+                self._queues[waiter.traffic_class].popleft()
+                waiter.grant = self._grant(waiter.request_id, waiter.traffic_class, slot, waiter.requested_at_s, now_s)
+                if self.on_waiter_granted is not None:
+                    self.on_waiter_granted(waiter)
+                return waiter.grant
+        return None

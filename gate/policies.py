@@ -1,0 +1,219 @@
+"""Admission policies: given who is in flight and who waits, may one more request of a class start?
+
+A policy is a pure decision function over an ``Occupancy`` snapshot; it keeps no per-request state
+and reads no clock, so the same policy object runs behind the live proxy and in virtual time. The
+``Admission`` core does the bookkeeping (queues, grants, lending records). New policies (e.g. a
+drain-aware lender) subclass ``AdmissionPolicy`` and register in ``POLICIES``; the proxy never
+changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from restorelens.errors import SettingError
+from restorelens.spans import TRAFFIC_CLASSES
+
+__all__ = [
+    "BATCH",
+    "INTERACTIVE",
+    "POLICIES",
+    "AdmissionPolicy",
+    "FcfsPolicy",
+    "LendPolicy",
+    "Occupancy",
+    "PriorityPolicy",
+    "Slot",
+    "StaticPolicy",
+    "build_policy",
+]
+
+INTERACTIVE, BATCH = TRAFFIC_CLASSES
+Slot = Literal["own", "borrowed"]
+
+#: vLLM's ``priority`` request field: lower runs first (the MoFlux "vllm-priority" arm).
+VLLM_PRIORITY = {INTERACTIVE: 0, BATCH: 10}
+DEFAULT_FLOORS = {INTERACTIVE: 3, BATCH: 1}
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """What the core holds at one instant: requests in flight (own slots), borrowed, and queued."""
+
+    own: Mapping[str, int]
+    borrowed: int
+    queued: Mapping[str, int]
+
+    def in_flight(self, traffic_class: str | None = None) -> int:
+        if traffic_class is None:
+            return sum(self.own.values()) + self.borrowed
+        return self.own.get(traffic_class, 0)
+
+    def idle(self, traffic_class: str) -> bool:
+        """No request of the class is in flight or waiting: its demand is absent."""
+        return self.own.get(traffic_class, 0) == 0 and self.queued.get(traffic_class, 0) == 0
+
+
+class AdmissionPolicy:
+    """Base policy: admit everything on own capacity, serve queues in arrival order.
+
+    Subclasses override ``admit``. ``protected_class`` names the class whose capacity may be lent
+    (None: the policy never lends, so no lending or restoration records exist).
+    """
+
+    name = "base"
+    protected_class: str | None = None
+    lendable_slots = 0
+    #: True: one FIFO across classes (a waiting request of any class blocks newcomers of every class).
+    shared_queue = False
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        return "own"
+
+    def upstream_priority(self, traffic_class: str) -> int | None:
+        """A vLLM ``priority`` to set on the forwarded body, or None to leave the body alone."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": self.name}
+
+
+class FcfsPolicy(AdmissionPolicy):
+    """One shared cap for every class, first come first served (the gate adds no preference)."""
+
+    name = "fcfs"
+    shared_queue = True
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        if self.capacity is None or occupancy.in_flight() < self.capacity:
+            return "own"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": self.name, "capacity": self.capacity}
+
+
+class PriorityPolicy(FcfsPolicy):
+    """Pass-through that asks the engine to prefer interactive (vLLM ``priority`` 0 vs 10)."""
+
+    name = "priority"
+
+    def upstream_priority(self, traffic_class: str) -> int | None:
+        return VLLM_PRIORITY.get(traffic_class)
+
+
+class StaticPolicy(AdmissionPolicy):
+    """Fixed per-class floors; capacity is never shared."""
+
+    name = "static"
+
+    def __init__(self, floors: Mapping[str, int] | None = None) -> None:
+        self.floors = dict(DEFAULT_FLOORS if floors is None else floors)
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        if occupancy.in_flight(traffic_class) < self.floors.get(traffic_class, 0):
+            return "own"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {"policy": self.name, "floors": dict(self.floors)}
+
+
+class LendPolicy(StaticPolicy):
+    """MoFlux lending: static floors, plus ``lendable_slots`` of the protected floor lent to batch.
+
+    Batch may borrow only while the protected class is idle (nothing in flight, nothing queued);
+    borrowed slots count against the protected floor, so when protected demand returns it gets the
+    never-lent reserve at once and the lent slots back only as borrowed work finishes (no preemption).
+    Lending resumes as soon as the protected class is idle again, even before the last loan drained.
+    """
+
+    name = "lend"
+
+    def __init__(
+        self,
+        floors: Mapping[str, int] | None = None,
+        lendable_slots: int = 2,
+        protected_class: str = INTERACTIVE,
+        borrower_class: str = BATCH,
+    ) -> None:
+        super().__init__(floors)
+        protected_floor = self.floors.get(protected_class, 0)
+        if lendable_slots < 0 or lendable_slots > protected_floor - 1:
+            raise SettingError(
+                "gate.lendable",
+                f"{lendable_slots} slots cannot be lent: must be between 0 and the {protected_class} "
+                f"floor minus one ({protected_floor - 1}), since at least one protected slot is never lent",
+            )
+        self.lendable_slots = lendable_slots
+        self.protected_class = protected_class
+        self.borrower_class = borrower_class
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        protected = self.protected_class
+        protected_used = occupancy.in_flight(protected) + occupancy.borrowed
+        protected_floor = self.floors.get(protected, 0)
+        if traffic_class == protected:
+            return "own" if protected_used < protected_floor else None
+        if occupancy.in_flight(traffic_class) < self.floors.get(traffic_class, 0):
+            return "own"
+        if (
+            traffic_class == self.borrower_class
+            and occupancy.idle(protected)
+            and occupancy.borrowed < self.lendable_slots
+            and protected_used < protected_floor
+        ):
+            return "borrowed"
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "floors": dict(self.floors),
+            "lendable_slots": self.lendable_slots,
+            "protected_class": self.protected_class,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyMaker:
+    make: Callable[..., AdmissionPolicy]
+    options: frozenset[str] = field(default_factory=frozenset)
+
+
+POLICIES: dict[str, _PolicyMaker] = {
+    "fcfs": _PolicyMaker(lambda capacity=None, **_: FcfsPolicy(capacity), frozenset({"capacity"})),
+    "priority": _PolicyMaker(lambda capacity=None, **_: PriorityPolicy(capacity), frozenset({"capacity"})),
+    "static": _PolicyMaker(lambda floors=None, **_: StaticPolicy(floors), frozenset({"floors"})),
+    "lend": _PolicyMaker(
+        lambda floors=None, lendable_slots=2, **_: LendPolicy(floors, lendable_slots),
+        frozenset({"floors", "lendable_slots"}),
+    ),
+}
+
+
+def build_policy(
+    name: str,
+    *,
+    floors: Mapping[str, int] | None = None,
+    lendable_slots: int = 2,
+    capacity: int | None = None,
+) -> AdmissionPolicy:
+    """A policy by name; unknown names and bad floors are ``SettingError`` naming the setting."""
+    maker = POLICIES.get(name)
+    if maker is None:
+        raise SettingError("gate.policy", f"unknown policy {name!r}; choose one of {', '.join(sorted(POLICIES))}")
+    if floors is not None:
+        for traffic_class, floor in floors.items():
+            if traffic_class not in TRAFFIC_CLASSES:
+                raise SettingError("gate.floors", f"unknown traffic class {traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
+            if floor < 0:
+                raise SettingError("gate.floors", f"{traffic_class} floor {floor} is negative")
+    if capacity is not None and capacity < 1:
+        raise SettingError("gate.capacity", f"{capacity} must be at least 1")
+    return maker.make(floors=floors, lendable_slots=lendable_slots, capacity=capacity)

@@ -1,0 +1,163 @@
+"""Lending and restoration bookkeeping: the records behind ``gate.lend`` and ``gate.restore``.
+
+Definitions (DESIGN.md section 2, story A):
+
+- A **lending period** starts with the first grant on borrowed capacity while no period is lending,
+  stops lending when protected demand returns (or the gate closes / changes policy), and is drained
+  when the last request admitted on borrowed capacity during that period finished (which may be
+  before lending stopped, when the loans came back while the protected class was still idle).
+- A **restoration episode** opens when protected demand returns (a protected request arrives while
+  the protected class was idle) and borrowed requests are in flight: ``t0_s`` is that arrival.
+  ``grant_restored_s`` is the first protected grant at or after ``t0_s``; ``borrowed_drained_s``
+  is when the last request borrowed at ``t0_s`` finished. Nothing lent at return: no episode.
+
+All times are arguments; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["LendingPeriod", "RestorationEpisode", "RestorationListener", "RestorationTracker"]
+
+
+@dataclass(slots=True)
+class LendingPeriod:
+    period_id: int
+    start_s: float
+    lendable_slots: int
+    lend_stopped_s: float | None = None
+    borrowed_drained_s: float | None = None
+    peak_borrowed: int = 0
+    borrowed_granted: int = 0
+    last_borrowed_release_s: float | None = None
+    outstanding: set[int] = field(default_factory=set, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.lend_stopped_s is not None and self.borrowed_drained_s is not None
+
+
+@dataclass(slots=True)
+class RestorationEpisode:
+    episode_id: int
+    t0_s: float
+    returning_request_id: str
+    borrowed_at_return: int
+    grant_restored_s: float | None = None
+    borrowed_drained_s: float | None = None
+    outstanding: set[int] = field(default_factory=set, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.grant_restored_s is not None and self.borrowed_drained_s is not None
+
+    @property
+    def grant_restore_s(self) -> float | None:
+        return None if self.grant_restored_s is None else self.grant_restored_s - self.t0_s
+
+    @property
+    def drain_s(self) -> float | None:
+        return None if self.borrowed_drained_s is None else self.borrowed_drained_s - self.t0_s
+
+
+class RestorationListener(Protocol):
+    """Told when records open and finish (the span emitter and the metrics implement it)."""
+
+    def lend_started(self, period: LendingPeriod) -> None: ...
+
+    def lend_finished(self, period: LendingPeriod) -> None: ...
+
+    def restore_started(self, episode: RestorationEpisode) -> None: ...
+
+    def restore_finished(self, episode: RestorationEpisode) -> None: ...
+
+
+class RestorationTracker:
+    """Keeps lending periods and restoration episodes from the core's grant events."""
+
+    def __init__(self, listeners: list[RestorationListener] | None = None) -> None:
+        self.listeners: list[RestorationListener] = list(listeners or [])
+        self.periods: list[LendingPeriod] = []
+        self.episodes: list[RestorationEpisode] = []
+        self._lending: LendingPeriod | None = None
+        self._period_of_grant: dict[int, LendingPeriod] = {}
+        self._open_episodes: list[RestorationEpisode] = []
+
+    @property
+    def lending(self) -> bool:
+        """A lending period is open and has not stopped lending."""
+        return self._lending is not None
+
+    @property
+    def open_episodes(self) -> int:
+        return len(self._open_episodes)
+
+    def borrowed_granted(self, grant_id: int, now_s: float, lendable_slots: int, borrowed_now: int) -> None:
+        period = self._lending
+        if period is None:
+            period = LendingPeriod(len(self.periods) + 1, now_s, lendable_slots)
+            self.periods.append(period)
+            self._lending = period
+            for listener in self.listeners:
+                listener.lend_started(period)
+        period.outstanding.add(grant_id)
+        period.borrowed_granted += 1
+        period.peak_borrowed = max(period.peak_borrowed, borrowed_now)
+        self._period_of_grant[grant_id] = period
+
+    def protected_returned(self, request_id: str, now_s: float, borrowed_grant_ids: set[int]) -> None:
+        """Protected demand is back: stop lending; open an episode if anything is lent."""
+        self.stop_lending(now_s)
+        if not borrowed_grant_ids:
+            return
+        episode = RestorationEpisode(len(self.episodes) + 1, now_s, request_id, len(borrowed_grant_ids))
+        episode.outstanding = set(borrowed_grant_ids)
+        self.episodes.append(episode)
+        self._open_episodes.append(episode)
+        for listener in self.listeners:
+            listener.restore_started(episode)
+
+    def protected_granted(self, now_s: float) -> None:
+        for episode in list(self._open_episodes):
+            if episode.grant_restored_s is None:
+                episode.grant_restored_s = now_s
+                self._maybe_finish_episode(episode)
+
+    def borrowed_released(self, grant_id: int, now_s: float) -> None:
+        period = self._period_of_grant.pop(grant_id, None)
+        if period is not None:
+            period.outstanding.discard(grant_id)
+            period.last_borrowed_release_s = now_s
+            if not period.outstanding and period.lend_stopped_s is not None:
+                period.borrowed_drained_s = now_s
+                self._finish_period(period)
+        for episode in list(self._open_episodes):
+            if grant_id in episode.outstanding:
+                episode.outstanding.discard(grant_id)
+                if not episode.outstanding:
+                    episode.borrowed_drained_s = now_s
+                    self._maybe_finish_episode(episode)
+
+    def stop_lending(self, now_s: float) -> None:
+        period = self._lending
+        if period is None:
+            return
+        self._lending = None
+        period.lend_stopped_s = now_s
+        if not period.outstanding:
+            # Everything lent already came back (before lending stopped): drained when the last did.
+            last_s = period.last_borrowed_release_s
+            period.borrowed_drained_s = now_s if last_s is None else last_s
+            self._finish_period(period)
+
+    def _finish_period(self, period: LendingPeriod) -> None:
+        for listener in self.listeners:
+            listener.lend_finished(period)
+
+    def _maybe_finish_episode(self, episode: RestorationEpisode) -> None:
+        if episode.finished:
+            self._open_episodes.remove(episode)
+            for listener in self.listeners:
+                listener.restore_finished(episode)
