@@ -1,0 +1,118 @@
+"""``restorelens probe`` and ``restorelens run``: the client side, from the command line.
+
+Kept light: heavy imports (httpx, the OTel SDK, the cores) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from restorelens.errors import SettingError
+
+__all__ = ["COMMANDS", "probe"]
+
+POLICY_CHOICES = ("honour-retry-after", "backoff", "fixed")
+SERVICE_NAME = "restorelens-loadgen"
+
+
+def _tracer_provider(out: str | None, collector: str | None) -> Any:
+    from restorelens.telemetry import build_tracer_provider
+
+    if out and collector:
+        raise SettingError("--out/--collector", "give one of them, not both")
+    if out:
+        return build_tracer_provider(SERVICE_NAME, "file", path=out)
+    if collector:
+        endpoint = collector.rstrip("/")
+        if not endpoint.endswith("/v1/traces"):
+            endpoint += "/v1/traces"
+        return build_tracer_provider(SERVICE_NAME, "otlp", endpoint=endpoint)
+    return build_tracer_provider(SERVICE_NAME, "none")
+
+
+def _policy(name: str, max_attempts: int, deadline_s: float, interval_s: float, seed: int) -> Any:
+    from restorelens.loadgen.retry import make_policy
+
+    return make_policy(name, max_attempts=max_attempts, deadline_s=deadline_s, interval_s=interval_s, seed=seed)
+
+
+def _check_url(setting: str, url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise SettingError(setting, f"{url!r} is not an http(s) URL")
+    return url
+
+
+@click.command()
+@click.argument("url")
+@click.option("--model", "-m", required=True, help="Model name to request (the OpenAI 'model' field).")
+@click.option("--readiness-url", default=None, help="URL to poll until it answers 2xx (e.g. the engine's /health).")
+@click.option("--policy", type=click.Choice(POLICY_CHOICES), default="honour-retry-after", show_default=True,
+              help="Retry policy: wait the server's Retry-After, full-jitter backoff, or a fixed interval.")
+@click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True, help="Attempts in all.")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="No attempt starts later than this many seconds after the first.")
+@click.option("--interval", "interval_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Wait between attempts for --policy fixed.")
+@click.option("--poll-interval", "poll_interval_s", type=click.FloatRange(min=0, min_open=True), default=0.5,
+              show_default=True, help="Seconds between readiness polls.")
+@click.option("--path", default="/v1/completions", show_default=True, help="Request path under URL.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--prompt-chars", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Length of the synthetic filler prompt.")
+@click.option("--stream/--no-stream", default=True, show_default=True, help="Ask for SSE and time the first token.")
+@click.option("--traffic-class", type=click.Choice(("interactive", "batch")), default="interactive", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the probe's spans to this OTLP/JSON-lines file.")
+@click.option("--collector", default=None, help="Send the probe's spans to this OTLP/HTTP endpoint.")
+@click.option("--json", "as_json", is_flag=True, help="Print the decomposition as one JSON object.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
+              help="Per-attempt HTTP timeout in seconds.")
+def probe(url: str, model: str, readiness_url: str | None, policy: str, max_attempts: int, deadline_s: float,
+          interval_s: float, poll_interval_s: float, path: str, max_tokens: int, prompt_chars: int, stream: bool,
+          traffic_class: str, out: str | None, collector: str | None, as_json: bool, timeout_s: float) -> None:
+    """Probe a gateway with one first request and print its wake decomposition.
+
+    Sends one completion request for MODEL to URL (any OpenAI-compatible gateway: AIBrix, the
+    restorelens gate, vLLM), retries it per --policy, polls --readiness-url alongside, and prints:
+    the first status and its Retry-After, when readiness was reached and when the client observed
+    it, the overshoot (ready, but still waiting), the attempts, and the total time to first token.
+    """
+    import asyncio
+    import json
+    import uuid
+
+    from restorelens.loadgen.client import TracedClient
+    from restorelens.loadgen.probe import run_probe
+    from restorelens.loadgen.prompts import filler_prompt
+    from restorelens.loadgen.request import ClientRequest, RunLabels
+
+    _check_url("URL", url)
+    if readiness_url:
+        _check_url("--readiness-url", readiness_url)
+    provider = _tracer_provider(out, collector)
+    request_id = f"probe-{uuid.uuid4().hex[:12]}"
+    request = ClientRequest(
+        request_id, model, filler_prompt(prompt_chars, 0, request_id), max_tokens, traffic_class=traffic_class,
+        stream=stream, path=path, labels=RunLabels(scenario="probe", run_id=request_id),
+    )
+
+    async def go() -> Any:
+        async with TracedClient(url, policy=_policy(policy, max_attempts, deadline_s, interval_s, 0),
+                                tracer_provider=provider, timeout_s=timeout_s) as client:
+            return await run_probe(client, request, readiness_url=readiness_url, poll_interval_s=poll_interval_s)
+
+    try:
+        report = asyncio.run(go())
+    finally:
+        provider.shutdown()
+    if as_json:
+        click.echo(json.dumps(report.as_dict()))
+    else:
+        click.echo(f"probe {url} model={model} policy={policy}")
+        for line in report.lines():
+            click.echo(f"  {line}")
+
+
+COMMANDS = [probe]

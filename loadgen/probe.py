@@ -1,0 +1,147 @@
+"""The first-request probe: how long a sleeping (or cold) model behind a gateway takes to serve.
+
+Point it at any OpenAI-compatible gateway (AIBrix, the restorelens gate, vLLM itself). It sends one
+request with the retrying traced client and, when given a readiness URL, polls it alongside, then
+decomposes the wait (DESIGN.md section 2, wake episode), from the client's side:
+
+- ``first_status`` / ``retry_after_s``: what the first answer said (``t0`` is when it was sent);
+- ``ready_s``: the first readiness poll that answered 2xx, after t0 (an upper bound on engine
+  readiness, within one poll interval; ``ready_after_s`` is the last poll that still said not ready);
+- ``observed_s``: when the client itself first got a success answer;
+- ``overshoot_s``: start of the successful attempt minus ``ready_s`` (ready, but the client was
+  still waiting out its Retry-After);
+- ``hint_error_s``: ``retry_after_s - ready_s`` (positive: the hint was pessimistic);
+- ``attempts`` and ``total_s`` (first chunk of the answer, or its end, after t0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+
+from restorelens.clock import Clock
+from restorelens.loadgen.client import TracedClient
+from restorelens.loadgen.request import ClientRequest, RequestResult
+
+__all__ = ["ProbeReport", "ReadinessPoller", "decompose", "run_probe"]
+
+DEFAULT_POLL_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReport:
+    outcome: str
+    first_status: int | None
+    retry_after_s: float | None
+    retry_after_raw: str | None
+    retry_after_invalid: str | None
+    ready_s: float | None
+    ready_after_s: float | None
+    observed_s: float | None
+    overshoot_s: float | None
+    hint_error_s: float | None
+    attempts: int
+    statuses: tuple[int | None, ...]
+    total_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        def s(v: float | None) -> str:
+            return "-" if v is None else f"{v:.3f} s"
+
+        hint = s(self.retry_after_s)
+        if self.retry_after_invalid:
+            hint = f"{hint} (invalid: {self.retry_after_raw!r}, {self.retry_after_invalid})"
+        return [
+            f"outcome        {self.outcome}",
+            f"first status   {self.first_status if self.first_status is not None else 'no answer'}",
+            f"retry-after    {hint}",
+            f"ready          {s(self.ready_s)}" + (f" (not yet at {s(self.ready_after_s)})" if self.ready_after_s is not None else ""),
+            f"observed       {s(self.observed_s)}",
+            f"overshoot      {s(self.overshoot_s)}",
+            f"hint error     {s(self.hint_error_s)}",
+            f"attempts       {self.attempts} ({', '.join(str(x) if x is not None else 'failed' for x in self.statuses)})",
+            f"total          {s(self.total_s)}",
+        ]
+
+
+class ReadinessPoller:
+    """Poll ``url`` until it answers 2xx; records the last not-ready and the first ready time."""
+
+    def __init__(self, url: str, clock: Clock, sleep: Callable[[float], Awaitable[Any]], interval_s: float) -> None:
+        self.url, self.clock, self.sleep, self.interval_s = url, clock, sleep, interval_s
+        self.ready_at_s: float | None = None
+        self.not_ready_at_s: float | None = None
+
+    async def run(self, http: httpx.AsyncClient) -> None:
+        while self.ready_at_s is None:
+            sent_s = self.clock.now_s()
+            try:
+                response = await http.get(self.url)
+                ok = response.is_success
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                # Readiness was reached between the last negative poll and this one's send.
+                self.ready_at_s = sent_s
+            else:
+                self.not_ready_at_s = sent_s
+                await self.sleep(self.interval_s)
+
+
+def decompose(result: RequestResult, ready_at_s: float | None = None, not_ready_at_s: float | None = None) -> ProbeReport:
+    """The wake decomposition of one probed request (absolute times in, times after t0 out)."""
+    first = result.attempts[0]
+    t0 = first.start_s
+    success = next((a for a in result.attempts if a.status is not None and 200 <= a.status < 300), None)
+    ready_s = None if ready_at_s is None else max(0.0, ready_at_s - t0)
+    hint = first.retry_after
+    end_s = result.first_chunk_s if result.first_chunk_s is not None else result.end_s
+    return ProbeReport(
+        outcome=result.outcome,
+        first_status=first.status,
+        retry_after_s=hint.seconds,
+        retry_after_raw=hint.raw,
+        retry_after_invalid=hint.invalid,
+        ready_s=ready_s,
+        ready_after_s=None if not_ready_at_s is None or ready_at_s is None else max(0.0, not_ready_at_s - t0),
+        observed_s=None if success is None else success.end_s - t0,
+        overshoot_s=None if success is None or ready_s is None else max(0.0, success.start_s - t0 - ready_s),
+        hint_error_s=None if hint.seconds is None or ready_s is None else hint.seconds - ready_s,
+        attempts=len(result.attempts),
+        statuses=result.statuses,
+        total_s=end_s - t0,
+    )
+
+
+async def run_probe(
+    client: TracedClient,
+    request: ClientRequest,
+    *,
+    readiness_url: str | None = None,
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
+    clock: Clock | None = None,
+    sleep: Callable[[float], Awaitable[Any]] | None = None,
+) -> ProbeReport:
+    """Send ``request`` through ``client`` while polling ``readiness_url``; decompose the wait."""
+    clock = clock or client.clock
+    poller = ReadinessPoller(readiness_url, clock, sleep or client.sleep, poll_interval_s) if readiness_url else None
+    if poller is None:
+        return decompose(await client.request(request))
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
+        polling = asyncio.ensure_future(poller.run(http))
+        try:
+            result = await client.request(request)
+            # A success means the model is ready: give the poller one more chance to see it.
+            if result.outcome == "ok" and not polling.done():
+                await asyncio.wait({polling}, timeout=poll_interval_s * 2 + 1.0)
+        finally:
+            polling.cancel()
+            await asyncio.gather(polling, return_exceptions=True)
+    return decompose(result, poller.ready_at_s, poller.not_ready_at_s)

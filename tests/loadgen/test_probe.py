@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from restorelens.cli import cli
+from restorelens.loadgen.client import TracedClient
+from restorelens.loadgen.probe import decompose, run_probe
+from restorelens.loadgen.request import AttemptRecord, ClientRequest, RequestResult
+from restorelens.loadgen.retry import HonourRetryAfter
+from restorelens.loadgen.retry_after import RetryAfter
+from restorelens.loadgen.timebase import ScaledClock
+from restorelens.spans import SPAN_CLIENT_REQUEST, SPAN_HTTP_POST
+
+
+def test_decompose_a_wake_where_the_hint_overshoots() -> None:
+    # 503 + Retry-After 10 at t=100, engine ready at 104, client back at 110, first token at 110.5.
+    result = RequestResult(
+        "p", "interactive", "ok", 100.0, 111.0,
+        (AttemptRecord(1, 100.0, 100.01, 503, RetryAfter(10.0, "10")), AttemptRecord(2, 110.01, 110.2, 200)),
+        first_chunk_s=110.5,
+    )
+    report = decompose(result, ready_at_s=104.0, not_ready_at_s=103.5)
+    assert report.first_status == 503 and report.retry_after_s == 10.0
+    assert report.ready_s == 4.0 and report.ready_after_s == 3.5
+    assert abs(report.observed_s - 10.2) < 1e-9 and abs(report.overshoot_s - 6.01) < 1e-9
+    assert report.hint_error_s == 6.0 and report.attempts == 2 and report.statuses == (503, 200)
+    assert abs(report.total_s - 10.5) < 1e-9
+
+
+def test_decompose_without_readiness_or_success() -> None:
+    result = RequestResult("p", "batch", "gave_up", 0.0, 30.0, (AttemptRecord(1, 0.0, 0.1, 503, RetryAfter(None, "x", "unparseable")),))
+    report = decompose(result)
+    assert report.ready_s is None and report.observed_s is None and report.overshoot_s is None
+    assert report.retry_after_invalid == "unparseable" and report.total_s == 30.0
+
+
+class SleepingModel:
+    """Stand-in gateway (until the real gate runs here): a model that is ready ``wake_s`` after the
+    first request; before that, 503 + Retry-After; ``/health`` says the same."""
+
+    def __init__(self, clock: ScaledClock, wake_s: float, retry_after: str) -> None:
+        self.clock, self.wake_s, self.retry_after = clock, wake_s, retry_after
+        self.woken_at_s: float | None = None
+
+    def ready(self) -> bool:
+        return self.woken_at_s is not None and self.clock.now_s() >= self.woken_at_s + self.wake_s
+
+    def app(self) -> Starlette:
+        async def completions(request: Request) -> Response:
+            await request.body()
+            if self.woken_at_s is None:
+                self.woken_at_s = self.clock.now_s()
+            if not self.ready():
+                return JSONResponse({"error": "waking"}, 503, headers={"Retry-After": self.retry_after})
+            return JSONResponse({"choices": [{"text": "x"}]})
+
+        async def health(request: Request) -> Response:
+            return Response(status_code=200 if self.ready() else 503)
+
+        return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)])
+
+
+def test_probe_polls_readiness_and_measures_the_overshoot(serve_asgi, tracer_provider, span_exporter) -> None:
+    # 40x faster than real time: the 4-s wake and 10-s hint take a quarter of a second.
+    clock = ScaledClock(time_scale=40.0, start_s=0.0)
+    model = SleepingModel(clock, wake_s=4.0, retry_after="10")
+    url = serve_asgi(model.app()).url
+
+    async def go():
+        async with TracedClient(url, policy=HonourRetryAfter(), tracer_provider=tracer_provider, clock=clock, sleep=clock.sleep) as client:
+            request = ClientRequest("probe-1", "tiny", "x" * 40, 4, stream=False)
+            return await run_probe(client, request, readiness_url=f"{url}/health", poll_interval_s=0.5, sleep=clock.sleep)
+
+    report = asyncio.run(go())
+    assert report.outcome == "ok" and report.statuses == (503, 200) and report.retry_after_s == 10.0
+    assert report.ready_after_s is not None and report.ready_after_s < report.ready_s
+    # readiness was seen before the client came back: the hint overshot it
+    assert report.ready_s < report.observed_s and report.overshoot_s > 0
+    assert report.hint_error_s == 10.0 - report.ready_s
+    names = sorted(s.name for s in span_exporter.get_finished_spans())
+    assert names == [SPAN_HTTP_POST, SPAN_HTTP_POST, SPAN_CLIENT_REQUEST]  # polls are not traced
+
+
+def test_probe_cli_against_a_local_gateway(scripted_gateway, tmp_path) -> None:
+    script, url = scripted_gateway((503, {"Retry-After": "1"}), (200, {}))
+    out = tmp_path / "spans.jsonl"
+    result = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--json", "--out", str(out), "--no-stream"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["first_status"] == 503 and report["retry_after_s"] == 1.0 and report["attempts"] == 2
+    assert report["outcome"] == "ok" and report["statuses"] == [503, 200]
+    assert script.seen[0]["body"]["model"] == "tiny"
+    span_names = [s["name"] for line in out.read_text().splitlines() for rs in json.loads(line)["resourceSpans"]
+                  for ss in rs["scopeSpans"] for s in ss["spans"]]
+    assert sorted(span_names) == [SPAN_HTTP_POST, SPAN_HTTP_POST, SPAN_CLIENT_REQUEST]
+
+    text = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--no-stream"])
+    assert text.exit_code == 0 and "first status   200" in text.output and "attempts       1 (200)" in text.output
+
+
+def test_probe_cli_rejects_a_bad_url_in_one_line() -> None:
+    result = CliRunner().invoke(cli, ["probe", "localhost:8000", "--model", "m"])
+    assert result.exit_code == 1 and "setting URL" in result.output and "Traceback" not in result.output
