@@ -1,3 +1,21 @@
-"""restorelens.analysis: see DESIGN.md section 3."""
+"""restorelens.analysis: SQL that decomposes every restoration into its separate events.
 
-__all__: list[str] = []
+``Analysis`` opens a span store and returns each layer as a polars DataFrame; ``check`` compares
+the episodes' statistics with limits (``restorelens check``). docs/analysis.md explains each view.
+"""
+
+from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, VIEW_LAYERS, Query, load_query
+from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
+
+__all__ = [
+    "GROUP_ALIASES",
+    "PARAMETERISED",
+    "PUBLIC_VIEWS",
+    "STATISTICS",
+    "VIEW_LAYERS",
+    "Analysis",
+    "Query",
+    "Slo",
+    "load_query",
+    "percentiles_of",
+]

@@ -1,0 +1,73 @@
+-- Gate requests with the engine span that served them: `gate.request` -> the gate's own
+-- upstream `POST` -> the engine's `llm_request` in the same trace. When the gate retried upstream,
+-- the last engine arrival is the one that answered. A child that starts before its parent means
+-- the services' clocks disagree: flagged, never corrected.
+with
+
+gates as (
+
+    select * from typed_gate_requests
+
+),
+
+posts as (
+
+    select * from typed_http_attempts
+
+),
+
+engines as (
+
+    select * from typed_engine_requests
+
+),
+
+engine_via_upstream as (
+
+    select
+        posts.trace_id,
+        posts.parent_span_id as gate_span_id,
+        posts.start_ns as upstream_start_ns,
+        engines.span_id as engine_span_id,
+        engines.service_name as engine_service_name,
+        engines.arrival_ns as engine_arrival_ns,
+        engines.scheduled_ns as engine_scheduled_ns,
+        engines.first_token_ns as engine_first_token_ns,
+        engines.end_ns as engine_end_ns,
+        engines.time_in_queue_s as engine_time_in_queue_s,
+        engines.time_to_first_token_s as engine_ttft_s,
+        engines.e2e_s as engine_e2e_s,
+        engines.prompt_tokens,
+        engines.completion_tokens
+
+    from engines
+    inner join posts
+        on engines.trace_id = posts.trace_id
+        and engines.parent_span_id = posts.span_id
+
+    qualify row_number() over (
+        partition by posts.trace_id, posts.parent_span_id
+        order by engines.arrival_ns desc
+    ) = 1
+
+),
+
+final as (
+
+    select
+        gates.*,
+        engine_via_upstream.* exclude (trace_id, gate_span_id),
+        coalesce(
+            engine_via_upstream.upstream_start_ns < gates.start_ns
+            or engine_via_upstream.engine_arrival_ns < engine_via_upstream.upstream_start_ns,
+            false
+        ) as engine_clock_skew
+
+    from gates
+    left join engine_via_upstream
+        on gates.trace_id = engine_via_upstream.trace_id
+        and gates.span_id = engine_via_upstream.gate_span_id
+
+)
+
+select * from final

@@ -1,0 +1,111 @@
+-- Lending episodes (DESIGN.md section 2, story A): from t0, when protected demand returned while
+-- capacity was lent, the three separate events of "capacity restored":
+--   grant_restore_s   = grant restored - t0
+--   drain_s           = borrowed occupancy drained - t0 (0 when nothing was borrowed at return)
+--   engine_schedule_s = engine scheduled the returning request - grant restored
+--   ttft_s            = first token of the returning request - t0
+-- The returning request is found through the `gate.restore` span link. A negative
+-- engine_schedule_s is real (the request was served before its grant came back) and marked
+-- `served_before_grant`; an engine schedule before t0 can only be clock skew and is flagged.
+-- Episodes without a restored grant or a drain are kept and marked censored.
+with
+
+restores as (
+
+    select * from typed_gate_restores
+
+),
+
+gates as (
+
+    select * from gate_requests
+
+),
+
+clients as (
+
+    select * from typed_client_requests
+
+),
+
+attempts as (
+
+    select * from request_attempts
+
+),
+
+joined as (
+
+    select
+        restores.*,
+        gates.request_id as returning_request_id,
+        gates.slot as returning_slot,
+        gates.engine_scheduled_ns,
+        gates.engine_clock_skew,
+        -- first token: the engine's, else the gate's first upstream byte, else the client's chunk
+        coalesce(
+            gates.engine_first_token_ns,
+            gates.upstream_first_byte_ns,
+            attempts.client_first_chunk_ns
+        ) as first_token_ns,
+        clients.workload,
+        clients.seed,
+        clients.run_id
+
+    from restores
+    left join gates
+        on restores.returning_trace_id = gates.trace_id
+        and restores.returning_span_id = gates.span_id
+    left join attempts
+        on gates.trace_id = attempts.trace_id
+        and gates.parent_span_id = attempts.span_id
+    left join clients
+        on attempts.trace_id = clients.trace_id
+        and attempts.client_span_id = clients.span_id
+
+),
+
+final as (
+
+    select
+        policy,
+        workload,
+        seed,
+        run_id,
+        make_timestamp_ns(t0_ns) as t0,
+        borrowed_at_return,
+        -- all durations: nanosecond differences / 1e9 -> seconds
+        (grant_restored_ns - t0_ns) / 1e9 as grant_restore_s,
+        case
+            when drained_ns is not null then (drained_ns - t0_ns) / 1e9
+            -- nothing borrowed at return: occupancy is drained at t0
+            when borrowed_at_return = 0 then 0.0
+        end as drain_s,
+        (engine_scheduled_ns - grant_restored_ns) / 1e9 as engine_schedule_s,
+        (first_token_ns - t0_ns) / 1e9 as ttft_s,
+        coalesce(engine_scheduled_ns < grant_restored_ns, false) as served_before_grant,
+        grant_restored_ns is null
+            or (drained_ns is null and coalesce(borrowed_at_return, 1) <> 0) as censored,
+        case
+            when grant_restored_ns is null then 'grant_not_restored'
+            when drained_ns is null and coalesce(borrowed_at_return, 1) <> 0 then 'not_drained'
+        end as censored_reason,
+        list_filter([
+            case when grant_restored_ns < t0_ns then 'grant_restore_s' end,
+            case when drained_ns < t0_ns then 'drain_s' end,
+            case when engine_scheduled_ns < t0_ns then 'engine_before_t0' end,
+            case when first_token_ns < t0_ns then 'ttft_s' end
+        ], lambda gap: gap is not null) as negative_gaps,
+        coalesce(engine_clock_skew, false) or coalesce(engine_scheduled_ns < t0_ns, false) as clock_skew,
+        returning_request_id,
+        returning_slot,
+        returning_trace_id,
+        returning_span_id,
+        trace_id,
+        span_id
+
+    from joined
+
+)
+
+select * from final

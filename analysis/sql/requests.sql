@@ -1,0 +1,87 @@
+-- Requests: one row per logical request (one `client.request` trace), joining the client's view
+-- (TTFT and e2e as the user saw them, over all attempts) with the last attempt's gate decision
+-- and the engine span that finally served it. Outcome `rejected` and `gave_up` are kept.
+with
+
+clients as (
+
+    select * from typed_client_requests
+
+),
+
+attempts as (
+
+    select * from request_attempts
+
+),
+
+per_request as (
+
+    select
+        trace_id,
+        client_span_id,
+        count(*) as attempts,
+        max(policy) as any_policy,
+        bool_or(clock_skew) as clock_skew
+
+    from attempts
+    group by trace_id, client_span_id
+
+),
+
+last_attempt as (
+
+    select * from attempts
+    where is_last
+
+),
+
+final as (
+
+    select
+        clients.trace_id,
+        clients.request_id,
+        clients.run_id,
+        clients.scenario,
+        clients.workload,
+        clients.seed,
+        clients.traffic_class,
+        clients.model,
+        clients.retry_policy,
+        clients.arrival_phase,
+        clients.outcome,
+        coalesce(last_attempt.policy, per_request.any_policy) as policy,
+        make_timestamp_ns(clients.start_ns) as start,
+        make_timestamp_ns(clients.end_ns) as "end",
+        -- all durations: nanosecond differences / 1e9 -> seconds
+        (clients.end_ns - clients.start_ns) / 1e9 as e2e_s,
+        -- what the user saw: the first chunk, else the engine's first token
+        (coalesce(clients.first_chunk_ns, last_attempt.engine_first_token_ns) - clients.start_ns) / 1e9 as ttft_s,
+        coalesce(per_request.attempts, 0) as attempts,
+        clients.attempts_reported,
+        last_attempt.status_code as final_status_code,
+        last_attempt.decision,
+        last_attempt.slot,
+        last_attempt.gate_wait_s,
+        last_attempt.engine_span_id is not null as reached_engine,
+        last_attempt.engine_service_name,
+        last_attempt.engine_time_in_queue_s,
+        last_attempt.engine_ttft_s,
+        last_attempt.engine_e2e_s,
+        (last_attempt.engine_scheduled_ns - last_attempt.start_ns) / 1e9 as engine_schedule_s,
+        last_attempt.prompt_tokens,
+        last_attempt.completion_tokens,
+        coalesce(per_request.clock_skew, false) as clock_skew,
+        clients.span_id
+
+    from clients
+    left join per_request
+        on clients.trace_id = per_request.trace_id
+        and clients.span_id = per_request.client_span_id
+    left join last_attempt
+        on clients.trace_id = last_attempt.trace_id
+        and clients.span_id = last_attempt.client_span_id
+
+)
+
+select * from final

@@ -1,0 +1,55 @@
+-- Typed HTTP `POST` CLIENT spans (httpx instrumentation), from the client and from the gate's
+-- upstream calls alike; later layers tell them apart by their parent. Retry-After is kept raw
+-- (a JSON list of header values) and parsed: delta-seconds, or an HTTP-date taken relative to
+-- the response (the span end).
+with
+
+source as (
+
+    select * from otel_traces
+    where "SpanName" = 'POST'
+
+),
+
+typed as (
+
+    select
+        "TraceId" as trace_id,
+        "SpanId" as span_id,
+        "ParentSpanId" as parent_span_id,
+        "ServiceName" as service_name,
+
+        -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
+        epoch_ns("Timestamp") as start_ns,
+        epoch_ns("Timestamp") + "Duration"::bigint as end_ns,
+
+        try_cast("SpanAttributes"['http.response.status_code'] as bigint) as status_code,
+        try_cast("SpanAttributes"['http.request.resend_count'] as bigint) as resend_count,
+        "SpanAttributes"['error.type'] as error_type,
+        try_cast("SpanAttributes"['restore.retry_after_s'] as double) as retry_after_attr_s,
+        "SpanAttributes"['restore.retry_after_invalid'] as retry_after_invalid,
+
+        -- string[] attributes are stored as a JSON list; the first header value is the one used
+        json_extract_string("SpanAttributes"['http.response.header.retry-after'], '$[0]') as retry_after_raw
+
+    from source
+
+),
+
+final as (
+
+    select
+        * exclude (retry_after_attr_s),
+        coalesce(
+            retry_after_attr_s,
+            try_cast(retry_after_raw as double),
+            -- an HTTP-date (IMF-fixdate) counts from the response, i.e. the end of the attempt;
+            -- epoch_ns gives nanoseconds, hence / 1e9 for seconds
+            (epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT')) - end_ns) / 1e9
+        ) as retry_after_s
+
+    from typed
+
+)
+
+select * from final

@@ -1,0 +1,160 @@
+-- Wake episodes (DESIGN.md section 2, story B): from t0, the start of the first attempt answered
+-- 503 for a not-ready model (the request the `modelclaim.wake` span links to):
+--   retry_after_s     = the hint in that first 503
+--   ready_s           = engine ready - t0;  observed_s = readiness observed - t0
+--   hint_error_s      = retry_after_s - ready_s
+--   overshoot_s       = start of the successful attempt - engine ready
+--   attempts          = attempts from the first 503 through the success (or the last one)
+--   engine_schedule_s = engine scheduled the successful attempt - its start
+--   total_s           = first token of the successful attempt - t0
+-- A wake that never became ready, or whose request was never served, is kept and censored.
+-- Gaps that causality says cannot be negative are listed when they are (clock skew).
+with
+
+wakes as (
+
+    select * from typed_model_wakes
+
+),
+
+gates as (
+
+    select * from gate_requests
+
+),
+
+clients as (
+
+    select * from typed_client_requests
+
+),
+
+attempts as (
+
+    select * from request_attempts
+
+),
+
+triggered as (
+
+    select
+        wakes.*,
+        trigger_attempt.trace_id as request_trace_id,
+        trigger_attempt.client_span_id,
+        trigger_attempt.attempt_index as trigger_attempt_index,
+        trigger_attempt.attempt_count,
+        trigger_attempt.clock_skew as trigger_clock_skew,
+        -- t0: the first attempt as the client sent it; else as the gate saw it; else the wake
+        coalesce(trigger_attempt.start_ns, trigger_gate.start_ns, wakes.start_ns) as t0_ns,
+        coalesce(trigger_attempt.status_code, trigger_gate.status_code) as first_status,
+        coalesce(trigger_attempt.retry_after_s, trigger_gate.retry_after_s) as retry_after_s,
+        trigger_gate.request_id as trigger_request_id
+
+    from wakes
+    left join gates as trigger_gate
+        on wakes.trigger_trace_id = trigger_gate.trace_id
+        and wakes.trigger_span_id = trigger_gate.span_id
+    left join attempts as trigger_attempt
+        on trigger_gate.trace_id = trigger_attempt.trace_id
+        and trigger_gate.parent_span_id = trigger_attempt.span_id
+
+),
+
+successes as (
+
+    select
+        triggered.span_id as wake_span_id,
+        attempts.attempt_index,
+        attempts.start_ns,
+        attempts.engine_scheduled_ns,
+        coalesce(attempts.engine_first_token_ns, attempts.upstream_first_byte_ns, attempts.client_first_chunk_ns)
+            as first_token_ns,
+        attempts.clock_skew
+
+    from triggered
+    inner join attempts
+        on triggered.request_trace_id = attempts.trace_id
+        and triggered.client_span_id = attempts.client_span_id
+        and attempts.attempt_index >= triggered.trigger_attempt_index
+        and attempts.status_code between 200 and 299
+
+    qualify row_number() over (partition by triggered.span_id order by attempts.attempt_index) = 1
+
+),
+
+joined as (
+
+    select
+        triggered.*,
+        successes.attempt_index as success_attempt_index,
+        successes.start_ns as success_start_ns,
+        successes.engine_scheduled_ns,
+        successes.first_token_ns,
+        successes.clock_skew as success_clock_skew,
+        clients.request_id,
+        clients.retry_policy,
+        clients.outcome,
+        clients.workload,
+        clients.seed,
+        clients.run_id
+
+    from triggered
+    left join successes
+        on triggered.span_id = successes.wake_span_id
+    left join clients
+        on triggered.request_trace_id = clients.trace_id
+        and triggered.client_span_id = clients.span_id
+
+),
+
+final as (
+
+    select
+        model,
+        wake_path,
+        pod,
+        from_pod,
+        neighbour,
+        retry_policy,
+        workload,
+        seed,
+        run_id,
+        make_timestamp_ns(t0_ns) as t0,
+        first_status,
+        retry_after_s,
+        -- all durations: nanosecond differences / 1e9 -> seconds
+        (ready_ns - t0_ns) / 1e9 as ready_s,
+        (observed_ns - t0_ns) / 1e9 as observed_s,
+        retry_after_s - (ready_ns - t0_ns) / 1e9 as hint_error_s,
+        (success_start_ns - ready_ns) / 1e9 as overshoot_s,
+        coalesce(success_attempt_index, attempt_count) - trigger_attempt_index + 1 as attempts,
+        (engine_scheduled_ns - success_start_ns) / 1e9 as engine_schedule_s,
+        (first_token_ns - t0_ns) / 1e9 as total_s,
+        success_attempt_index is not null as served,
+        ready_ns is null or success_attempt_index is null as censored,
+        case
+            when ready_ns is null then 'never_ready'
+            when success_attempt_index is null then 'not_served'
+        end as censored_reason,
+        outcome,
+        list_filter([
+            case when ready_ns < t0_ns then 'ready_s' end,
+            case when observed_ns < ready_ns then 'observed_before_ready' end,
+            case when success_start_ns < ready_ns then 'overshoot_s' end,
+            case when engine_scheduled_ns < success_start_ns then 'engine_schedule_s' end
+        ], lambda gap: gap is not null) as negative_gaps,
+        coalesce(trigger_clock_skew, false)
+            or coalesce(success_clock_skew, false)
+            or coalesce(success_start_ns < ready_ns, false)
+            or coalesce(engine_scheduled_ns < success_start_ns, false) as clock_skew,
+        request_id,
+        request_trace_id,
+        trigger_span_id,
+        trace_id,
+        span_id
+
+    from joined
+
+)
+
+select * from final

@@ -1,0 +1,194 @@
+"""``Analysis``: open a span store and get each layer of the decomposition as a polars DataFrame.
+
+    from restorelens.analysis import Analysis
+    with Analysis.open("spans.duckdb") as analysis:
+        episodes = analysis.wake_episodes()
+        analysis.percentiles("wake_episodes", ["overshoot_s"], by=["wake_path"])
+
+The SQL in ``analysis/sql/`` is the definition of every number; this module only registers the
+layers as temporary views on the connection (nothing is written to the store) and runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from restorelens.analysis.queries import PUBLIC_VIEWS, VIEW_LAYERS, load_query
+from restorelens.collector.schema import TABLE
+from restorelens.errors import InputError, SettingError
+
+__all__ = ["GROUP_ALIASES", "STATISTICS", "Analysis", "Slo"]
+
+#: The statistics ``percentiles`` computes for each metric (linear interpolation between ranks).
+STATISTICS = ("p50", "p90", "p95", "p99", "max")
+
+#: Friendly grouping names -> column names (any column name is accepted as well).
+GROUP_ALIASES = {"class": "traffic_class", "wake path": "wake_path", "path": "wake_path"}
+
+_QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
+
+
+@dataclass(frozen=True)
+class Slo:
+    """The interactive SLO and borrow phase of the policy summary (MoFlux: TTFT <= 5 s, e2e <= 30 s)."""
+
+    ttft_s: float = 5.0
+    e2e_s: float = 30.0
+    borrow_phase: str = "borrow"
+
+    def parameters(self) -> dict[str, Any]:
+        return {"slo_ttft_s": self.ttft_s, "slo_e2e_s": self.e2e_s, "borrow_phase": self.borrow_phase}
+
+
+class Analysis:
+    """The decomposition views over one DuckDB connection holding ``otel_traces``.
+
+    ``materialize=True`` computes every layer once into temporary tables (faster when many views
+    are read, e.g. a report); the default registers views, computed when read.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False) -> None:
+        self.con = con
+        self.slo = slo or Slo()
+        self.materialize = materialize
+        self._summary_materialized_for: Slo | None = None
+        kind = "table" if materialize else "view"
+        for name in VIEW_LAYERS:
+            con.execute(f"create or replace temp {kind} {name} as {load_query(name).sql}")
+
+    @classmethod
+    def open(cls, db_path: str | Path, *, slo: Slo | None = None, materialize: bool = False) -> Analysis:
+        """Open a store read-only. A missing, locked or foreign file is a one-line ``InputError``."""
+        path = Path(db_path)
+        if not path.is_file():
+            raise InputError(str(path), "no such span store (run `restorelens collect` or `load` first)")
+        try:
+            con = duckdb.connect(str(path), read_only=True)
+        except duckdb.Error as exc:
+            raise InputError(str(path), _first_line(exc)) from None
+        try:
+            tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
+            if TABLE not in tables:
+                raise InputError(str(path), f"not a restorelens span store (no {TABLE} table)")
+            return cls(con, slo=slo, materialize=materialize)
+        except BaseException:
+            con.close()
+            raise
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Analysis:
+        return self
+
+    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | Any) -> None:
+        self.close()
+
+    def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
+        return self.con.sql(sql, params=parameters or None).pl()
+
+    # --- the views ----------------------------------------------------------------------------
+
+    def view(self, name: str) -> pl.DataFrame:
+        """Any registered layer by name (``VIEW_LAYERS``), e.g. ``"gate_requests"``."""
+        if name not in VIEW_LAYERS:
+            raise SettingError("view", f"unknown view {name!r}; valid: {', '.join(VIEW_LAYERS)}")
+        return self._frame(f"select * from {name}")
+
+    def requests(self) -> pl.DataFrame:
+        """One row per logical request (client + attempts + gate + engine)."""
+        return self.view("requests").sort("start", "trace_id")
+
+    def attempts(self) -> pl.DataFrame:
+        """One row per HTTP attempt, in order within its request."""
+        return self.view("attempts").sort("trace_id", "attempt_index")
+
+    def lending_episodes(self) -> pl.DataFrame:
+        """One row per lending episode (``gate.restore``), censored ones included."""
+        return self.view("lending_episodes").sort("t0", "span_id")
+
+    def wake_episodes(self) -> pl.DataFrame:
+        """One row per wake episode (``modelclaim.wake``), censored ones included."""
+        return self.view("wake_episodes").sort("t0", "span_id")
+
+    def lifecycle_intervals(self) -> pl.DataFrame:
+        """One row per model state interval, in order per model."""
+        return self.view("lifecycle_intervals").sort("model", "interval_index")
+
+    def policy_summary(self) -> pl.DataFrame:
+        """Goodputs per policy x workload x seed under ``self.slo``."""
+        query = load_query("policy_summary")
+        frame = self._frame(query.sql, self.slo.parameters())
+        return frame.sort("policy", "workload", "seed", nulls_last=True)
+
+    def paired_differences(self) -> pl.DataFrame:
+        """Policy minus baseline goodputs for every workload x seed both ran."""
+        if self._summary_materialized_for != self.slo:
+            summary = load_query("policy_summary")
+            self.con.execute(f"create or replace temp table policy_summary as {summary.sql}", self.slo.parameters())
+            self._summary_materialized_for = self.slo
+        frame = self._frame(load_query("paired_differences").sql)
+        return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
+
+    # --- traces -------------------------------------------------------------------------------
+
+    def trace(self, trace_id: str) -> pl.DataFrame:
+        """Every span of one trace, ordered for a waterfall (offsets in seconds from its start)."""
+        return self._frame(load_query("trace_spans").sql, {"trace_id": trace_id.lower()})
+
+    def traces_for_request(self, request_id: str) -> list[str]:
+        """Trace ids holding the logical request ``request_id`` (normally one), oldest first."""
+        rows = self.con.execute(load_query("traces_for_request").sql, {"request_id": request_id}).fetchall()
+        return [row[0] for row in rows]
+
+    # --- statistics ---------------------------------------------------------------------------
+
+    def percentiles(self, view: str, metrics: Sequence[str], by: Sequence[str] = ()) -> pl.DataFrame:
+        """p50/p90/p95/p99/max of ``metrics`` in a public view, grouped by ``by``.
+
+        One row per group and metric: the group columns, ``metric``, ``count`` (non-null values:
+        censored episodes have null durations and are not counted) and one column per statistic.
+        Group names may be column names or ``class`` / ``wake path``.
+        """
+        if view not in PUBLIC_VIEWS:
+            raise SettingError("view", f"unknown view {view!r}; valid: {', '.join(PUBLIC_VIEWS)}")
+        frame = getattr(self, view)()
+        return percentiles_of(frame, metrics, by)
+
+
+def percentiles_of(frame: pl.DataFrame, metrics: Sequence[str], by: Sequence[str] = ()) -> pl.DataFrame:
+    """The statistics of ``percentiles`` over any DataFrame."""
+    group_columns = [GROUP_ALIASES.get(name, name) for name in by]
+    for column in [*group_columns, *metrics]:
+        if column not in frame.columns:
+            raise SettingError("column", f"unknown column {column!r}; valid: {', '.join(frame.columns)}")
+    for metric in metrics:
+        if not frame.schema[metric].is_numeric():
+            raise SettingError("metric", f"{metric!r} is not numeric")
+    parts = []
+    for metric in metrics:
+        values = pl.col(metric).cast(pl.Float64).drop_nulls()
+        aggregations = [values.count().alias("count")]
+        aggregations += [values.quantile(q, interpolation="linear").alias(name) for name, q in _QUANTILES.items()]
+        aggregations.append(values.max().alias("max"))
+        if group_columns:
+            part = frame.group_by(group_columns, maintain_order=True).agg(aggregations)
+        else:
+            part = frame.select(aggregations)
+        parts.append(part.with_columns(pl.lit(metric).alias("metric")))
+    if not parts:
+        return pl.DataFrame()
+    result = pl.concat(parts, how="vertical")
+    ordered = [*group_columns, "metric", "count", *STATISTICS]
+    return result.select(ordered).sort([*group_columns, "metric"], nulls_last=True, maintain_order=True)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
