@@ -1,0 +1,115 @@
+"""What the lifecycle core asks its shell to do, and what it reports to its listeners.
+
+The core never performs I/O: each of its methods returns a list of actions (start, wake, sleep,
+stop an engine instance); the shell performs them through an engine backend and reports the
+outcome back (``on_engine_ready``, ``on_engine_slept``, ``on_engine_failed``). Instance ids make
+stale reports harmless: a report about an instance the claim no longer runs is ignored.
+
+Listeners (spans, metrics) receive finished ``StateInterval`` and ``WakeRecord`` values, stamped
+with the core's ``now_s`` so virtual runs record virtual times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from opentelemetry.trace import SpanContext
+
+__all__ = [
+    "Action",
+    "LifecycleListener",
+    "SleepEngine",
+    "StartEngine",
+    "StateInterval",
+    "StopEngine",
+    "WAKE_OUTCOMES",
+    "WakeEngine",
+    "WakeRecord",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StartEngine:
+    """Start a new engine instance (process start, or attach to a running engine) and load it."""
+
+    model: str
+    instance_id: int
+    pod: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class WakeEngine:
+    """Wake a sleeping instance (vLLM ``POST /wake_up``)."""
+
+    model: str
+    instance_id: int
+    pod: str
+
+
+@dataclass(frozen=True, slots=True)
+class SleepEngine:
+    """Put an idle instance to sleep (vLLM ``POST /sleep?level=N``)."""
+
+    model: str
+    instance_id: int
+    pod: str
+    level: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StopEngine:
+    """Stop an instance for good (it moved, or the lifecycle shuts down)."""
+
+    model: str
+    instance_id: int
+    pod: str
+
+
+Action = StartEngine | WakeEngine | SleepEngine | StopEngine
+
+WAKE_OUTCOMES = ("ready", "failed", "timed_out", "stopped")
+
+
+@dataclass(frozen=True, slots=True)
+class StateInterval:
+    """A model spent ``[start_s, end_s)`` in one (phase, reason, pod)."""
+
+    model: str
+    phase: str
+    reason: str
+    pod: str | None
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class WakeRecord:
+    """One wake, start or move of a model's engine, from the moment it was wanted to its end.
+
+    ``ready_s`` is when the backend said the engine was ready (its answer, or the first poll that
+    saw it); ``observed_s`` is when the lifecycle took that in and began routing. They differ by the
+    polling and reporting delay, and the difference is exactly what a client cannot see.
+    """
+
+    model: str
+    path: str
+    pod: str
+    requested_s: float
+    end_s: float
+    outcome: str
+    room_found_s: float | None = None
+    wake_called_s: float | None = None
+    ready_s: float | None = None
+    observed_s: float | None = None
+    from_pod: str | None = None
+    neighbour: str | None = None
+    triggers: tuple[SpanContext, ...] = ()
+    error: str = ""
+
+
+class LifecycleListener(Protocol):
+    def on_state_interval(self, interval: StateInterval) -> None: ...
+
+    def on_wake_finished(self, record: WakeRecord) -> None: ...

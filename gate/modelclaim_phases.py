@@ -1,0 +1,111 @@
+"""ModelClaim phases, Ready-condition reasons, and the gateway's 503 / Retry-After table.
+
+Names follow AIBrix's ModelClaim (``reference/engines.md`` §1.1): there is no ``Waking`` phase; a
+wake shows as a reason. The table below is the newer AIBrix docs' "Requests" table (DESIGN.md §1):
+
+====================================================================  =========================
+model state                                                           answer
+====================================================================  =========================
+starting, asleep (a wake is triggered), failed, waiting to be placed  503, Retry-After 10
+waiting for room to wake, or room being made (WaitingForRoom)         503, Retry-After 20
+moving to another pod (Moving)                                        503, Retry-After 30
+InvalidEngineConfig / InvalidPerGPU / TooLargeForAnyCard              503, no Retry-After
+unknown model                                                         400 (``UnknownModel``)
+====================================================================  =========================
+
+``AnswerTable`` is the seam for how a not-ready model is answered: it maps (phase, reason) to a
+``NotReady``. A future opt-in hold mode would sit in the router in front of it (wait for the model
+to become routable within a budget, then fall back to this table), not change it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from restorelens.gate.routing import NotReady
+
+__all__ = [
+    "ACTIVE",
+    "ACTIVATING",
+    "AnswerTable",
+    "CONFIGURATION_REASONS",
+    "FAILED",
+    "LOADING",
+    "MODEL_CLAIM_ACTIVE",
+    "PENDING",
+    "PHASES",
+    "REASONS",
+    "REASON_ENGINE_FAILED",
+    "REASON_ENGINE_SLEEPING",
+    "REASON_ENGINE_STARTING",
+    "REASON_INVALID_ENGINE_CONFIG",
+    "REASON_INVALID_PER_GPU",
+    "REASON_MOVING",
+    "REASON_NOT_PLACED",
+    "REASON_TOO_LARGE_FOR_ANY_CARD",
+    "REASON_WAITING_FOR_ROOM",
+    "SCHEDULING",
+    "SLEEPING",
+]
+
+PENDING = "Pending"
+SCHEDULING = "Scheduling"
+LOADING = "Loading"
+ACTIVATING = "Activating"
+ACTIVE = "Active"
+SLEEPING = "Sleeping"
+FAILED = "Failed"
+PHASES = (PENDING, SCHEDULING, LOADING, ACTIVATING, ACTIVE, SLEEPING, FAILED)
+
+#: The Ready condition's reason when it is True.
+MODEL_CLAIM_ACTIVE = "ModelClaimActive"
+REASON_ENGINE_STARTING = "EngineStarting"
+REASON_ENGINE_SLEEPING = "EngineSleeping"
+REASON_WAITING_FOR_ROOM = "WaitingForRoom"
+REASON_MOVING = "Moving"
+REASON_ENGINE_FAILED = "EngineFailed"
+REASON_INVALID_ENGINE_CONFIG = "InvalidEngineConfig"
+REASON_INVALID_PER_GPU = "InvalidPerGPU"
+REASON_TOO_LARGE_FOR_ANY_CARD = "TooLargeForAnyCard"
+REASON_NOT_PLACED = "NotPlaced"
+REASONS = (
+    MODEL_CLAIM_ACTIVE,
+    REASON_ENGINE_STARTING,
+    REASON_ENGINE_SLEEPING,
+    REASON_WAITING_FOR_ROOM,
+    REASON_MOVING,
+    REASON_ENGINE_FAILED,
+    REASON_INVALID_ENGINE_CONFIG,
+    REASON_INVALID_PER_GPU,
+    REASON_TOO_LARGE_FOR_ANY_CARD,
+    REASON_NOT_PLACED,
+)
+
+#: Reasons that only a change of the declaration clears: retrying cannot help, so no Retry-After.
+CONFIGURATION_REASONS = frozenset(
+    {REASON_INVALID_ENGINE_CONFIG, REASON_INVALID_PER_GPU, REASON_TOO_LARGE_FOR_ANY_CARD}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerTable:
+    """Retry-After seconds per row of the table; the defaults are AIBrix's documented values."""
+
+    not_ready_s: int = 10
+    waiting_for_room_s: int = 20
+    moving_s: int = 30
+
+    def retry_after_s(self, reason: str) -> int | None:
+        if reason in CONFIGURATION_REASONS:
+            return None
+        if reason == REASON_WAITING_FOR_ROOM:
+            return self.waiting_for_room_s
+        if reason == REASON_MOVING:
+            return self.moving_s
+        return self.not_ready_s
+
+    def answer(self, model: str, phase: str, reason: str) -> NotReady:
+        retry_after_s = self.retry_after_s(reason)
+        advice = "fix the declaration" if retry_after_s is None else "retry shortly"
+        message = f"model {model} is {phase.lower()} ({reason}); {advice}"
+        return NotReady(phase=phase, reason=reason, retry_after_s=retry_after_s, message=message)

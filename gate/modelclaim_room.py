@@ -1,0 +1,69 @@
+"""Where a sleeping model without a wake reserve finds room to wake.
+
+AIBrix's order (``reference/engines.md`` §1.4): room at once on its own GPUs; else put the
+longest-idle neighbour to sleep (only neighbours idle at least ``sleepToMakeRoomAfterSeconds``
+qualify, one at a time); else move to another candidate pod with room now; else wait.
+
+A neighbour is slept only when sleeping every qualifying neighbour would make enough room: sleeping
+engines that cannot free enough would only cost their users a wake, so the planner moves instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from restorelens.gate.modelclaim_placement import GpuSlot
+
+if TYPE_CHECKING:
+    from restorelens.gate.modelclaim_core import ModelClaimCore
+
+__all__ = ["RoomPlan", "plan_room"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoomPlan:
+    fits: bool
+    neighbour: str | None = None
+    move_to: tuple[str, tuple[GpuSlot, ...]] | None = None
+
+
+def _qualifies(core: ModelClaimCore, other: Any, gpus: set[GpuSlot], now_s: float) -> bool:
+    inst = other.instance
+    if inst is None or inst.asleep or inst.crashed or other.op is not None or other.inflight or other.wake:
+        return False
+    if not gpus & set(inst.gpus):
+        return False
+    if now_s < other.idle_since_s + core.policy.sleep_to_make_room_after_s:
+        return False
+    node = core.pods[inst.pod].node_name
+    return core.sleep_level != 1 or core.ledger.host_room(node, other.spec.weight_bytes)
+
+
+def plan_room(core: ModelClaimCore, claim: Any, now_s: float) -> RoomPlan:
+    """The next step for ``claim`` (asleep, wanting a wake) at ``now_s``."""
+    spec, inst = claim.spec, claim.instance
+    need = spec.per_gpu_bytes
+    free = {slot: core.ledger.free_bytes(slot, excluding=spec.model) for slot in inst.gpus}
+    if all(b >= need for b in free.values()):
+        return RoomPlan(fits=True)
+    qualifying = [
+        other for other in core.claims_view().values()
+        if other is not claim and _qualifies(core, other, set(inst.gpus), now_s)
+    ]
+    freeable = dict(free)
+    for other in qualifying:
+        for slot in other.instance.gpus:
+            if slot in freeable:
+                held = core.ledger.charges(slot).get(other.spec.model, 0)
+                freeable[slot] += held - other.spec.sleeping_footprint_bytes
+    if qualifying and all(b >= need for b in freeable.values()):
+        longest_idle = min(qualifying, key=lambda o: (o.idle_since_s, o.spec.model))
+        return RoomPlan(fits=False, neighbour=longest_idle.spec.model)
+    for pod in core.candidate_pods(spec):
+        if pod.name == inst.pod:
+            continue
+        gpus = core.ledger.find_gpus(spec, pod)
+        if gpus is not None:
+            return RoomPlan(fits=False, move_to=(pod.name, gpus))
+    return RoomPlan(fits=False)

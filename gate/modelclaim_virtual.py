@@ -1,0 +1,126 @@
+"""Drive a ``ModelClaimCore`` and an ``InProcessBackend`` in virtual time.
+
+A small discrete-event loop: engine completions (ready, slept) are queued at the virtual times the
+in-process engines give, and the core's own deadlines (idle sleeps, restarts, room, give-ups) are
+honoured in time order. ``advance_to(t)`` processes everything due up to ``t``; the caller moves
+its clock and calls ``route`` / ``request_started`` / ``request_finished`` at the times requests
+happen. The loadgen's experiment loop can use this directly, or copy its few lines.
+
+Readiness observation: with ``poll_interval_s=None`` the lifecycle learns readiness from the
+backend's answer (observed = ready). With a poll interval it learns it at the first poll at or
+after the ready time (polls every ``poll_interval_s`` from the call), as a live poller would.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+from opentelemetry.trace import SpanContext
+
+from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim_backends import InProcessBackend
+from restorelens.gate.modelclaim_core import ModelClaimCore
+from restorelens.gate.routing import RouteAnswer
+
+__all__ = ["VirtualLifecycle"]
+
+
+class VirtualLifecycle:
+    """``core`` + ``backend`` under one virtual clock; every method takes ``now_s``."""
+
+    def __init__(
+        self, core: ModelClaimCore, backend: InProcessBackend, *, poll_interval_s: float | None = None
+    ) -> None:
+        self.core = core
+        self.backend = backend
+        self.poll_interval_s = poll_interval_s
+        self.now_s = float("-inf")
+        self.performed: list[tuple[float, Action]] = []
+        self._events: list[tuple[float, int, Callable[[float], list[Action]]]] = []
+        self._seq = 0
+
+    def start(self, now_s: float) -> None:
+        self.now_s = now_s
+        self._perform(self.core.start(now_s), now_s)
+
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> RouteAnswer:
+        self.advance_to(now_s)
+        answer, actions = self.core.route(model, now_s, trigger)
+        self._perform(actions, now_s)
+        return answer
+
+    def request_started(self, model: str, now_s: float) -> None:
+        self.advance_to(now_s)
+        self._perform(self.core.request_started(model, now_s), now_s)
+
+    def request_finished(self, model: str, now_s: float) -> None:
+        self.advance_to(now_s)
+        self._perform(self.core.request_finished(model, now_s), now_s)
+
+    def fail(self, model: str, now_s: float, error: str = "crashed") -> None:
+        """The model's current engine instance crashes at ``now_s``."""
+        self.advance_to(now_s)
+        inst = self.core.claims_view()[model].instance
+        if inst is not None:
+            self.backend.crash(model, inst.id)
+            self._perform(self.core.on_engine_failed(model, inst.id, now_s, error), now_s)
+
+    def next_event_s(self) -> float | None:
+        times = [t for t in (self._events[0][0] if self._events else None, self.core.next_deadline_s()) if t is not None]
+        return min(times) if times else None
+
+    def advance_to(self, now_s: float, *, max_events: int = 100_000) -> None:
+        """Process every engine completion and core deadline due at or before ``now_s``."""
+        for _ in range(max_events):
+            t = self.next_event_s()
+            if t is None or t > now_s:
+                break
+            self.now_s = max(self.now_s, t)
+            if self._events and self._events[0][0] <= t:
+                _, _, callback = heapq.heappop(self._events)
+                self._perform(callback(t), t)
+            else:
+                self._perform(self.core.advance(t), t)
+        else:
+            raise RuntimeError(f"more than {max_events} lifecycle events before t={now_s}")
+        self.now_s = max(self.now_s, now_s)
+
+    def run_until_idle(self, limit_s: float) -> None:
+        """Advance through every pending event up to ``limit_s``."""
+        self.advance_to(limit_s)
+
+    def _at(self, t: float, callback: Callable[[float], list[Action]]) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, self._seq, callback))
+
+    def _observed_s(self, called_s: float, ready_s: float) -> float:
+        if self.poll_interval_s is None or ready_s <= called_s:
+            return max(ready_s, called_s)
+        polls = math.ceil((ready_s - called_s) / self.poll_interval_s - 1e-9)
+        return called_s + polls * self.poll_interval_s
+
+    def _perform(self, actions: list[Action], now_s: float) -> None:
+        for action in actions:
+            self.performed.append((now_s, action))
+            if isinstance(action, StartEngine | WakeEngine):
+                if isinstance(action, StartEngine):
+                    answer = self.backend.perform_start(action, now_s)
+                else:
+                    answer = self.backend.perform_wake(action, now_s)
+                ready_s = answer.ready_at_s
+
+                def ready(t: float, a: Action = action, r: float = ready_s, url: str | None = answer.url) -> list[Action]:
+                    return self.core.on_engine_ready(a.model, a.instance_id, t, ready_at_s=r, url=url)
+
+                self._at(self._observed_s(now_s, ready_s), ready)
+            elif isinstance(action, SleepEngine):
+                done_s = self.backend.perform_sleep(action, now_s)
+
+                def slept(t: float, a: Action = action) -> list[Action]:
+                    return self.core.on_engine_slept(a.model, a.instance_id, t)
+
+                self._at(done_s, slept)
+            elif isinstance(action, StopEngine):
+                self.backend.perform_stop(action, now_s)
