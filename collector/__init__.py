@@ -1,3 +1,20 @@
-"""restorelens.collector: see DESIGN.md section 3."""
+"""restorelens.collector: the OTLP/HTTP receiver, file loaders and the durable DuckDB span store.
 
-__all__: list[str] = []
+See docs/collector.md.
+"""
+
+from restorelens.collector.loader import LoadSummary, load_paths
+from restorelens.collector.rows import PayloadError, SpanRows
+from restorelens.collector.store import InsertResult, SpanStore, StoreBusy, open_read_only, store_spans
+
+__all__ = [
+    "InsertResult",
+    "LoadSummary",
+    "PayloadError",
+    "SpanRows",
+    "SpanStore",
+    "StoreBusy",
+    "load_paths",
+    "open_read_only",
+    "store_spans",
+]

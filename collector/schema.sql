@@ -25,5 +25,7 @@ create table if not exists otel_traces (
     "Links.TraceId" varchar[] not null,
     "Links.SpanId" varchar[] not null,
     "Links.TraceState" varchar[] not null,
-    "Links.Attributes" map(varchar, varchar)[] not null
+    "Links.Attributes" map(varchar, varchar)[] not null,
+    -- Idempotent loads: a span seen again (re-sent batch, overlapping files) is ignored, not duplicated.
+    primary key ("TraceId", "SpanId")
 );

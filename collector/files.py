@@ -1,0 +1,162 @@
+"""Read the files the OpenTelemetry Collector's file exporter writes, one payload at a time.
+
+Recognised by content, not by name:
+- OTLP JSON lines: one ``TracesData`` per line (``format: json``, the default); a single
+  pretty-printed document (like the OTLP repo's ``examples/trace.json``) also works;
+- length-prefixed messages: a 4-byte big-endian length, then the message (``format: proto``, or
+  ``compression: zstd``, where each message is a zstd frame holding JSON or protobuf);
+- either of those inside a gzip or zstd stream (``.gz``, ``.zst`` made by rotation or by hand).
+
+Each payload is numbered: the line number for JSON lines, the message number otherwise.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+__all__ = ["MAX_DOCUMENT_BYTES", "MAX_MESSAGE_BYTES", "Payload", "read_payloads"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+#: A single pretty-printed JSON document is parsed whole; above this it must be JSON lines.
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+#: A length prefix above this means the file is not length-prefixed OTLP at all.
+MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One TracesData: ``parsed`` JSON object, or protobuf ``data``; or the ``error`` that stopped it."""
+
+    number: int
+    parsed: Any = None
+    data: bytes | None = None
+    error: str = ""
+
+
+class _CountingReader(io.RawIOBase):
+    """Counts bytes read from the file on disk, for progress over compressed input."""
+
+    def __init__(self, raw: IO[bytes], on_bytes: Callable[[int], None] | None) -> None:
+        self._raw = raw
+        self._on_bytes = on_bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)  # type: ignore[attr-defined]
+        if n and self._on_bytes is not None:
+            self._on_bytes(n)
+        return n or 0
+
+
+def _decompressed(stream: io.BufferedReader) -> io.BufferedReader:
+    head = stream.peek(4)[:4]
+    if head.startswith(_GZIP_MAGIC):
+        # GzipFile buffers itself; another buffer on top would hide the lines read before a truncation.
+        return gzip.GzipFile(fileobj=stream)  # type: ignore[return-value]
+    if head == _ZSTD_MAGIC:
+        import zstandard
+
+        reader = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
+        return io.BufferedReader(reader)  # type: ignore[arg-type]
+    return stream
+
+
+def _first_byte(stream: io.BufferedReader) -> bytes:
+    head = stream.peek(64)[:64]
+    stripped = head.lstrip()
+    return stripped[:1] if stripped else head[:1]
+
+
+def _parse_json(number: int, line: bytes) -> Payload:
+    try:
+        return Payload(number, parsed=json.loads(line))
+    except (ValueError, RecursionError) as exc:
+        return Payload(number, error=f"invalid JSON: {exc}")
+
+
+def _json_lines(stream: io.BufferedReader) -> Iterator[Payload]:
+    first = True
+    for number, line in enumerate(stream, 1):
+        if not line.strip():
+            continue
+        payload = _parse_json(number, line)
+        if first and payload.error and line.strip() in (b"{", b"["):
+            # Not JSON lines: one pretty-printed document.
+            rest = stream.read(MAX_DOCUMENT_BYTES)
+            whole = _parse_json(number, line + rest)
+            if whole.error or stream.read(1):
+                yield Payload(number, error=f"{whole.error or 'document too large'} (multi-line JSON document)")
+                return
+            yield whole
+            return
+        first = False
+        yield payload
+
+
+def _message(number: int, data: bytes) -> Payload:
+    if data.startswith(_ZSTD_MAGIC):
+        import zstandard
+
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+            data = reader.read(MAX_MESSAGE_BYTES + 1)
+        except zstandard.ZstdError as exc:
+            return Payload(number, error=f"invalid zstd frame: {exc}")
+        if len(data) > MAX_MESSAGE_BYTES:
+            return Payload(number, error="decompressed message too large")
+    if data.lstrip()[:1] == b"{":
+        return _parse_json(number, data)
+    return Payload(number, data=data)
+
+
+def _length_prefixed(stream: io.BufferedReader) -> Iterator[Payload]:
+    number = 0
+    while True:
+        prefix = stream.read(4)
+        if not prefix:
+            return
+        number += 1
+        if len(prefix) < 4:
+            yield Payload(number, error="truncated length prefix at end of file")
+            return
+        (size,) = struct.unpack(">I", prefix)
+        if size > MAX_MESSAGE_BYTES:
+            yield Payload(number, error="not OTLP JSON lines nor length-prefixed OTLP messages")
+            return
+        data = stream.read(size)
+        if len(data) < size:
+            yield Payload(number, error=f"truncated message: {len(data)} of {size} bytes")
+            return
+        yield _message(number, data)
+
+
+def read_payloads(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[Payload]:
+    """Yield every payload of one file; a damaged stream ends with an error payload."""
+    with open(path, "rb", buffering=0) as raw:
+        stream = _decompressed(io.BufferedReader(_CountingReader(raw, on_bytes), buffer_size=1 << 20))
+        number = 0
+        try:
+            if _first_byte(stream) in (b"{", b"["):
+                payloads = _json_lines(stream)
+            else:
+                payloads = _length_prefixed(stream)
+            for payload in payloads:
+                number = payload.number
+                yield payload
+        except (OSError, EOFError, ValueError) as exc:  # truncated or corrupt gzip/zstd stream
+            yield Payload(number + 1, error=f"cannot read further: {exc}")
+        except Exception as exc:  # zstandard.ZstdError is not an OSError
+            if type(exc).__module__.startswith("zstandard"):
+                yield Payload(number + 1, error=f"cannot read further: {exc}")
+            else:
+                raise

@@ -1,0 +1,127 @@
+"""Load Collector file-exporter output (many files, globs) into a span store.
+
+A malformed line (or message) is reported as ``file:line: reason`` and skipped; a malformed span is
+reported with its position and skipped; everything else loads. Loading the same files twice stores
+nothing new (the spans count as duplicates).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.files import read_payloads
+from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
+from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
+from restorelens.errors import InputError
+
+__all__ = ["LoadSummary", "expand_paths", "load_paths"]
+
+#: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
+DEFAULT_BATCH_SPANS = 50_000
+
+
+@dataclass
+class LoadSummary:
+    files: int = 0
+    loaded: int = 0
+    duplicate: int = 0
+    rejected: int = 0
+    malformed: int = 0  # lines or messages that were not OTLP traces at all
+    errors: list[str] = field(default_factory=list)
+
+    def add_error(self, message: str) -> None:
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(message)
+
+    def describe(self) -> str:
+        return (
+            f"{self.files} file(s): {self.loaded} spans loaded, {self.duplicate} duplicate, "
+            f"{self.rejected} rejected, {self.malformed} malformed line(s)"
+        )
+
+
+def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Files named, matched by globs (``**`` recurses), or inside named directories; in order, once each."""
+    found: list[Path] = []
+    for item in paths_or_globs:
+        text = str(item)
+        if glob.has_magic(text):
+            matches = sorted(Path(p) for p in glob.glob(text, recursive=True))
+            if not matches:
+                raise InputError(text, "no files match")
+        elif Path(text).is_dir():
+            matches = sorted(p for p in Path(text).rglob("*") if p.is_file())
+        elif Path(text).is_file():
+            matches = [Path(text)]
+        else:
+            raise InputError(text, "no such file")
+        found.extend(p for p in matches if p.is_file())
+    unique = list(dict.fromkeys(found))
+    return unique
+
+
+def load_paths(
+    paths_or_globs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
+    db_path: str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    batch_spans: int = DEFAULT_BATCH_SPANS,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> LoadSummary:
+    """Load every span of the given files into ``db_path``.
+
+    ``progress(done_bytes, total_bytes)`` is called as the files (compressed sizes) are read.
+    """
+    if isinstance(paths_or_globs, (str, os.PathLike)):
+        paths_or_globs = [paths_or_globs]
+    files = expand_paths(paths_or_globs)
+    total_bytes = sum(p.stat().st_size for p in files)
+    done_bytes = 0
+
+    def on_bytes(n: int) -> None:
+        nonlocal done_bytes
+        done_bytes += n
+        if progress is not None:
+            progress(done_bytes, total_bytes)
+
+    summary = LoadSummary(files=len(files))
+    with SpanStore(db_path, lock_timeout_s=lock_timeout_s) as store:
+        rows = SpanRows()
+
+        def flush() -> None:
+            nonlocal rows
+            result = store.insert_rows(rows)
+            summary.loaded += result.loaded
+            summary.duplicate += result.duplicate
+            summary.rejected += result.rejected
+            for message in result.errors:
+                summary.add_error(message)
+            rows = SpanRows()
+
+        for path in files:
+            for payload in read_payloads(path, on_bytes):
+                where = f"{path}:{payload.number}"
+                if payload.error:
+                    summary.malformed += 1
+                    summary.add_error(f"{where}: {payload.error}")
+                    continue
+                mark = len(rows.rows)
+                try:
+                    if payload.data is not None:
+                        decode_traces_proto(payload.data, rows, f"{where}: ")
+                    else:
+                        decode_traces_json(payload.parsed, rows, f"{where}: ")
+                except PayloadError as exc:
+                    del rows.rows[mark:]
+                    summary.malformed += 1
+                    summary.add_error(f"{where}: {exc}")
+                if len(rows.rows) >= batch_spans:
+                    flush()
+        flush()
+    return summary

@@ -1,0 +1,111 @@
+"""Span rows in ``otel_traces`` column order, the conversions they share, and their Arrow form.
+
+Decoders (``decode_json``, ``decode_proto``) append one tuple per span to a :class:`SpanRows`;
+the store inserts the Arrow table it builds. Values follow the newest ClickHouse exporter:
+SpanKind ``Server``/``Client``/..., StatusCode ``Unset``/``Ok``/``Error``, lower-case hex IDs
+('' when absent) and every attribute value as a string.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "ARROW_SCHEMA",
+    "KIND_NAMES",
+    "MAX_ERRORS",
+    "MAX_TIMESTAMP_NS",
+    "STATUS_NAMES",
+    "PayloadError",
+    "SpanRejected",
+    "SpanRows",
+    "compact_json",
+    "double_to_str",
+]
+
+#: OTLP SpanKind number -> pdata ``Kind().String()``.
+KIND_NAMES = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+#: OTLP StatusCode number -> pdata ``Code().String()``.
+STATUS_NAMES = ("Unset", "Ok", "Error")
+#: Error messages kept per batch or load (counts stay exact beyond it).
+MAX_ERRORS = 1000
+#: TIMESTAMP_NS is a signed 64-bit count; OTLP's fixed64 can exceed it.
+MAX_TIMESTAMP_NS = 2**63 - 1
+
+_MAP = pa.map_(pa.string(), pa.string())
+ARROW_SCHEMA = pa.schema(
+    [
+        ("Timestamp", pa.timestamp("ns")),
+        ("TraceId", pa.string()),
+        ("SpanId", pa.string()),
+        ("ParentSpanId", pa.string()),
+        ("TraceState", pa.string()),
+        ("SpanName", pa.string()),
+        ("SpanKind", pa.string()),
+        ("ServiceName", pa.string()),
+        ("ResourceAttributes", _MAP),
+        ("ScopeName", pa.string()),
+        ("ScopeVersion", pa.string()),
+        ("SpanAttributes", _MAP),
+        ("Duration", pa.uint64()),
+        ("StatusCode", pa.string()),
+        ("StatusMessage", pa.string()),
+        ("Events.Timestamp", pa.list_(pa.timestamp("ns"))),
+        ("Events.Name", pa.list_(pa.string())),
+        ("Events.Attributes", pa.list_(_MAP)),
+        ("Links.TraceId", pa.list_(pa.string())),
+        ("Links.SpanId", pa.list_(pa.string())),
+        ("Links.TraceState", pa.list_(pa.string())),
+        ("Links.Attributes", pa.list_(_MAP)),
+    ]
+)
+
+
+class PayloadError(ValueError):
+    """The whole payload (request body, file line) is not OTLP traces; the message says why."""
+
+
+class SpanRejected(ValueError):
+    """One span cannot be stored; the message says why. The rest of its payload still loads."""
+
+
+def double_to_str(value: float) -> str:
+    """Shortest round-tripping decimal; non-finite values as OTLP/JSON spells them."""
+    if math.isfinite(value):
+        return repr(value)
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+
+
+@dataclass
+class SpanRows:
+    """Spans accumulated as row tuples, plus the reasons spans were rejected."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def reject(self, where: str, reason: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(f"{where}: {reason}" if where else reason)
+
+    def to_arrow(self) -> pa.Table:
+        if not self.rows:
+            return ARROW_SCHEMA.empty_table()
+        columns = list(zip(*self.rows, strict=True))
+        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, ARROW_SCHEMA, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)

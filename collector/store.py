@@ -1,0 +1,173 @@
+"""The durable span store: one DuckDB file holding ``otel_traces``, idempotent on (TraceId, SpanId).
+
+DuckDB lets one process write a file, and while it has the file open no other process may open it,
+not even read-only. So the writer holds its connection only while it has work
+(:meth:`SpanStore.release` closes it between batches) and readers use :func:`open_read_only`, which
+retries while the file is locked and should be closed promptly. Each insert is one transaction:
+once it returns, DuckDB has committed it to its write-ahead log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+
+from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.rows import SpanRows
+from restorelens.collector.schema import TABLE, create_schema
+from restorelens.errors import InputError, RestorelensError
+
+__all__ = ["InsertResult", "SpanStore", "StoreBusy", "connect", "open_read_only", "store_spans"]
+
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+_POLL_S = 0.01
+
+
+class StoreBusy(RestorelensError):
+    """Another process (or connection of another mode) holds the DuckDB file."""
+
+
+@dataclass(frozen=True)
+class InsertResult:
+    """Spans newly stored, already present (same TraceId and SpanId), and rejected, with reasons."""
+
+    loaded: int
+    duplicate: int
+    rejected: int
+    errors: tuple[str, ...] = ()
+
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
+    text = str(exc)
+    return "Could not set lock" in text or "different configuration" in text
+
+
+def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
+    """Open ``path``, retrying while another process holds it; StoreBusy after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            if not _is_lock_conflict(exc):
+                raise InputError(str(path), f"cannot open the DuckDB file: {exc}") from None
+            if time.monotonic() >= deadline:
+                raise StoreBusy(f"{path}: in use by another process for over {timeout_s:g} s ({exc})") from None
+        time.sleep(_POLL_S)
+
+
+def open_read_only(
+    path: str | os.PathLike[str], *, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> duckdb.DuckDBPyConnection:
+    """A read-only connection to a span store that a receiver may be writing; close it soon.
+
+    Use as ``with open_read_only(db) as con: ...``. Waits (up to ``timeout_s``) for the writer to
+    release the file between batches.
+    """
+    if not Path(path).is_file():
+        raise InputError(str(path), "no such span store (run `restorelens collect` or `restorelens load` first)")
+    return connect(path, read_only=True, timeout_s=timeout_s)
+
+
+class SpanStore:
+    """Write spans to a DuckDB file (or ``":memory:"``); a context manager.
+
+    The connection opens on first use and again after :meth:`release`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
+        self.path = str(path)
+        self.lock_timeout_s = lock_timeout_s
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.connection()  # fail early on a bad path, create the schema
+
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
+            try:
+                create_schema(con)
+            except BaseException:
+                con.close()
+                raise
+            self._con = con
+        return self._con
+
+    @property
+    def is_open(self) -> bool:
+        return self._con is not None
+
+    def release(self) -> None:
+        """Close the connection so that other processes can open the file (in-memory stores stay)."""
+        if self._con is not None and self.path != ":memory:":
+            self._con.close()
+            self._con = None
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self) -> SpanStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def insert_batches(self, batches: Sequence[SpanRows]) -> list[tuple[int, int]]:
+        """Insert each batch, all in one transaction; per batch (loaded, duplicate)."""
+        tables = [batch.to_arrow() for batch in batches]
+        con = self.connection()
+        counts: list[tuple[int, int]] = []
+        con.begin()
+        try:
+            for table in tables:
+                loaded = 0
+                if table.num_rows:
+                    con.register("rl_incoming", table)
+                    try:
+                        row = con.execute(f"insert or ignore into {TABLE} select * from rl_incoming").fetchone()
+                    finally:
+                        con.unregister("rl_incoming")
+                    loaded = int(row[0]) if row else 0
+                counts.append((loaded, table.num_rows - loaded))
+            con.commit()
+        except BaseException:
+            con.rollback()
+            raise
+        return counts
+
+    def insert_rows(self, rows: SpanRows) -> InsertResult:
+        loaded, duplicate = self.insert_batches([rows])[0]
+        return InsertResult(loaded, duplicate, rows.rejected, tuple(rows.errors))
+
+    def insert_traces_data(self, obj: Any) -> InsertResult:
+        """Store one decoded OTLP TracesData: a JSON dict, a protobuf message, or its bytes."""
+        rows = SpanRows()
+        if isinstance(obj, dict):
+            decode_traces_json(obj, rows)
+        else:
+            decode_traces_proto(obj, rows)
+        return self.insert_rows(rows)
+
+    def count(self) -> int:
+        row = self.connection().execute(f"select count(*) from {TABLE}").fetchone()
+        return int(row[0]) if row else 0
+
+
+def store_spans(store: SpanStore, spans: Sequence[Any]) -> InsertResult:
+    """Store SDK ``ReadableSpan`` objects (e.g. from an ``InMemorySpanExporter``)."""
+    from restorelens.otlp_json import encode_traces_data
+
+    return store.insert_traces_data(encode_traces_data(spans))

@@ -1,0 +1,136 @@
+"""Loading Collector file-exporter output: shapes, compression, framing, errors, idempotence."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import zstandard
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from google.protobuf.json_format import ParseDict
+
+from restorelens.collector.loader import load_paths
+from restorelens.collector.store import open_read_only
+from restorelens.errors import InputError
+
+DATA = Path(__file__).parent / "data"
+EXPORTER_LINES = DATA / "collector_file_exporter.jsonl"
+
+
+def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with open_read_only(db) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_the_otlp_proto_example_with_upper_case_hex_loads(tmp_path: Path) -> None:
+    summary = load_paths([DATA / "otlp_example_trace.json"], tmp_path / "t.duckdb")
+    assert (summary.loaded, summary.rejected, summary.malformed, summary.errors) == (1, 0, 0, [])
+    (row,) = _rows(
+        tmp_path / "t.duckdb",
+        'select "TraceId", "SpanId", "ParentSpanId", "SpanKind", "ServiceName", "ScopeName", "Duration",'
+        ' "SpanAttributes" from otel_traces',
+    )
+    assert row == (
+        "5b8efff798038103d269b633813fc60c",
+        "eee19b7ec3c1b174",
+        "eee19b7ec3c1b173",
+        "Server",
+        "my.service",
+        "my.library",
+        1_000_000_000,
+        {"my.span.attr": "some value"},
+    )
+
+
+def test_the_collector_file_exporter_shape_loads_and_twice_is_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    first = load_paths([EXPORTER_LINES], db)
+    again = load_paths([EXPORTER_LINES], db)
+    assert (first.loaded, first.duplicate, first.errors) == (3, 0, [])
+    assert (again.loaded, again.duplicate) == (0, 3)
+    rows = dict(
+        (name, (kind, status, attrs, links))
+        for name, kind, status, attrs, links in _rows(
+            db, 'select "SpanName", "SpanKind", "StatusCode", "SpanAttributes", "Links.TraceId" from otel_traces'
+        )
+    )
+    assert rows["gate.request"][2]["gate.wait_s"] == "0.125"
+    assert rows["gate.request"][2]["tags"] == '["a",1]'
+    assert rows["gate.request"][2]["gate.borrowed"] == "false"
+    assert rows["POST"][:2] == ("Client", "Error") and rows["POST"][3] == ["0af7651916cd43dd8448eb211c80319c"]
+    assert rows["llm_request"][1] == "Ok"
+
+
+def test_gzip_zstd_and_rotated_files_load_through_a_glob(tmp_path: Path) -> None:
+    text = EXPORTER_LINES.read_bytes()
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "traces.jsonl.gz").write_bytes(gzip.compress(lines[0]))
+    (tmp_path / "traces-2026-01-01T00-00-00.000.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(lines[1]))
+    summary = load_paths([str(tmp_path / "traces*")], tmp_path / "t.duckdb")
+    assert (summary.files, summary.loaded, summary.errors) == (2, 3, [])
+
+
+def test_length_prefixed_proto_and_zstd_framed_json_load(tmp_path: Path) -> None:
+    proto_lines = [ParseDict(json.loads(line), ExportTraceServiceRequest()) for line in EXPORTER_LINES.read_text().splitlines()]
+    # ParseDict reads IDs as base64; put the hex IDs back as raw bytes the way a real exporter does.
+    docs = [json.loads(line) for line in EXPORTER_LINES.read_text().splitlines()]
+    for message, doc in zip(proto_lines, docs, strict=True):
+        for rs, rs_doc in zip(message.resource_spans, doc["resourceSpans"], strict=True):
+            for span, span_doc in zip(rs.scope_spans[0].spans, rs_doc["scopeSpans"][0]["spans"], strict=True):
+                span.trace_id = bytes.fromhex(span_doc["traceId"])
+                span.span_id = bytes.fromhex(span_doc["spanId"])
+                span.parent_span_id = bytes.fromhex(span_doc.get("parentSpanId", ""))
+                for link, link_doc in zip(span.links, span_doc.get("links", []), strict=True):
+                    link.trace_id = bytes.fromhex(link_doc["traceId"])
+                    link.span_id = bytes.fromhex(link_doc["spanId"])
+    framed = b"".join(struct.pack(">I", len(m.SerializeToString())) + m.SerializeToString() for m in proto_lines)
+    (tmp_path / "a.pb").write_bytes(framed)
+    compressor = zstandard.ZstdCompressor()
+    zframes = [compressor.compress(line) for line in EXPORTER_LINES.read_bytes().splitlines()]
+    (tmp_path / "b.zst").write_bytes(b"".join(struct.pack(">I", len(z)) + z for z in zframes))
+    db = tmp_path / "t.duckdb"
+    first = load_paths([tmp_path / "a.pb"], db)
+    second = load_paths([tmp_path / "b.zst"], db)
+    assert (first.loaded, first.errors) == (3, [])
+    assert (second.loaded, second.duplicate, second.errors) == (0, 3, [])
+
+
+def test_malformed_lines_are_reported_with_file_and_line_and_the_rest_loads(tmp_path: Path) -> None:
+    lines = EXPORTER_LINES.read_text().splitlines()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([lines[0], "{not json", "[1, 2]", "", lines[1], '{"resourceSpans":[{"scopeSpans":[{"spans":[{"spanId":"zz"}]}]}]}']) + "\n")
+    summary = load_paths([bad], tmp_path / "t.duckdb")
+    assert (summary.loaded, summary.malformed, summary.rejected) == (3, 2, 1)
+    assert summary.errors[0].startswith(f"{bad}:2: invalid JSON")
+    assert summary.errors[1].startswith(f"{bad}:3: expected a JSON object")
+    assert summary.errors[2].startswith(f"{bad}:6: resourceSpans[0].scopeSpans[0].spans[0]: traceId is missing")
+
+
+def test_a_truncated_gzip_file_loads_what_it_can_and_says_so(tmp_path: Path) -> None:
+    template = json.loads(EXPORTER_LINES.read_text().splitlines()[1])
+    lines = []
+    for i in range(200):
+        template["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["spanId"] = os.urandom(8).hex()
+        lines.append(json.dumps(template) + "\n")
+    data = gzip.compress("".join(lines).encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    summary = load_paths([tmp_path / "cut.jsonl.gz"], tmp_path / "t.duckdb")
+    assert 0 < summary.loaded < 200 and summary.malformed == 1
+    assert "cannot read further" in summary.errors[-1]
+
+
+def test_progress_reaches_the_total_bytes(tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+    shutil.copy(EXPORTER_LINES, tmp_path / "x.jsonl")
+    load_paths([tmp_path / "x.jsonl"], tmp_path / "t.duckdb", progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (EXPORTER_LINES.stat().st_size, EXPORTER_LINES.stat().st_size)
+
+
+def test_a_glob_that_matches_nothing_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no files match"):
+        load_paths([str(tmp_path / "*.jsonl")], tmp_path / "t.duckdb")

@@ -1,0 +1,111 @@
+"""The DuckDB span store: idempotent inserts, SDK spans in, readers in another process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from restorelens.collector.rows import ARROW_SCHEMA
+from restorelens.collector.schema import COLUMNS
+from restorelens.collector.store import SpanStore, StoreBusy, open_read_only, store_spans
+from restorelens.errors import InputError
+
+
+def _make_spans(tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
+    tracer = tracer_provider.get_tracer("test.scope", "1.2.3")
+    with tracer.start_as_current_span("root", kind=SpanKind.SERVER, attributes={"n": 3, "f": 0.5}) as root:
+        root.add_event("hello", {"k": "v"})
+        with tracer.start_as_current_span("child", links=[Link(root.get_span_context(), {"why": "x"})]) as child:
+            child.set_status(Status(StatusCode.ERROR, "boom"))
+
+
+def test_arrow_schema_matches_the_table_columns() -> None:
+    assert tuple(ARROW_SCHEMA.names) == COLUMNS
+
+
+def test_store_spans_is_idempotent_on_trace_and_span_id(
+    tmp_path: Path, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    _make_spans(tracer_provider, span_exporter)
+    spans = span_exporter.get_finished_spans()
+    with SpanStore(tmp_path / "t.duckdb") as store:
+        first = store_spans(store, spans)
+        again = store_spans(store, spans)
+        assert (first.loaded, first.duplicate) == (2, 0)
+        assert (again.loaded, again.duplicate) == (0, 2)
+        rows = store.connection().execute(
+            'select "SpanName", "SpanKind", "StatusCode", "StatusMessage", "ScopeVersion", "SpanAttributes",'
+            ' "Events.Name", "Links.SpanId" from otel_traces order by "Timestamp"'
+        ).fetchall()
+    root, child = rows
+    assert root[:5] == ("root", "Server", "Unset", "", "1.2.3")
+    assert root[5] == {"n": "3", "f": "0.5"} and root[6] == ["hello"]
+    assert child[:4] == ("child", "Internal", "Error", "boom")
+    assert child[7] == [format(spans[1].context.span_id, "016x")]
+
+
+def test_duplicates_inside_one_batch_are_counted_once(tmp_path: Path) -> None:
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "s", "startTimeUnixNano": "1", "status": {}}
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [span, dict(span, name="again")]}]}]}
+    with SpanStore(tmp_path / "t.duckdb") as store:
+        result = store.insert_traces_data(doc)
+        assert (result.loaded, result.duplicate, store.count()) == (1, 1, 1)
+
+
+def test_the_store_survives_reopening(tmp_path: Path) -> None:
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "s", "startTimeUnixNano": "1", "status": {}}
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    with SpanStore(tmp_path / "t.duckdb") as store:
+        store.insert_traces_data(doc)
+    with open_read_only(tmp_path / "t.duckdb") as con:
+        assert con.execute("select count(*) from otel_traces").fetchone() == (1,)
+
+
+def test_open_read_only_names_a_missing_store(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no such span store"):
+        open_read_only(tmp_path / "absent.duckdb")
+
+
+_READER = textwrap.dedent(
+    """
+    import sys, time
+    from restorelens.collector.store import open_read_only
+    with open_read_only(sys.argv[1], timeout_s=30) as con:
+        print(con.execute("select count(*) from otel_traces").fetchone()[0], flush=True)
+        sys.stdin.readline()  # hold the file until told to go
+    """
+)
+
+
+def test_a_reader_in_another_process_waits_for_release_and_blocks_the_writer_meanwhile(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    span = {"traceId": "ab" * 16, "spanId": "cd" * 8, "name": "s", "startTimeUnixNano": "1", "status": {}}
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+    store = SpanStore(db, lock_timeout_s=0.2)
+    try:
+        store.insert_traces_data(doc)
+        with subprocess.Popen(
+            [sys.executable, "-c", _READER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        ) as reader:
+            assert reader.stdin is not None and reader.stdout is not None
+            try:
+                store.release()  # the reader, retrying meanwhile, gets in now
+                assert reader.stdout.readline().strip() == "1"
+                with pytest.raises(StoreBusy, match="in use by another process"):
+                    store.insert_traces_data(doc)
+            finally:
+                reader.stdin.write("\n")
+                reader.stdin.flush()
+                reader.wait(timeout=30)
+        assert reader.returncode == 0
+        store.lock_timeout_s = 30
+        assert store.insert_traces_data(doc).duplicate == 1
+    finally:
+        store.close()
