@@ -1,0 +1,94 @@
+"""Spans for the lifecycle: one ``modelclaim.state`` per state interval, one ``modelclaim.wake`` per wake.
+
+A lifecycle listener: the core hands it finished intervals and wakes, stamped with the core's
+``now_s``, and every timestamp on the spans comes from those (``start_time``, ``end_time``, event
+``timestamp``), so a virtual-time run records the same spans at virtual times.
+
+``modelclaim.wake`` starts when the wake was wanted (the first request, or the start) and carries
+``room.found``, ``engine.wake_called``, ``engine.ready`` (the backend's ready time) and
+``ready.observed`` (when the lifecycle began routing) as events, and a link to the request that
+triggered it. A wake that did not end ready has status ERROR with the reason as description.
+"""
+
+from __future__ import annotations
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from restorelens.clock import to_ns
+from restorelens.gate.modelclaim_actions import StateInterval, WakeRecord
+from restorelens.spans import (
+    ATTR_GEN_AI_REQUEST_MODEL,
+    ATTR_MODELCLAIM_FROM_POD,
+    ATTR_MODELCLAIM_NEIGHBOUR,
+    ATTR_MODELCLAIM_PHASE,
+    ATTR_MODELCLAIM_POD,
+    ATTR_MODELCLAIM_REASON,
+    ATTR_MODELCLAIM_WAKE_PATH,
+    EVENT_ENGINE_READY,
+    EVENT_ENGINE_WAKE_CALLED,
+    EVENT_READY_OBSERVED,
+    EVENT_ROOM_FOUND,
+    SPAN_MODELCLAIM_STATE,
+    SPAN_MODELCLAIM_WAKE,
+)
+
+__all__ = ["TRACER_NAME", "ModelClaimSpans"]
+
+TRACER_NAME = "restorelens.gate.modelclaim"
+
+
+class ModelClaimSpans:
+    """Turns the core's finished intervals and wakes into spans on ``tracer_provider``."""
+
+    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+        self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+
+    def on_state_interval(self, interval: StateInterval) -> None:
+        attributes = {
+            ATTR_MODELCLAIM_PHASE: interval.phase,
+            ATTR_MODELCLAIM_REASON: interval.reason,
+            ATTR_GEN_AI_REQUEST_MODEL: interval.model,
+        }
+        if interval.pod:
+            attributes[ATTR_MODELCLAIM_POD] = interval.pod
+        span = self._tracer.start_span(
+            SPAN_MODELCLAIM_STATE,
+            context=trace.set_span_in_context(trace.INVALID_SPAN),  # a root: not under whatever request is current
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=to_ns(interval.start_s),
+        )
+        span.end(end_time=to_ns(interval.end_s))
+
+    def on_wake_finished(self, record: WakeRecord) -> None:
+        attributes: dict[str, str] = {
+            ATTR_MODELCLAIM_WAKE_PATH: record.path,
+            ATTR_GEN_AI_REQUEST_MODEL: record.model,
+        }
+        if record.pod:
+            attributes[ATTR_MODELCLAIM_POD] = record.pod
+        if record.from_pod:
+            attributes[ATTR_MODELCLAIM_FROM_POD] = record.from_pod
+        if record.neighbour:
+            attributes[ATTR_MODELCLAIM_NEIGHBOUR] = record.neighbour
+        span = self._tracer.start_span(
+            SPAN_MODELCLAIM_WAKE,
+            context=trace.set_span_in_context(trace.INVALID_SPAN),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=[Link(ctx) for ctx in record.triggers if ctx.is_valid],
+            start_time=to_ns(record.requested_s),
+        )
+        for name, at_s in (
+            (EVENT_ROOM_FOUND, record.room_found_s),
+            (EVENT_ENGINE_WAKE_CALLED, record.wake_called_s),
+            (EVENT_ENGINE_READY, record.ready_s),
+            (EVENT_READY_OBSERVED, record.observed_s),
+        ):
+            if at_s is not None:
+                span.add_event(name, timestamp=to_ns(at_s))
+        if record.outcome != "ready":
+            span.set_status(Status(StatusCode.ERROR, record.error or record.outcome))
+        span.end(end_time=to_ns(record.end_s))
