@@ -4,7 +4,9 @@
 the episodes' statistics with limits (``restorelens check``). docs/analysis.md explains each view.
 """
 
+from restorelens.analysis.limits import Limit, Violation, check, parse_limit, valid_names
 from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, VIEW_LAYERS, Query, load_query
+from restorelens.analysis.report import build_report, render
 from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
 
 __all__ = [
@@ -14,8 +16,15 @@ __all__ = [
     "STATISTICS",
     "VIEW_LAYERS",
     "Analysis",
+    "Limit",
     "Query",
     "Slo",
+    "Violation",
+    "build_report",
+    "check",
     "load_query",
+    "parse_limit",
     "percentiles_of",
+    "render",
+    "valid_names",
 ]

@@ -1,0 +1,70 @@
+"""``restorelens report`` and ``restorelens check``: the analysis from the command line."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["COMMANDS", "check", "report"]
+
+_DB = click.option(
+    "--db",
+    "db_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="DuckDB span store (written by `restorelens collect` / `restorelens load`).",
+)
+_SLO_TTFT = click.option("--slo-ttft-s", default=5.0, show_default=True, help="Interactive SLO: TTFT limit.")
+_SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, help="Interactive SLO: e2e limit.")
+
+
+@click.command()
+@_DB
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]), default="table",
+              show_default=True, help="Output format (csv: one block per section after a `# section` line).")
+@click.option("--section", "sections", multiple=True,
+              type=click.Choice(["episode_counts", "lending_episodes", "wake_episodes", "requests",
+                                 "policy_summary", "paired_differences"]),
+              help="Only these sections (repeatable). Default: all.")
+@_SLO_TTFT
+@_SLO_E2E
+def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float) -> None:
+    """Decompose every restoration in a span store and print the statistics.
+
+    Lending episodes (grant restored, borrowed work drained, engine scheduled, first token), wake
+    episodes (Retry-After hint, engine ready, readiness observed, overshoot, engine scheduled),
+    request latencies, and goodput per policy x workload x seed with paired differences.
+    """
+    from restorelens.analysis.report import build_report, render
+    from restorelens.analysis.views import Analysis, Slo
+
+    with Analysis.open(db_path, slo=Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s), materialize=True) as analysis:
+        built = build_report(analysis)
+    if sections:
+        built = {name: frame for name, frame in built.items() if name in sections}
+    click.echo(render(built, fmt), nl=False)
+
+
+@click.command()
+@_DB
+@click.option("--max", "maxima", multiple=True, metavar="METRIC.STAT=NUMBER", required=True,
+              help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
+                   "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests. "
+                   "when a metric is in several views.")
+def check(db_path: str, maxima: tuple[str, ...]) -> None:
+    """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI)."""
+    from restorelens.analysis.limits import check as check_limits
+    from restorelens.analysis.limits import parse_limit
+    from restorelens.analysis.views import Analysis
+
+    limits = [parse_limit(text, "--max") for text in maxima]
+    with Analysis.open(db_path, materialize=True) as analysis:
+        violations = check_limits(analysis, limits)
+    if violations:
+        click.echo(f"{len(violations)} of {len(limits)} limits exceeded:", err=True)
+        for violation in violations:
+            click.echo(f"  {violation}", err=True)
+        click.get_current_context().exit(1)
+    click.echo(f"all {len(limits)} limits hold")
+
+
+COMMANDS = [report, check]

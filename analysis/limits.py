@@ -1,0 +1,142 @@
+"""Limits on episode statistics, for ``restorelens check`` in CI.
+
+A limit names a metric and a statistic: ``overshoot_s.p95=1.0`` or, when a column name exists in
+more than one view, ``lending.engine_schedule_s.p95=4``. ``count`` applies to the flags
+(``wake.censored.count=0``). Statistics are those of ``Analysis.percentiles`` plus ``min``/``mean``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+from restorelens.analysis.views import Analysis, percentiles_of
+from restorelens.errors import SettingError
+
+__all__ = ["FLAGS", "METRICS", "NUMERIC_STATISTICS", "Limit", "Violation", "check", "parse_limit", "valid_names"]
+
+#: Short view names -> the Analysis method that returns the view.
+VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests"}
+
+#: Numeric columns a limit may name, per view.
+METRICS: dict[str, tuple[str, ...]] = {
+    "lending": ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s", "borrowed_at_return"),
+    "wake": ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
+             "engine_schedule_s", "total_s"),
+    "requests": ("ttft_s", "e2e_s", "attempts", "gate_wait_s", "engine_schedule_s"),
+}
+
+#: Boolean columns whose ``count`` (rows where true) a limit may name, per view.
+FLAGS: dict[str, tuple[str, ...]] = {
+    "lending": ("censored", "clock_skew", "served_before_grant"),
+    "wake": ("censored", "clock_skew"),
+    "requests": ("clock_skew",),
+}
+
+NUMERIC_STATISTICS = ("p50", "p90", "p95", "p99", "max", "min", "mean")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """``view.column.statistic <= maximum``."""
+
+    view: str
+    column: str
+    statistic: str
+    maximum: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.view}.{self.column}.{self.statistic}"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A limit exceeded: the value found and how many values it was computed from."""
+
+    limit: Limit
+    value: float
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.limit.name} = {self.value:g} > {self.limit.maximum:g} (n={self.count})"
+
+
+def valid_names() -> list[str]:
+    """Every ``metric.statistic`` a limit may name, qualified by view."""
+    names = [f"{view}.{column}.{stat}" for view, columns in METRICS.items() for column in columns
+             for stat in NUMERIC_STATISTICS]
+    names += [f"{view}.{flag}.count" for view, flags in FLAGS.items() for flag in flags]
+    return names
+
+
+def _resolve(metric: str, option: str) -> tuple[str, str]:
+    """``column`` or ``view.column`` -> (view, column); ambiguity and unknown names are errors."""
+    view, _, column = metric.rpartition(".")
+    candidates = [v for v in (METRICS.keys() if not view else [view])
+                  if column in METRICS.get(v, ()) or column in FLAGS.get(v, ())]
+    if not candidates:
+        raise SettingError(option, f"unknown metric {metric!r}; valid: {', '.join(_metric_names())}")
+    if len(candidates) > 1:
+        choices = ", ".join(f"{v}.{column}" for v in candidates)
+        raise SettingError(option, f"metric {metric!r} is in several views; name one of: {choices}")
+    return candidates[0], column
+
+
+def _metric_names() -> list[str]:
+    columns = [c for v in METRICS for c in (*METRICS[v], *FLAGS[v])]
+    names = []
+    for view in METRICS:
+        for column in (*METRICS[view], *FLAGS[view]):
+            names.append(column if columns.count(column) == 1 else f"{view}.{column}")
+    return sorted(set(names))
+
+
+def parse_limit(text: str, option: str = "--max") -> Limit:
+    """``[view.]column.statistic=number`` -> Limit; errors name the option and the problem."""
+    key, sep, number = text.partition("=")
+    metric, dot, statistic = key.strip().rpartition(".")
+    if not sep or not dot or not metric:
+        raise SettingError(option, f"{text!r} is not METRIC.STAT=NUMBER (e.g. overshoot_s.p95=1.0)")
+    try:
+        maximum = float(number)
+    except ValueError:
+        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a number") from None
+    view, column = _resolve(metric, option)
+    allowed = ("count",) if column in FLAGS[view] else NUMERIC_STATISTICS
+    if statistic not in allowed:
+        raise SettingError(option, f"{text!r}: statistic {statistic!r} not one of {', '.join(allowed)}")
+    return Limit(view=view, column=column, statistic=statistic, maximum=maximum)
+
+
+def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Violation]:
+    """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0)."""
+    if isinstance(limits, Mapping):
+        limits = [parse_limit(f"{name}={maximum}") for name, maximum in limits.items()]
+    frames: dict[str, pl.DataFrame] = {}
+    violations = []
+    for limit in limits:
+        if limit.view not in frames:
+            frames[limit.view] = getattr(analysis, VIEWS[limit.view])()
+        value, count = statistic_of(frames[limit.view], limit.column, limit.statistic)
+        if value is not None and value > limit.maximum:
+            violations.append(Violation(limit=limit, value=value, count=count))
+    return violations
+
+
+def statistic_of(frame: pl.DataFrame, column: str, statistic: str) -> tuple[float | None, int]:
+    """One statistic of one column: (value, number of values it rests on)."""
+    if statistic == "count":
+        flags = frame[column].fill_null(False)
+        return float(flags.sum()), frame.height
+    values = frame[column].cast(pl.Float64).drop_nulls()
+    if values.is_empty():
+        return None, 0
+    if statistic == "min":
+        return float(values.min()), values.len()  # type: ignore[arg-type]
+    if statistic == "mean":
+        return float(values.mean()), values.len()  # type: ignore[arg-type]
+    row = percentiles_of(pl.DataFrame({column: values}), [column]).row(0, named=True)
+    return float(row[statistic]), int(row["count"])

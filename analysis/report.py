@@ -1,0 +1,131 @@
+"""The report: the numbers a user acts on, as named sections of polars DataFrames, and renderers.
+
+Sections: episode counts (how many, how many censored or clock-skewed), lending and wake episode
+statistics, request latencies, the policy summary and the paired differences (median over seeds).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import polars as pl
+
+from restorelens.analysis.views import Analysis
+
+__all__ = ["FORMATS", "SECTIONS", "build_report", "render"]
+
+FORMATS = ("table", "json", "markdown", "csv")
+
+SECTIONS = (
+    "episode_counts",
+    "lending_episodes",
+    "wake_episodes",
+    "requests",
+    "policy_summary",
+    "paired_differences",
+)
+
+LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
+WAKE_METRICS = ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
+                "engine_schedule_s", "total_s")
+REQUEST_METRICS = ("ttft_s", "e2e_s", "attempts")
+
+_TITLES = {
+    "episode_counts": "Episodes (censored: never completed; clock_skew: a negative cross-service gap)",
+    "lending_episodes": "Lending episodes: grant restored, borrowed work drained, engine scheduled (s)",
+    "wake_episodes": "Wake episodes: hint, ready, observed, overshoot, engine scheduled (s)",
+    "requests": "Requests: client-observed latency (s)",
+    "policy_summary": "Policy summary: goodput per policy x workload x seed (req/s)",
+    "paired_differences": "Paired differences: policy - baseline, median over seeds (req/s)",
+}
+
+
+def build_report(analysis: Analysis) -> dict[str, pl.DataFrame]:
+    """Every section, computed from the analysis views."""
+    lending = analysis.lending_episodes()
+    wakes = analysis.wake_episodes()
+    requests = analysis.requests()
+    counts = pl.DataFrame(
+        {
+            "episodes": ["lending", "wake"],
+            "count": [lending.height, wakes.height],
+            "censored": [int(lending["censored"].sum()), int(wakes["censored"].sum())],
+            "clock_skew": [int(lending["clock_skew"].sum()), int(wakes["clock_skew"].sum())],
+        },
+        schema={"episodes": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
+    )
+    paired = analysis.paired_differences()
+    medians = (
+        paired.group_by("workload", "policy", "baseline")
+        .agg(
+            pl.len().alias("seeds"),
+            pl.col("interactive_slo_goodput_diff_rps").median(),
+            pl.col("batch_borrow_goodput_diff_rps").median(),
+        )
+        .sort("workload", "policy", "baseline", nulls_last=True)
+    )
+    return {
+        "episode_counts": counts,
+        "lending_episodes": _stats(lending, LENDING_METRICS, "policy"),
+        "wake_episodes": _stats(wakes, WAKE_METRICS, "wake_path"),
+        "requests": _stats(requests, REQUEST_METRICS, "traffic_class"),
+        "policy_summary": analysis.policy_summary(),
+        "paired_differences": medians,
+    }
+
+
+def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str) -> pl.DataFrame:
+    from restorelens.analysis.views import percentiles_of
+
+    return percentiles_of(frame, metrics, [by])
+
+
+def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
+    """Text of the report in one of ``FORMATS`` (``table`` is rich's terminal rendering)."""
+    if fmt == "json":
+        return json.dumps({name: frame.to_dicts() for name, frame in sections.items()}, indent=2, default=str)
+    if fmt == "csv":
+        # one CSV block per section, each preceded by a `# section` line and separated by a blank line
+        return "\n".join(f"# {name}\n{frame.write_csv()}" for name, frame in sections.items())
+    if fmt == "markdown":
+        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(frame)}\n" for name, frame in sections.items())
+    if fmt == "table":
+        return _rich(sections)
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _markdown(frame: pl.DataFrame) -> str:
+    if frame.is_empty():
+        return "_no data_"
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * frame.width]
+    lines += ["| " + " | ".join(_cell(value) for value in row) + " |" for row in frame.iter_rows()]
+    return "\n".join(lines)
+
+
+def _rich(sections: dict[str, pl.DataFrame]) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=160, force_terminal=False)
+    for name, frame in sections.items():
+        table = Table(title=_TITLES.get(name, name), title_justify="left")
+        for column in frame.columns:
+            numeric = frame.schema[column].is_numeric()
+            table.add_column(column, justify="right" if numeric else "left")
+        for row in frame.iter_rows():
+            table.add_row(*(_cell(value) for value in row))
+        if frame.is_empty():
+            table.caption = "no data"
+        console.print(table)
+    return buffer.getvalue()

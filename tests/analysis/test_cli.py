@@ -1,0 +1,124 @@
+"""``restorelens report`` and ``restorelens check`` through the real CLI on a real DuckDB file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+from builders import Traces
+from click.testing import CliRunner
+
+import restorelens.cli
+
+
+def build_store(path: Path) -> None:
+    """Two wake episodes (overshoot 6.0625 s and 1.0 s) and one lending episode (drain 4.5 s)."""
+    traces = Traces()
+    for ready, retry in ((4.0625, 10.125), (9.0, 10.0)):
+        trace = traces.new_trace()
+        client = traces.client_request(trace, 0.0, 12.0, first_chunk_s=11.0)
+        first = traces.attempt(trace, client, 0.0, 0.125, status=503, retry_after_header="10", retry_after_s=10.0)
+        gate = traces.gate_request(trace, first, 0.03125, 0.09375, status=503, decision="not_ready", retry_after_s=10.0)
+        attempt = traces.attempt(trace, client, retry, 12.0, status=200, resend_count=1)
+        traces.served_via_gate(trace, attempt, retry + 0.03125, 11.9, upstream_s=retry + 0.0625,
+                               engine_arrival_s=retry + 0.125, time_in_queue_s=0.125, ttft_s=0.5, e2e_s=1.0)
+        traces.model_wake(0.0625, ready + 0.5, link=(trace, gate), ready_s=ready, observed_s=ready + 0.5)
+    trace = traces.new_trace()
+    client = traces.client_request(trace, 60.0, 70.0, first_chunk_s=65.0)
+    attempt = traces.attempt(trace, client, 60.0, 70.0, status=200)
+    gate = traces.served_via_gate(trace, attempt, 60.0, 69.0, upstream_s=61.0, engine_arrival_s=61.0,
+                                  time_in_queue_s=3.5, ttft_s=4.0, e2e_s=6.0, grant_s=61.0)
+    traces.gate_restore(60.0, 64.5, link=(trace, gate), grant_restored_s=61.0, drained_s=64.5)
+    con = duckdb.connect(str(path))
+    traces.store(con)
+    con.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "spans.duckdb"
+    build_store(path)
+    return path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(restorelens.cli.cli, list(args))
+
+
+def test_check_passes_when_every_limit_holds(store: Path) -> None:
+    result = invoke("check", "--db", str(store), "--max", "overshoot_s.max=7", "--max", "drain_s.max=5")
+    assert result.exit_code == 0, result.output
+    assert "all 2 limits hold" in result.output
+
+
+def test_check_fails_listing_each_violation(store: Path) -> None:
+    result = invoke("check", "--db", str(store), "--max", "overshoot_s.p95=1.0", "--max", "drain_s.max=4",
+                    "--max", "wake.engine_schedule_s.max=1")
+    assert result.exit_code == 1
+    # overshoot values 1.0 and 6.0625: p95 = 1.0 + 0.95 * 5.0625
+    assert "2 of 3 limits exceeded" in result.output
+    assert "wake.overshoot_s.p95 = 5.80938 > 1 (n=2)" in result.output
+    assert "lending.drain_s.max = 4.5 > 4 (n=1)" in result.output
+    assert "engine_schedule_s" not in result.output.split("exceeded:")[1]
+
+
+def test_check_names_the_valid_metrics_for_an_unknown_one(store: Path) -> None:
+    result = invoke("check", "--db", str(store), "--max", "overshot_s.p95=1")
+    assert result.exit_code == 1
+    assert "unknown metric 'overshot_s'" in result.output
+    assert "overshoot_s" in result.output and "drain_s" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_check_asks_to_qualify_a_metric_present_in_several_views(store: Path) -> None:
+    result = invoke("check", "--db", str(store), "--max", "engine_schedule_s.p95=1")
+    assert result.exit_code == 1
+    assert "lending.engine_schedule_s" in result.output and "wake.engine_schedule_s" in result.output
+
+
+@pytest.mark.parametrize("text", ["overshoot_s.p95", "overshoot_s=1", "overshoot_s.p95=fast", "overshoot_s.p42=1"])
+def test_a_malformed_max_names_the_option(store: Path, text: str) -> None:
+    result = invoke("check", "--db", str(store), "--max", text)
+    assert result.exit_code == 1
+    assert "--max" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_report_json_holds_every_section_with_the_episode_numbers(store: Path) -> None:
+    result = invoke("report", "--db", str(store), "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert set(report) == {"episode_counts", "lending_episodes", "wake_episodes", "requests", "policy_summary",
+                           "paired_differences"}
+    drain = [row for row in report["lending_episodes"] if row["metric"] == "drain_s"]
+    assert drain == [{"policy": "lend", "metric": "drain_s", "count": 1, "p50": 4.5, "p90": 4.5, "p95": 4.5,
+                      "p99": 4.5, "max": 4.5}]
+    overshoot = next(row for row in report["wake_episodes"] if row["metric"] == "overshoot_s")
+    assert (overshoot["count"], overshoot["p50"], overshoot["max"]) == (2, 3.53125, 6.0625)
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
+def test_report_text_formats_show_the_sections(store: Path, fmt: str) -> None:
+    result = invoke("report", "--db", str(store), "--format", fmt, "--section", "wake_episodes")
+    assert result.exit_code == 0, result.output
+    assert "overshoot_s" in result.output and "6.06" in result.output
+    assert "drain_s" not in result.output
+
+
+def test_report_on_a_missing_store_is_one_line(tmp_path: Path) -> None:
+    result = invoke("report", "--db", str(tmp_path / "nope.duckdb"))
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("Error:") and len(result.output.strip().splitlines()) == 1
+
+
+def test_report_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.duckdb"
+    junk.write_text("not a database")
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    for path in (junk, other):
+        result = invoke("check", "--db", str(path), "--max", "drain_s.max=1")
+        assert result.exit_code == 1
+        assert "Error:" in result.output and len(result.output.strip().splitlines()) == 1
