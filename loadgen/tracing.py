@@ -45,7 +45,16 @@ from restorelens.spans import (
     SPAN_HTTP_POST,
 )
 
-__all__ = ["TRACER_NAME", "RequestSpan", "attempt_attributes", "emit_attempt_span", "request_attributes"]
+__all__ = [
+    "TRACER_NAME",
+    "RequestSpan",
+    "attempt_attributes",
+    "emit_attempt_span",
+    "end_attempt_span",
+    "request_attributes",
+    "resend_attributes",
+    "start_attempt_span",
+]
 
 TRACER_NAME = "restorelens.loadgen"
 
@@ -92,6 +101,25 @@ def attempt_attributes(status: int | None, hint: RetryAfter, error_type: str | N
     return attributes
 
 
+def start_attempt_span(tracer: Tracer, parent: Span, attempt: int, start_s: float) -> Span:
+    """Open the ``POST`` CLIENT span of one attempt (virtual time: the instrumentation's stand-in)."""
+    return tracer.start_span(
+        SPAN_HTTP_POST,
+        context=trace.set_span_in_context(parent),
+        kind=SpanKind.CLIENT,
+        start_time=to_ns(start_s),
+        attributes=resend_attributes(attempt),
+    )
+
+
+def end_attempt_span(span: Span, end_s: float, status: int | None, hint: RetryAfter, error_type: str | None = None) -> None:
+    """Close an attempt span when the answer's headers arrived (as the instrumentation does)."""
+    span.set_attributes(attempt_attributes(status, hint, error_type))
+    if error_type is not None or (status is not None and status >= 400):
+        span.set_status(Status(StatusCode.ERROR))
+    span.end(end_time=to_ns(end_s))
+
+
 def emit_attempt_span(
     tracer: Tracer,
     parent: Span,
@@ -102,21 +130,9 @@ def emit_attempt_span(
     hint: RetryAfter,
     error_type: str | None = None,
 ) -> Span:
-    """A finished ``POST`` CLIENT span for one attempt, as the instrumented client would make it.
-
-    Returns the span (ended) so a virtual-time engine can parent its spans on it.
-    """
-    span = tracer.start_span(
-        SPAN_HTTP_POST,
-        context=trace.set_span_in_context(parent),
-        kind=SpanKind.CLIENT,
-        start_time=to_ns(start_s),
-        attributes=resend_attributes(attempt),
-    )
-    span.set_attributes(attempt_attributes(status, hint, error_type))
-    if error_type is not None or (status is not None and status >= 400):
-        span.set_status(Status(StatusCode.ERROR))
-    span.end(end_time=to_ns(end_s))
+    """A finished ``POST`` CLIENT span for one attempt, as the instrumented client would make it."""
+    span = start_attempt_span(tracer, parent, attempt, start_s)
+    end_attempt_span(span, end_s, status, hint, error_type)
     return span
 
 

@@ -1,0 +1,145 @@
+"""Run a scenario in virtual time or live, exporting every service's spans to one destination.
+
+``RunTelemetry`` builds one tracer provider per service (client, gate, engine) over a single shared
+exporter, so spans from all three land in one file or one collector, each with its own
+``service.name``, as they would from three processes. The shared exporter is shut down once, after
+every provider has flushed into it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from restorelens.errors import SettingError
+from restorelens.loadgen.request import RequestResult
+from restorelens.loadgen.virtual_moflux import ServiceProviders
+
+__all__ = ["SERVICE_NAMES", "RunReport", "RunTelemetry", "run_virtual"]
+
+SERVICE_NAMES = {"client": "restorelens-loadgen", "gate": "restorelens-gate", "engine": "restorelens-sim"}
+
+
+class _Shared(SpanExporter):
+    """Lets several providers export into one exporter; only ``RunTelemetry`` shuts it down."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export(spans)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class RunTelemetry:
+    """Providers for the run's services over one exporter: ``"file"`` (path), ``"otlp"``
+    (endpoint), ``"none"``, ``"memory"`` or any ``SpanExporter``."""
+
+    def __init__(self, exporter: str | SpanExporter = "none", *, path: Any = None, endpoint: str | None = None,
+                 batch: bool | None = None) -> None:
+        from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
+
+        inner: SpanExporter | str
+        if isinstance(exporter, SpanExporter):
+            inner = exporter
+        elif exporter == "file":
+            if path is None:
+                raise SettingError("--out", "the file exporter needs a path")
+            inner = JsonLinesSpanExporter(path)
+        elif exporter == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            inner = OTLPSpanExporter(endpoint=endpoint)
+        elif exporter in EXPORTER_NAMES:
+            inner = exporter  # "memory" / "none": one provider's own exporter, shared below
+        else:
+            raise SettingError("exporter", f"unknown exporter {exporter!r}")
+        if isinstance(inner, str):
+            first = build_tracer_provider(SERVICE_NAMES["client"], inner, batch=batch)
+            inner = first.restorelens_exporter  # type: ignore[attr-defined]
+        self.exporter: SpanExporter = inner
+        shared = _Shared(inner)
+        built = {key: build_tracer_provider(name, shared, batch=batch) for key, name in SERVICE_NAMES.items()}
+        self.providers = ServiceProviders(built["client"], built["gate"], built["engine"])
+        self._all = list(built.values())
+
+    def shutdown(self) -> None:
+        for provider in self._all:
+            provider.shutdown()
+        self.exporter.shutdown()
+
+    def __enter__(self) -> RunTelemetry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+@dataclass(frozen=True)
+class RunReport:
+    scenario: str
+    arm: str
+    seed: int
+    mode: str
+    run_id: str
+    duration_s: float
+    results: tuple[RequestResult, ...] = field(repr=False)
+    slo_ttft_s: float = 5.0
+    slo_e2e_s: float = 30.0
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s)."""
+        outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
+        interactive = [r for r in self.results if r.traffic_class == "interactive"]
+        good = sum(r.meets_slo(self.slo_ttft_s, self.slo_e2e_s) for r in interactive)
+        ttfts = [r.ttft_s for r in interactive if r.ttft_s is not None]
+        batch_ok = sum(1 for r in self.results if r.traffic_class == "batch" and r.outcome == "ok")
+        return {
+            "scenario": self.scenario,
+            "arm": self.arm,
+            "seed": self.seed,
+            "mode": self.mode,
+            "run_id": self.run_id,
+            "requests": len(self.results),
+            "outcomes": dict(sorted(outcomes.items())),
+            "interactive_slo_goodput_rps": round(good / self.duration_s, 4),
+            "interactive_slo_met": f"{good}/{len(interactive)}",
+            "interactive_ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
+            "batch_completions_rps": round(batch_ok / self.duration_s, 4),
+        }
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None) -> RunReport:
+    """Play ``scenario`` in virtual time; spans go to ``providers`` with virtual timestamps."""
+    from restorelens.loadgen.virtual_moflux import VirtualMofluxRun
+
+    run_id = run_id or new_run_id()
+    run = VirtualMofluxRun(scenario, seed, providers, run_id)
+    results = run.run()
+    workload = run.workload
+    return RunReport(scenario.name, scenario.arm, seed, "virtual", run_id, workload.duration_s,
+                     tuple(sorted(results, key=lambda r: r.start_s)), workload.slo.ttft_s, workload.slo.e2e_s)
+
+
+def run_live(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None, *,
+             time_scale: float = 1.0) -> RunReport:
+    """Play ``scenario`` against real servers on loopback (see ``live_moflux``)."""
+    from restorelens.loadgen.live_moflux import run_live_moflux
+
+    return run_live_moflux(scenario, seed, providers, run_id or new_run_id(), time_scale=time_scale)

@@ -1,0 +1,92 @@
+"""Named scenarios: a workload plus the system it runs against (gate policy, engine shape).
+
+``restorelens run SCENARIO`` looks names up here. A scenario is data; the runner (live or virtual)
+builds the servers or the cores from it, so both shells run exactly the same experiment.
+
+MoFlux arms (reference/engines.md section 4) map onto gate policies: ``fcfs`` (pass-through, the
+engine queues), ``priority`` (pass-through, vLLM priority 0/10), ``static`` (floors 3/1) and
+``lend`` (the MoFlux arm: same floors, two interactive slots lendable, one never lent).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from restorelens.errors import SettingError
+from restorelens.loadgen.workloads import Workload, moflux_workload
+
+__all__ = ["ARMS", "SCENARIOS", "MofluxScenario", "get_scenario", "scenario_names"]
+
+#: Gate policy per arm name; "moflux" is accepted for "lend".
+ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend"}
+
+#: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
+BALANCED_KV_BLOCKS = 1_600
+
+
+@dataclass(frozen=True)
+class MofluxScenario:
+    """The 105-s lending protocol for one profile and one arm."""
+
+    name: str
+    profile: str
+    arm: str = "lend"
+    engine_preset: str = "qwen2.5-1.5b-m1"
+    stream: bool = True
+    #: Client retry policy for 429s from the gate (the study's client did not retry: max 1 attempt).
+    retry_policy: str = "honour-retry-after"
+    max_attempts: int = 1
+
+    kind = "moflux"
+
+    def with_arm(self, arm: str | None) -> MofluxScenario:
+        if arm is None:
+            return self
+        if arm not in ARMS:
+            raise SettingError("--arm", f"unknown arm {arm!r}; choose one of {', '.join(ARMS)}")
+        return replace(self, arm=arm)
+
+    @property
+    def gate_policy(self) -> str:
+        return ARMS[self.arm]
+
+    def workload(self, seed: int) -> Workload:
+        return moflux_workload(self.profile, seed)
+
+    def engine_config(self, seed: int = 0) -> Any:
+        from restorelens.sim import get_preset
+
+        config = get_preset(self.engine_preset)
+        shape = self.workload(seed).engine
+        changes: dict[str, Any] = {
+            "max_num_seqs": shape.max_num_seqs,
+            "block_size": shape.block_size,
+            "num_blocks": shape.num_gpu_blocks or BALANCED_KV_BLOCKS,
+            "max_model_len": shape.max_model_len,
+        }
+        if self.gate_policy == "priority":
+            changes["scheduling_policy"] = "priority"
+        return config.replace(**changes)
+
+    def gate_settings(self, upstream_url: str, model: str) -> Any:
+        from restorelens.gate.settings import GateSettings
+
+        return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy)
+
+
+SCENARIOS: dict[str, MofluxScenario] = {
+    "moflux-balanced": MofluxScenario("moflux-balanced", "balanced"),
+    "moflux-long-context": MofluxScenario("moflux-long-context", "long-context"),
+}
+
+
+def scenario_names() -> list[str]:
+    return sorted(SCENARIOS)
+
+
+def get_scenario(name: str, arm: str | None = None) -> MofluxScenario:
+    scenario = SCENARIOS.get(name)
+    if scenario is None:
+        raise SettingError("SCENARIO", f"unknown scenario {name!r}; choose one of {', '.join(scenario_names())}")
+    return scenario.with_arm(arm)
