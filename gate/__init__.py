@@ -20,6 +20,18 @@ from .policies import (
 )
 from .restoration import LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
 from .retry_hint import RetryHint
+from .settings import GateSettings
+
+
+def __getattr__(name: str) -> object:
+    # The app pulls in Starlette, httpx and prometheus: imported on first use so that
+    # `restorelens --help` (which imports restorelens.gate.cli) stays fast.
+    if name == "create_gate_app":
+        from .app import create_gate_app
+
+        return create_gate_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BATCH",
@@ -29,6 +41,7 @@ __all__ = [
     "AdmissionPolicy",
     "Decision",
     "FcfsPolicy",
+    "GateSettings",
     "GateSpans",
     "Grant",
     "GrantError",
@@ -44,4 +57,5 @@ __all__ = [
     "StaticPolicy",
     "Waiter",
     "build_policy",
+    "create_gate_app",
 ]

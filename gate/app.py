@@ -1,0 +1,213 @@
+"""``create_gate_app``: the gate as a Starlette app (proxy routes, /metrics, admin, the router's routes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from opentelemetry.trace import NoOpTracerProvider, TracerProvider
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from restorelens.clock import Clock, WallClock
+from restorelens.errors import RestorelensError
+
+from .admission import Admission, Grant, Waiter
+from .gate_spans import GateSpans
+from .metrics import new_registry
+from .proxy import ProxyEndpoint, UpstreamTable
+from .retry_hint import RetryHint
+from .routing import ModelRouter
+from .settings import GateSettings
+
+__all__ = ["create_gate_app"]
+
+INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
+
+
+def _error(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": error_type, "code": status}}, status, headers=headers)
+
+
+def _build_client(settings: GateSettings, tracer_provider: TracerProvider | None) -> httpx.AsyncClient:
+    limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections)
+    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits)
+    if settings.tracing:
+        from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
+
+        # Per-transport instrumentation: no global patching, spans go to this gate's provider.
+        transport = AsyncOpenTelemetryTransport(transport, tracer_provider=tracer_provider)
+    timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
+    return httpx.AsyncClient(transport=transport, timeout=timeout)
+
+
+def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
+    if settings.modelclaim is None:
+        return None
+    from restorelens.gate.modelclaim_config import build_router  # the lifecycle engineer's module
+
+    return build_router(settings.modelclaim, tracer_provider=tracer_provider, clock=clock, admin_token=settings.admin_token)
+
+
+def create_gate_app(
+    settings: GateSettings,
+    *,
+    tracer_provider: TracerProvider | None = None,
+    router: ModelRouter | None = None,
+    clock: Clock | None = None,
+) -> Starlette:
+    """The gate app. ``tracer_provider=None`` uses the global provider; ``settings.tracing=False`` none."""
+    settings = settings.validate()
+    clock = clock or WallClock()
+    if not settings.tracing:
+        tracer_provider = NoOpTracerProvider()
+    if router is None:
+        router = _lifecycle_router(settings, tracer_provider, clock)
+    policy = settings.build_policy()
+    emitter = GateSpans(tracer_provider, policy_name=policy.name)
+    waiters: dict[Waiter, asyncio.Future[Grant]] = {}
+
+    def wake(waiter: Waiter) -> None:
+        future = waiters.get(waiter)
+        if future is not None and not future.done() and waiter.grant is not None:
+            future.set_result(waiter.grant)
+
+    admission = Admission(
+        policy,
+        wait_timeout_s=settings.wait_timeout_s,
+        queue_limit=settings.queue_limit,
+        retry_hint=RetryHint(),
+        listeners=[emitter],
+        on_waiter_granted=wake,
+    )
+    client = _build_client(settings, tracer_provider)
+    upstreams = UpstreamTable(settings.upstream_urls())
+    proxy = ProxyEndpoint(
+        settings=settings,
+        admission=admission,
+        emitter=emitter,
+        client=client,
+        upstreams=upstreams,
+        clock=clock,
+        router=router,
+        tracer_provider=tracer_provider if settings.tracing else None,
+        waiters=waiters,
+    )
+    registry = new_registry(admission, lambda: proxy.upstream_errors)
+    if router is not None:
+        router.register_metrics(registry)
+
+    def admin_denied(request: Request) -> Response | None:
+        if settings.admin_token is None:
+            return _error(403, "admin endpoints are disabled: set gate.admin_token (RESTORELENS_GATE_ADMIN_TOKEN)", "admin_disabled")
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.admin_token.encode()):
+            return _error(401, "admin endpoints need 'Authorization: Bearer <gate.admin_token>'", "unauthorized", {"www-authenticate": "Bearer"})
+        return None
+
+    async def state(request: Request) -> Response:
+        if (denied := admin_denied(request)) is not None:
+            return denied
+        return JSONResponse(_state(admission))
+
+    async def set_policy(request: Request) -> Response:
+        if (denied := admin_denied(request)) is not None:
+            return denied
+        try:
+            change = await request.json()
+        except ValueError:
+            return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
+        if not isinstance(change, dict):
+            return _error(400, "body must be a JSON object", "invalid_request_error")
+        allowed = {"policy", "floors", "lendable_slots", "capacity"}
+        if unknown := sorted(set(change) - allowed):
+            return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
+        try:
+            new_settings = settings.with_changes(**change)
+            new_policy = new_settings.build_policy()
+        except (RestorelensError, TypeError, ValueError) as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        admission.set_policy(new_policy, clock.now_s())  # waiters it admits wake via on_waiter_granted
+        emitter.policy_name = new_policy.name
+        return JSONResponse(_state(admission))
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "policy": admission.policy.name})
+
+    async def models(request: Request) -> Response:
+        listed: dict[str, dict[str, Any]] = {}
+        for url in sorted({u for urls in upstreams.urls.values() for u in urls}):
+            try:
+                response = await client.get(url + "/v1/models")
+                for entry in response.json().get("data", []):
+                    listed.setdefault(entry.get("id"), entry)
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue  # an engine that is down or odd is left out; the others still answer
+        for name in router.models() if router is not None else ():
+            listed.setdefault(name, {"id": name, "object": "model", "owned_by": "restorelens"})
+        return JSONResponse({"object": "list", "data": [v for k, v in listed.items() if k is not None]})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if router is not None:
+            await router.start()
+        try:
+            yield
+        finally:
+            if router is not None:
+                await router.stop()
+            now_s = clock.now_s()
+            admission.close(now_s)
+            emitter.flush(admission.periods, admission.episodes, now_s)
+            await client.aclose()
+
+    routes: list[Any] = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS]
+    routes += [
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/admin/state", state, methods=["GET"]),
+        Route("/admin/policy", set_policy, methods=["PUT", "POST"]),
+    ]
+    if router is not None:
+        routes += list(router.routes())
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.admission = admission
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.spans = emitter
+    return app
+
+
+def _state(admission: Admission) -> dict[str, Any]:
+    occupancy = admission.occupancy()
+    return {
+        **admission.policy.describe(),
+        "in_flight_own": dict(occupancy.own),
+        "in_flight_borrowed": occupancy.borrowed,
+        "queued": dict(occupancy.queued),
+        "lending": admission.tracker.lending,
+        "admitted": dict(admission.counters.admitted),
+        "rejected": dict(admission.counters.rejected),
+        "lending_periods": len(admission.periods),
+        "restoration_episodes": [
+            {
+                "t0_s": e.t0_s,
+                "returning_request_id": e.returning_request_id,
+                "borrowed_at_return": e.borrowed_at_return,
+                "grant_restored_s": e.grant_restored_s,
+                "borrowed_drained_s": e.borrowed_drained_s,
+            }
+            for e in admission.episodes[-20:]
+        ],
+    }

@@ -1,0 +1,316 @@
+"""The I/O shell around the admission core: one raw-ASGI endpoint per OpenAI inference path.
+
+Per request: read and parse the body (400 on bad JSON, before anything else), route by model (the
+static upstream table, or the ``ModelRouter`` for lifecycle-managed models), ask ``Admission`` for a
+grant (wait on a future while queued), forward through the pooled, instrumented httpx client and
+stream the answer back chunk by chunk. A watcher on ``receive()`` notices a client disconnect while
+queued or streaming. The grant, the router's started/finished pair and the span are each closed in
+one ``finally``: every grant is released exactly once however the request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+from opentelemetry import trace
+from opentelemetry.trace import Span
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from restorelens import spans as S
+from restorelens.clock import Clock
+from restorelens.spans import TRAFFIC_CLASSES
+
+from .admission import Admission, Grant, Rejection, Waiter
+from .gate_spans import GateSpans
+from .retry_hint import retry_after_header
+from .routing import ModelRouter, NotReady, Routed
+from .settings import ANY_MODEL, GateSettings
+
+__all__ = ["ProxyEndpoint", "UpstreamTable", "error_body"]
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+TRAFFIC_CLASS_HEADER = b"x-traffic-class"
+REQUEST_ID_HEADER = b"x-request-id"
+RETRY_AFTER_MS_HEADER = b"x-restorelens-retry-after-ms"
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "host", "content-length"}
+)
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def error_body(status: int, message: str, error_type: str) -> bytes:
+    """OpenAI-style JSON error (clients of OpenAI-compatible servers already parse this shape)."""
+    return json.dumps({"error": {"message": message, "type": error_type, "code": status}}).encode()
+
+
+class UpstreamTable:
+    """Model -> engine base URLs; several URLs for one model are used in turn."""
+
+    def __init__(self, upstreams: Mapping[str, list[str]]) -> None:
+        self._cycles: dict[str, Iterator[str]] = {m: itertools.cycle([u.rstrip("/") for u in urls]) for m, urls in upstreams.items()}
+        self.urls = {m: [u.rstrip("/") for u in urls] for m, urls in upstreams.items()}
+
+    def pick(self, model: str | None) -> str | None:
+        cycle = self._cycles.get(model or ANY_MODEL) or self._cycles.get(ANY_MODEL)
+        return next(cycle) if cycle is not None else None
+
+
+class _ClientGone(Exception):
+    """The client went away before the request was complete."""
+
+
+class _Answer(Exception):
+    """The gate answers by itself (status, JSON body, extra headers) instead of forwarding."""
+
+    def __init__(self, status: int, message: str, error_type: str, headers: list[tuple[bytes, bytes]] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.error_type, self.headers = status, message, error_type, headers or []
+
+
+async def _send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+class ProxyEndpoint:
+    """Raw ASGI app for ``POST /v1/completions`` and ``POST /v1/chat/completions``."""
+
+    def __init__(
+        self,
+        *,
+        settings: GateSettings,
+        admission: Admission,
+        emitter: GateSpans,
+        client: httpx.AsyncClient,
+        upstreams: UpstreamTable,
+        clock: Clock,
+        router: ModelRouter | None,
+        tracer_provider: Any,
+        waiters: dict[Waiter, asyncio.Future[Grant]],
+    ) -> None:
+        self.settings = settings
+        self.admission = admission
+        self.emitter = emitter
+        self.client = client
+        self.upstreams = upstreams
+        self.clock = clock
+        self.router = router
+        self.router_models = frozenset(router.models()) if router is not None else frozenset()
+        self.tracing = tracer_provider is not None
+        self.waiters = waiters
+        self.upstream_errors: dict[str, int] = {"refused": 0, "timeout": 0, "broken": 0}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = scope["headers"]
+        header = {k: v for k, v in headers if k in (TRAFFIC_CLASS_HEADER, REQUEST_ID_HEADER)}
+        request_id = header.get(REQUEST_ID_HEADER, b"").decode("latin-1") or uuid.uuid4().hex
+        traffic_class = header.get(TRAFFIC_CLASS_HEADER, b"").decode("latin-1") or self.settings.default_traffic_class
+        now_s = self.clock.now_s()
+        parent = _PROPAGATOR.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in headers}) if self.tracing else None
+        span = self.emitter.start_request(request_id, traffic_class, now_s, parent=parent)
+        status: int | None = None
+        work: asyncio.Task[int] | None = None
+        watcher: asyncio.Task[None] | None = None
+        try:
+            body = await self._read_body(receive)
+            payload = self._parse(body, traffic_class)
+            model = payload.get("model")
+            if isinstance(model, str):
+                span.set_attribute(S.ATTR_GEN_AI_REQUEST_MODEL, model)
+            upstream = self._route(model, span, now_s)
+            # Admission and forwarding run in a child task that a disconnect cancels wherever it
+            # waits (queue, upstream, a slow stream); after the body, receive() only says disconnect.
+            work = asyncio.create_task(self._serve(scope, send, payload, body, model, upstream, request_id, traffic_class, span))
+            watcher = asyncio.create_task(self._watch_disconnect(receive))
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                work.cancel()
+                span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+            try:
+                status = await work
+            except asyncio.CancelledError:
+                if not watcher.done():
+                    raise  # this task itself was cancelled (shutdown)
+        except _Answer as answer:
+            status = answer.status
+            if answer.error_type not in ("admission_rejected", "not_ready"):
+                self.emitter.failed(span, answer.error_type, status)
+            await _send_json(send, status, error_body(status, answer.message, answer.error_type), answer.headers)
+        except _ClientGone:
+            span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if work is not None and not work.done():
+                # Shutdown cancelled us: let the child run its finally (it releases the grant).
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+            self.emitter.end_request(span, request_id, self.clock.now_s(), status)
+
+    async def _serve(
+        self, scope: Scope, send: Send, payload: dict[str, Any], body: bytes, model: str | None, upstream: str,
+        request_id: str, traffic_class: str, span: Span,
+    ) -> int:
+        grant: Grant | None = None
+        routed_model: str | None = None
+        try:
+            grant = await self._admit(request_id, traffic_class, span)
+            if self.router is not None and model in self.router_models:
+                routed_model = model
+                self.router.request_started(model, self.clock.now_s())
+            priority = self.admission.policy.upstream_priority(traffic_class)
+            if priority is not None:
+                payload["priority"] = priority
+                body = json.dumps(payload).encode()
+            span.set_attribute(S.ATTR_GATE_UPSTREAM, upstream)
+            return await self._forward(scope, send, scope["headers"], body, upstream, span)
+        finally:
+            end_s = self.clock.now_s()
+            if grant is not None:
+                self.admission.release(grant, end_s)
+            if routed_model is not None and self.router is not None:
+                self.router.request_finished(routed_model, end_s)
+
+    # --- steps -------------------------------------------------------------------------------
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.settings.max_body_bytes:
+                raise _Answer(413, f"request body exceeds {self.settings.max_body_bytes} bytes", "request_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _parse(self, body: bytes, traffic_class: str) -> dict[str, Any]:
+        if traffic_class not in TRAFFIC_CLASSES:
+            raise _Answer(400, f"x-traffic-class {traffic_class!r} is not one of {', '.join(TRAFFIC_CLASSES)}", "invalid_request_error")
+        try:
+            payload = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            # The position only, never the text: the body is a prompt.
+            raise _Answer(400, f"request body is not valid JSON (line {getattr(exc, 'lineno', 1)}, column {getattr(exc, 'colno', 0)})", "invalid_request_error") from None
+        if not isinstance(payload, dict):
+            raise _Answer(400, "request body must be a JSON object", "invalid_request_error")
+        return payload
+
+    def _route(self, model: Any, span: Span, now_s: float) -> str:
+        if model is not None and not isinstance(model, str):
+            raise _Answer(400, "'model' must be a string", "invalid_request_error")
+        if self.router is not None and model in self.router_models:
+            answer = self.router.route(model, now_s, trigger=span.get_span_context())
+            if isinstance(answer, Routed):
+                return answer.upstream_url.rstrip("/")
+            if isinstance(answer, NotReady):
+                self.emitter.not_ready(span, answer.phase, answer.reason, answer.status_code, answer.retry_after_s)
+                extra = [] if answer.retry_after_s is None else [(b"retry-after", str(answer.retry_after_s).encode())]
+                message = answer.message or f"model {model!r} is not ready ({answer.phase}/{answer.reason})"
+                raise _Answer(answer.status_code, message, "not_ready", extra)
+        else:
+            upstream = self.upstreams.pick(model)
+            if upstream is not None:
+                return upstream
+        # AIBrix's gateway answers 400 for a model it does not manage; a plain proxy says 404.
+        status = 400 if self.router is not None else 404
+        raise _Answer(status, f"model {model!r} is not served by this gate", "model_not_found")
+
+    async def _admit(self, request_id: str, traffic_class: str, span: Span) -> Grant:
+        decision = self.admission.request(request_id, traffic_class, self.clock.now_s())
+        if isinstance(decision, Waiter):
+            decision = await self._wait(decision)
+        if isinstance(decision, Rejection):
+            self.emitter.rejected(span, decision)
+            extra: list[tuple[bytes, bytes]] = []
+            if decision.retry_after_ms is not None:
+                extra.append((RETRY_AFTER_MS_HEADER, str(decision.retry_after_ms).encode()))
+                header = retry_after_header(decision.retry_after_ms)
+                if header is not None:
+                    extra.append((b"retry-after", header.encode()))
+            raise _Answer(429, f"{traffic_class} request not admitted ({decision.reason})", "admission_rejected", extra)
+        self.emitter.granted(span, decision)
+        return decision
+
+    async def _wait(self, waiter: Waiter) -> Grant | Rejection:
+        """Park on a future until a release grants the waiter or its deadline passes."""
+        future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
+        self.waiters[waiter] = future
+        try:
+            await asyncio.wait({future}, timeout=max(0.0, waiter.deadline_s - self.clock.now_s()))
+        except BaseException:
+            # Cancelled (client gone, shutdown): leave the queue, or give back a grant made meanwhile.
+            self.waiters.pop(waiter, None)
+            answer = self.admission.withdraw(waiter, self.clock.now_s())
+            if isinstance(answer, Grant):
+                self.admission.release(answer, self.clock.now_s())
+            raise
+        self.waiters.pop(waiter, None)
+        return self.admission.withdraw(waiter, self.clock.now_s(), "timeout")
+
+    async def _forward(
+        self, scope: Scope, send: Send, headers: list[tuple[bytes, bytes]], body: bytes, upstream: str,
+        span: Span,
+    ) -> int:
+        url = upstream + scope["path"]
+        if scope.get("query_string"):
+            url += "?" + scope["query_string"].decode("latin-1")
+        out_headers = [(k, v) for k, v in headers if k.decode("latin-1") not in _HOP_BY_HOP]
+        request = self.client.build_request(scope["method"], url, headers=out_headers, content=body)
+        try:
+            with trace.use_span(span, end_on_exit=False) if self.tracing else _nullcontext():
+                response = await self.client.send(request, stream=True)
+        except httpx.TimeoutException:
+            self.upstream_errors["timeout"] += 1
+            raise _Answer(504, "upstream engine timed out", "upstream_timeout") from None
+        except httpx.TransportError as exc:
+            self.upstream_errors["refused"] += 1
+            raise _Answer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+        try:
+            self.emitter.first_byte(span, self.clock.now_s())
+            await send({
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": [(k, v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP - {"content-length"}],
+            })
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except httpx.HTTPError as exc:
+            # Headers are gone already: the client sees a cut stream; the span says why.
+            self.upstream_errors["broken"] += 1
+            span.set_attribute(S.ATTR_ERROR_TYPE, type(exc).__name__)
+        finally:
+            await response.aclose()
+        return response.status_code
+
+    @staticmethod
+    async def _watch_disconnect(receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
