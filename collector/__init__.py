@@ -4,6 +4,7 @@ See docs/collector.md.
 """
 
 from restorelens.collector.loader import LoadSummary, load_paths
+from restorelens.collector.receiver import create_receiver_app
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.store import InsertResult, SpanStore, StoreBusy, open_read_only, store_spans
 
@@ -14,6 +15,7 @@ __all__ = [
     "SpanRows",
     "SpanStore",
     "StoreBusy",
+    "create_receiver_app",
     "load_paths",
     "open_read_only",
     "store_spans",

@@ -1,0 +1,178 @@
+"""The OTLP/HTTP trace receiver: ``POST /v1/traces`` into a span store (reference section 2).
+
+Answers, in the request's encoding (protobuf or JSON; JSON when the request's type is unknown):
+200 ``ExportTraceServiceResponse`` once the spans are committed (``partial_success`` when some were
+rejected); 400 ``google.rpc.Status`` saying what is wrong; 401 without the bearer token when one is
+set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compressed or not); 415 for
+other content types or encodings; 429 (backlog full) and 503 (store locked by a reader too long, or
+failing) with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
+from restorelens.collector.rows import PayloadError, SpanRows
+from restorelens.collector.writer import Overloaded, StoreWriter
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "TRACES_PATH", "create_receiver_app"]
+
+log = logging.getLogger(__name__)
+
+TRACES_PATH = "/v1/traces"
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_MAX_MESSAGES_IN_ANSWER = 20
+# google.rpc.Code for each HTTP status we send (grpc/grpc doc/http-grpc-status-mapping.md, reversed).
+_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 413: 11, 415: 3, 429: 8, 500: 13, 503: 14}
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def _status(media_type: str, http_status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    code = _RPC_CODE.get(http_status, 2)
+    if media_type == PROTOBUF:
+        body = status_pb2.Status(code=code, message=message).SerializeToString()
+        return Response(body, http_status, headers=headers, media_type=PROTOBUF)
+    body_json = json.dumps({"code": code, "message": message, "details": []})
+    return Response(body_json, http_status, headers=headers, media_type=JSON)
+
+
+def _success(media_type: str, rows: SpanRows) -> Response:
+    message = ""
+    if rows.errors:
+        shown = rows.errors[:_MAX_MESSAGES_IN_ANSWER]
+        more = rows.rejected - len(shown)
+        message = "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    if media_type == PROTOBUF:
+        answer = ExportTraceServiceResponse()
+        if rows.rejected:
+            answer.partial_success.rejected_spans = rows.rejected
+            answer.partial_success.error_message = message
+        return Response(answer.SerializeToString(), 200, media_type=PROTOBUF)
+    body: dict[str, Any] = {}
+    if rows.rejected:
+        body["partialSuccess"] = {"rejectedSpans": str(rows.rejected), "errorMessage": message}
+    return Response(json.dumps(body), 200, media_type=JSON)
+
+
+def _decode(media_type: str, body: bytes) -> SpanRows:
+    rows = SpanRows()
+    if media_type == PROTOBUF:
+        decode_traces_proto(body, rows)
+        return rows
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"invalid JSON: {exc}") from None
+    decode_traces_json(parsed, rows)
+    return rows
+
+
+def create_receiver_app(
+    db_path: str | os.PathLike[str],
+    *,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_pending_spans: int = 200_000,
+    lock_timeout_s: float = 5.0,
+    retry_after_s: int = 1,
+    writer_options: dict[str, Any] | None = None,
+) -> Starlette:
+    """A Starlette app receiving OTLP/HTTP traces into the DuckDB file ``db_path``.
+
+    The store opens now (so a locked or unwritable file fails here); its writer thread runs with the
+    app's lifespan (or from the first request) and is drained and closed at shutdown.
+    """
+    writer = StoreWriter(
+        db_path, max_pending_spans=max_pending_spans, lock_timeout_s=lock_timeout_s, **(writer_options or {})
+    )
+    expected_auth = f"Bearer {token}".encode() if token else None
+    retry_after = {"Retry-After": str(retry_after_s)}
+
+    async def export_traces(request: Request) -> Response:
+        media_type = _media_type(request)
+        answer_type = media_type if media_type in (PROTOBUF, JSON) else JSON
+        if expected_auth is not None:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected_auth):
+                headers = {"WWW-Authenticate": "Bearer"}
+                return _status(answer_type, 401, "missing or wrong bearer token", headers)
+        if media_type not in (PROTOBUF, JSON):
+            message = f"unsupported media type {media_type!r}, supported: [{JSON}, {PROTOBUF}]"
+            return _status(answer_type, 415, message)
+        try:
+            declared = int(request.headers.get("content-length", "0") or 0)
+        except ValueError:
+            return _status(answer_type, 400, "invalid Content-Length")
+        if declared > max_body_bytes:
+            return _status(answer_type, 413, f"request body exceeds {max_body_bytes} bytes")
+        try:
+            decoder = body_decoder(request.headers.get("content-encoding", ""), max_body_bytes)
+            async for chunk in request.stream():
+                decoder.feed(chunk)
+            body = decoder.finish()
+        except UnsupportedEncoding as exc:
+            return _status(answer_type, 415, str(exc))
+        except BodyTooLarge as exc:
+            return _status(answer_type, 413, str(exc))
+        except CorruptBody as exc:
+            return _status(answer_type, 400, str(exc))
+        try:
+            rows = await run_in_threadpool(_decode, media_type, body)
+        except PayloadError as exc:
+            return _status(answer_type, 400, str(exc))
+        if not len(rows):
+            return _success(answer_type, rows)
+        writer.start()
+        try:
+            future = writer.submit(rows)
+        except Overloaded as exc:
+            return _status(answer_type, 429, f"receiver overloaded: {exc}; retry later", retry_after)
+        try:
+            await asyncio.wrap_future(future)
+        except Exception as exc:  # StoreBusy or a storage failure: nothing was committed
+            return _status(answer_type, 503, f"span store unavailable: {exc}", retry_after)
+        return _success(answer_type, rows)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return _status(_media_type(request), exc.status_code, exc.detail, dict(exc.headers or {}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        writer.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(writer.stop)
+
+    app = Starlette(
+        routes=[Route(TRACES_PATH, export_traces, methods=["POST"])],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.writer = writer
+    return app

@@ -1,0 +1,136 @@
+"""One writer thread per span store: group commit, bounded backlog, and a file other processes can open.
+
+Receiver requests submit decoded rows and wait for the commit; the thread inserts everything waiting
+in one transaction (so 100 small requests cost one commit, not 100). Between groups it releases the
+DuckDB file when idle for ``idle_release_s``, and after holding it for ``max_hold_s`` under steady
+load it lets go for ``reader_window_s`` so a reader retrying :func:`open_read_only` gets in. While a
+reader holds the file, inserts wait up to ``lock_timeout_s`` and then fail with StoreBusy (the
+receiver answers 503 + Retry-After); submissions beyond ``max_pending_spans`` are refused at once
+(429 + Retry-After), which bounds memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future
+
+from restorelens.collector.rows import SpanRows
+from restorelens.collector.store import SpanStore
+
+__all__ = ["Overloaded", "StoreWriter"]
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class Overloaded(Exception):
+    """Too many spans are waiting to be written; try again later."""
+
+
+class StoreWriter:
+    def __init__(
+        self,
+        db_path: str | os.PathLike[str],
+        *,
+        max_pending_spans: int = 200_000,
+        lock_timeout_s: float = 5.0,
+        idle_release_s: float = 0.05,
+        max_hold_s: float = 1.0,
+        reader_window_s: float = 0.05,
+        max_group_spans: int = 50_000,
+    ) -> None:
+        self.max_pending_spans = max_pending_spans
+        self.idle_release_s = idle_release_s
+        self.max_hold_s = max_hold_s
+        self.reader_window_s = reader_window_s
+        self.max_group_spans = max_group_spans
+        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s)  # fails fast if the file is locked
+        self._store.release()
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._opened_at = 0.0
+
+    @property
+    def pending_spans(self) -> int:
+        return self._pending
+
+    def start(self) -> StoreWriter:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="span-store-writer", daemon=True)
+            self._thread.start()
+        return self
+
+    def submit(self, rows: SpanRows) -> Future[tuple[int, int]]:
+        """Queue rows for the next commit; the future gives (loaded, duplicate) once durable."""
+        with self._lock:
+            if self._pending and self._pending + len(rows) > self.max_pending_spans:
+                raise Overloaded(f"{self._pending} spans waiting to be stored")
+            self._pending += len(rows)
+        future: Future[tuple[int, int]] = Future()
+        self._queue.put((rows, future))
+        return future
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Write everything submitted so far, then close the store."""
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout_s)
+            self._thread = None
+        self._store.close()
+
+    def _next_group(self) -> tuple[list[tuple[SpanRows, Future[tuple[int, int]]]], bool]:
+        timeout = self.idle_release_s if self._store.is_open else None
+        try:
+            first = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            self._store.release()
+            return [], False
+        if first is _STOP:
+            return [], True
+        group = [first]
+        spans = len(first[0])  # type: ignore[index]
+        stop = False
+        while spans < self.max_group_spans:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stop = True
+                break
+            group.append(item)
+            spans += len(item[0])  # type: ignore[index]
+        return group, stop  # type: ignore[return-value]
+
+    def _run(self) -> None:
+        stop = False
+        while not stop:
+            group, stop = self._next_group()
+            if not group:
+                continue
+            if self._store.is_open and time.monotonic() - self._opened_at > self.max_hold_s:
+                self._store.release()
+                time.sleep(self.reader_window_s)
+            was_open = self._store.is_open
+            try:
+                counts = self._store.insert_batches([rows for rows, _ in group])
+            except Exception as exc:  # every waiter learns why; the receiver maps it to 503
+                log.warning("span store insert failed: %s", exc)
+                for _, future in group:
+                    future.set_exception(exc)
+            else:
+                for (_, future), count in zip(group, counts, strict=True):
+                    future.set_result(count)
+            finally:
+                if not was_open and self._store.is_open:
+                    self._opened_at = time.monotonic()
+                with self._lock:
+                    self._pending -= sum(len(rows) for rows, _ in group)
+        self._store.release()
