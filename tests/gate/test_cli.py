@@ -1,0 +1,34 @@
+"""``restorelens gate`` through the real click group."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+import restorelens.cli
+
+
+def test_check_prints_effective_settings(monkeypatch) -> None:
+    monkeypatch.setenv("RESTORELENS_GATE_ADMIN_TOKEN", "a-long-token")
+    result = CliRunner().invoke(restorelens.cli.cli, [
+        "gate", "--upstream", "http://127.0.0.1:9", "--upstream", "tiny=http://127.0.0.1:10",
+        "--policy", "lend", "--floors", "interactive=3,batch=1", "--lendable", "2", "--port", "0", "--check",
+    ])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["upstreams"] == {"*": ["http://127.0.0.1:9"], "tiny": ["http://127.0.0.1:10"]}
+    assert shown["floors"] == {"interactive": 3, "batch": 1} and shown["lendable_slots"] == 2
+    assert shown["admin_token"] == "set"  # never echoed
+
+
+def test_bad_setting_is_one_line_naming_it() -> None:
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--lendable", "5", "--check"])
+    assert result.exit_code == 1
+    assert "gate.lendable" in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_help_lists_the_gate() -> None:
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--help"])
+    assert result.exit_code == 0 and "--lendable" in result.output and "RESTORELENS_GATE_" in result.output
