@@ -98,19 +98,22 @@ class RunReport:
     results: tuple[RequestResult, ...] = field(repr=False)
     slo_ttft_s: float = 5.0
     slo_e2e_s: float = 30.0
+    #: Live runs compressed X times: result times are real seconds, reported in protocol seconds.
+    time_scale: float = 1.0
 
     def summary(self) -> dict[str, Any]:
         """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s)."""
         outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
         interactive = [r for r in self.results if r.traffic_class == "interactive"]
-        good = sum(r.meets_slo(self.slo_ttft_s, self.slo_e2e_s) for r in interactive)
-        ttfts = [r.ttft_s for r in interactive if r.ttft_s is not None]
+        x = self.time_scale
+        good = sum(r.meets_slo(self.slo_ttft_s / x, self.slo_e2e_s / x) for r in interactive)
+        ttfts = [r.ttft_s * x for r in interactive if r.ttft_s is not None]
         batch_ok = sum(1 for r in self.results if r.traffic_class == "batch" and r.outcome == "ok")
         return {
             "scenario": self.scenario,
             "arm": self.arm,
             "seed": self.seed,
-            "mode": self.mode,
+            "mode": self.mode if x == 1 else f"{self.mode} (x{x:g})",
             "run_id": self.run_id,
             "requests": len(self.results),
             "outcomes": dict(sorted(outcomes.items())),

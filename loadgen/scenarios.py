@@ -37,6 +37,8 @@ class MofluxScenario:
     #: Client retry policy for 429s from the gate (the study's client did not retry: max 1 attempt).
     retry_policy: str = "honour-retry-after"
     max_attempts: int = 1
+    #: Only arrivals before this many seconds (None: the whole protocol); for smoke runs.
+    until_s: float | None = None
 
     kind = "moflux"
 
@@ -52,7 +54,8 @@ class MofluxScenario:
         return ARMS[self.arm]
 
     def workload(self, seed: int) -> Workload:
-        return moflux_workload(self.profile, seed)
+        workload = moflux_workload(self.profile, seed)
+        return workload if self.until_s is None else workload.until(self.until_s)
 
     def engine_config(self, seed: int = 0) -> Any:
         from restorelens.sim import get_preset

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.prompts import approx_tokens, filler_prompt
@@ -118,6 +118,10 @@ class Workload:
 
     def count(self, traffic_class: str, phase: str | None = None) -> int:
         return sum(1 for a in self.arrivals if a.traffic_class == traffic_class and (phase is None or a.phase == phase))
+
+    def until(self, end_s: float) -> Workload:
+        """The same workload with only the arrivals before ``end_s`` (a short smoke run)."""
+        return replace(self, arrivals=tuple(a for a in self.arrivals if a.at_s < end_s), duration_s=min(self.duration_s, end_s))
 
     def client_request(self, arrival: Arrival, labels: RunLabels, *, stream: bool = True) -> ClientRequest:
         """The HTTP request for ``arrival`` (with its filler prompt)."""
