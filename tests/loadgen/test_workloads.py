@@ -95,3 +95,17 @@ def test_filler_prompt_exact_lengths() -> None:
 def test_unknown_profile_is_a_setting_error() -> None:
     with pytest.raises(SettingError, match="workload"):
         moflux_workload("huge")
+
+
+def test_modelclaim_scenarios_cover_the_four_wake_paths_with_their_hints() -> None:
+    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, get_modelclaim_scenario
+    from restorelens.spans import WAKE_PATHS
+
+    assert sorted(s.wake_path for s in MODELCLAIM_SCENARIOS.values()) == sorted(WAKE_PATHS)
+    hints = {s.wake_path: s.expected_retry_after_s for s in MODELCLAIM_SCENARIOS.values()}
+    assert hints == {"in-place": 10, "make-room": 20, "move": 30, "cold-start": 10}
+    reserved = get_modelclaim_scenario("modelclaim-wake-reserved")
+    assert reserved.arrivals[0].at_s == 0.0 and reserved.setup.wake_reserve
+    assert not get_modelclaim_scenario("modelclaim-wake-no-reserve").setup.wake_reserve
+    with pytest.raises(SettingError, match="SCENARIO"):
+        get_modelclaim_scenario("modelclaim-teleport")
