@@ -66,7 +66,7 @@ class _SimApp:
         config: EngineConfig,
         *,
         model_name: str,
-        tracer: Tracer | None,
+        tracer_provider: TracerProvider | None,
         enable_sleep_mode: bool,
         start_mode: str,
         max_body_bytes: int,
@@ -75,7 +75,8 @@ class _SimApp:
     ) -> None:
         self.config = config
         self.model_name = model_name
-        self.tracer = tracer
+        self.tracer_provider = tracer_provider
+        self.tracer: Tracer | None = tracer_provider.get_tracer("restorelens.sim") if tracer_provider else None
         self.max_body_bytes = max_body_bytes
         self.api_key = api_key
         self.created = int(time.time())
@@ -92,7 +93,7 @@ class _SimApp:
                 core.cold_start(now_s)
         self.core = core
         self.engine_metrics = EngineMetrics(core, model_name)
-        self.engine = LiveEngine(core, clock=clock, tracer=tracer, metrics=self.engine_metrics, model_name=model_name)
+        self.engine = LiveEngine(core, clock=clock, tracer=self.tracer, metrics=self.engine_metrics, model_name=model_name)
         self.clock = clock
         self.enable_sleep_mode = enable_sleep_mode
 
@@ -105,6 +106,10 @@ class _SimApp:
             yield
         finally:
             await self.engine.stop()
+            if self.tracer_provider is not None:
+                # uvicorn re-raises SIGTERM/SIGINT after shutdown, so a caller's `finally` may never
+                # run: flush the spans of the last requests here.
+                self.tracer_provider.force_flush()
 
     def _unauthorized(self, request: Request) -> Response | None:
         if self.api_key is None:
@@ -332,11 +337,10 @@ def create_app(
         raise SettingError("start_mode", f"unknown start mode {start_mode!r}; choose one of {', '.join(START_MODES)}")
     if max_body_bytes < 1:
         raise SettingError("max_body_bytes", f"must be >= 1, got {max_body_bytes}")
-    tracer = tracer_provider.get_tracer("restorelens.sim") if tracer_provider is not None else None
     sim = _SimApp(
         config.scaled(time_scale),
         model_name=model_name,
-        tracer=tracer,
+        tracer_provider=tracer_provider,
         enable_sleep_mode=enable_sleep_mode,
         start_mode=start_mode,
         max_body_bytes=max_body_bytes,

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+import socket
+
+from click.testing import CliRunner
+
+from restorelens.cli import cli
+
+
+def test_sim_is_a_restorelens_command_with_help() -> None:
+    result = CliRunner().invoke(cli, ["sim", "--help"])
+    assert result.exit_code == 0, result.output
+    for flag in ("--preset", "--port", "--time-scale", "--enable-sleep-mode", "--otlp-endpoint", "--trace-file"):
+        assert flag in result.output
+
+
+def test_check_prints_the_effective_settings() -> None:
+    result = CliRunner().invoke(
+        cli, ["sim", "--preset", "qwen2.5-1.5b-m1", "--scheduling-policy", "priority", "--time-scale", "10", "--check"]
+    )
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["num_blocks"] == 320 and shown["scheduling_policy"] == "priority"
+    assert shown["cold_start_s"] == 2.0  # 20 s at time scale 10
+
+
+def test_unknown_preset_is_one_line_naming_the_valid_ones() -> None:
+    result = CliRunner().invoke(cli, ["sim", "--preset", "nope", "--check"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "tiny-cpu" in result.output and "Traceback" not in result.output
+
+
+def test_a_busy_port_is_one_line_error(tmp_path: object) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(cli, ["sim", "--port", str(port), "--trace-file", f"{tmp_path}/t.jsonl"])
+    assert result.exit_code == 1 and "--port" in result.output and "Traceback" not in result.output
+
+
+def test_two_span_destinations_are_refused() -> None:
+    result = CliRunner().invoke(cli, ["sim", "--otlp-endpoint", "http://x", "--trace-file", "t.jsonl"])
+    assert result.exit_code == 1 and "choose one" in result.output
