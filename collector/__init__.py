@@ -3,6 +3,7 @@
 See docs/collector.md.
 """
 
+from restorelens.collector.export import export_otlp_jsonl, export_parquet
 from restorelens.collector.loader import LoadSummary, load_paths
 from restorelens.collector.receiver import create_receiver_app
 from restorelens.collector.rows import PayloadError, SpanRows
@@ -16,6 +17,8 @@ __all__ = [
     "SpanStore",
     "StoreBusy",
     "create_receiver_app",
+    "export_otlp_jsonl",
+    "export_parquet",
     "load_paths",
     "open_read_only",
     "store_spans",

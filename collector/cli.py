@@ -1,0 +1,101 @@
+"""``restorelens collect``, ``restorelens load`` and ``restorelens export`` (heavy imports inside)."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["COMMANDS", "collect", "export", "load"]
+
+#: Inputs at least this large get a progress bar.
+PROGRESS_MIN_BYTES = 16 * 1024 * 1024
+_ERRORS_SHOWN = 50
+
+_db_option = click.option(
+    "--db", "db", required=True, type=click.Path(dir_okay=False), help="DuckDB span store file (created if absent)."
+)
+
+
+@click.command("collect")
+@_db_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", default=4318, show_default=True, type=click.IntRange(0, 65535), help="OTLP/HTTP port.")
+@click.option(
+    "--token",
+    envvar="RESTORELENS_COLLECTOR_TOKEN",
+    default=None,
+    help="Require 'Authorization: Bearer TOKEN' (env RESTORELENS_COLLECTOR_TOKEN).",
+)
+@click.option(
+    "--max-body-bytes",
+    default=64 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request body, compressed or decompressed (413 above).",
+)
+def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
+    """Receive OTLP/HTTP traces on POST /v1/traces into the span store DB.
+
+    Point any OpenTelemetry SDK or Collector at http://HOST:PORT/v1/traces (protobuf or JSON, gzip,
+    deflate or zstd). A 200 answer means the spans are committed. Readers (restorelens report, the
+    dashboard) can open DB while this runs. Ctrl-C stops after storing what was accepted.
+    """
+    import uvicorn
+
+    from restorelens.collector.receiver import TRACES_PATH, create_receiver_app
+
+    app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes)
+    click.echo(f"collecting OTLP/HTTP traces on http://{host}:{port}{TRACES_PATH} into {db} (Ctrl-C to stop)", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+@click.command("load")
+@click.argument("files", nargs=-1, required=True)
+@_db_option
+def load(files: tuple[str, ...], db: str) -> None:
+    """Load trace files (OTLP JSON lines or length-prefixed protobuf, as the Collector's file exporter
+    writes them; .gz/.zst; globs and directories) into the span store DB.
+
+    Spans already stored are counted as duplicates, not stored twice. Malformed lines are reported as
+    FILE:LINE: reason and skipped; the exit code is 1 when anything was skipped.
+    """
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from restorelens.collector.loader import expand_paths, load_paths
+
+    paths = expand_paths(files)
+    total = sum(p.stat().st_size for p in paths)
+    if total >= PROGRESS_MIN_BYTES:
+        columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task("loading", total=total)
+            summary = load_paths(paths, db, progress=lambda done, _total: progress.update(task, completed=done))
+    else:
+        summary = load_paths(paths, db)
+    for message in summary.errors[:_ERRORS_SHOWN]:
+        click.echo(message, err=True)
+    if len(summary.errors) > _ERRORS_SHOWN:
+        click.echo(f"... and {len(summary.errors) - _ERRORS_SHOWN} more problems", err=True)
+    click.echo(f"{summary.describe()} into {Path(db)}")
+    if summary.rejected or summary.malformed:
+        raise SystemExit(1)
+
+
+@click.command("export")
+@_db_option
+@click.option(
+    "--format", "fmt", required=True, type=click.Choice(["parquet", "otlp-json"]), help="Output format."
+)
+@click.argument("out", type=click.Path(dir_okay=False))
+def export(db: str, fmt: str, out: str) -> None:
+    """Export every span of DB to OUT: Parquet (zstd, the otel_traces columns) or OTLP JSON lines
+    (loadable by Jaeger's UI, the Collector and restorelens load)."""
+    from restorelens.collector.export import export_otlp_jsonl, export_parquet
+
+    count = export_parquet(db, out) if fmt == "parquet" else export_otlp_jsonl(db, out)
+    click.echo(f"{count} spans written to {out}")
+
+
+COMMANDS = [collect, load, export]

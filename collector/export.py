@@ -1,0 +1,146 @@
+"""Export a span store: Parquet (zstd, the ``otel_traces`` columns as they are) or OTLP JSON lines.
+
+The OTLP JSON lines are what the Collector's file exporter writes (one ``TracesData`` per line,
+lower-case hex IDs, int64 as strings, enums as integers), so Jaeger's UI, the Collector's
+``otlpjsonfile`` receiver and ``restorelens load`` read them back. The store keeps attribute values
+as strings, so they are exported as ``stringValue``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from restorelens.collector.rows import KIND_NAMES, STATUS_NAMES
+from restorelens.collector.schema import TABLE
+from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, open_read_only
+
+__all__ = ["DEFAULT_SPANS_PER_LINE", "export_otlp_jsonl", "export_parquet"]
+
+#: Spans per exported line: the SDK's default export batch size.
+DEFAULT_SPANS_PER_LINE = 512
+_FETCH_ROWS = 65_536
+_KIND_NUMBER = {name: i for i, name in enumerate(KIND_NAMES)}
+_STATUS_NUMBER = {name: i for i, name in enumerate(STATUS_NAMES)}
+
+
+def export_parquet(
+    db_path: str | os.PathLike[str], out: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+) -> int:
+    """Write ``otel_traces`` (ordered by start time) to a zstd Parquet file; returns the span count."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open_read_only(db_path, timeout_s=lock_timeout_s) as con:
+        reader = con.sql(f'select * from {TABLE} order by "Timestamp"').to_arrow_reader(_FETCH_ROWS)
+        with pq.ParquetWriter(str(out), reader.schema, compression="zstd") as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+                written += batch.num_rows
+    return written
+
+
+_SPAN_QUERY = f"""
+select "TraceId", "SpanId", "ParentSpanId", "TraceState", "SpanName", "SpanKind",
+       map_entries("ResourceAttributes") as resource, "ScopeName", "ScopeVersion",
+       map_entries("SpanAttributes") as attributes, epoch_ns("Timestamp") as start_ns, "Duration",
+       "StatusCode", "StatusMessage",
+       [epoch_ns(t) for t in "Events.Timestamp"] as event_times, "Events.Name" as event_names,
+       [map_entries(m) for m in "Events.Attributes"] as event_attributes,
+       "Links.TraceId" as link_traces, "Links.SpanId" as link_spans, "Links.TraceState" as link_states,
+       [map_entries(m) for m in "Links.Attributes"] as link_attributes
+from {TABLE} order by "TraceId", "Timestamp", "SpanId"
+"""
+
+
+def _attributes(entries: list[dict[str, str]] | None) -> list[dict[str, Any]]:
+    return [{"key": e["key"], "value": {"stringValue": e["value"]}} for e in entries or ()]
+
+
+def _span(row: dict[str, Any]) -> dict[str, Any]:
+    span: dict[str, Any] = {"traceId": row["TraceId"], "spanId": row["SpanId"]}
+    if row["ParentSpanId"]:
+        span["parentSpanId"] = row["ParentSpanId"]
+    if row["TraceState"]:
+        span["traceState"] = row["TraceState"]
+    span["name"] = row["SpanName"]
+    kind = _KIND_NUMBER.get(row["SpanKind"], 0)
+    if kind:
+        span["kind"] = kind
+    span["startTimeUnixNano"] = str(row["start_ns"])
+    span["endTimeUnixNano"] = str(row["start_ns"] + row["Duration"])
+    if row["attributes"]:
+        span["attributes"] = _attributes(row["attributes"])
+    if row["event_names"]:
+        span["events"] = [
+            {"timeUnixNano": str(t), "name": n, **({"attributes": _attributes(a)} if a else {})}
+            for t, n, a in zip(row["event_times"], row["event_names"], row["event_attributes"], strict=True)
+        ]
+    if row["link_spans"]:
+        links = zip(row["link_traces"], row["link_spans"], row["link_states"], row["link_attributes"], strict=True)
+        span["links"] = [
+            {"traceId": t, "spanId": s, **({"traceState": st} if st else {}), **({"attributes": _attributes(a)} if a else {})}
+            for t, s, st, a in links
+        ]
+    status: dict[str, Any] = {}
+    code = _STATUS_NUMBER.get(row["StatusCode"], 0)
+    if code:
+        status["code"] = code
+    if row["StatusMessage"]:
+        status["message"] = row["StatusMessage"]
+    span["status"] = status
+    return span
+
+
+def _traces_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Group one line's spans by resource, then scope, as OTLP nests them."""
+    resources: dict[str, tuple[list[dict[str, str]], dict[tuple[str, str], list[dict[str, Any]]]]] = {}
+    for row in rows:
+        key = json.dumps(row["resource"], sort_keys=True)
+        scopes = resources.setdefault(key, (row["resource"], {}))[1]
+        scopes.setdefault((row["ScopeName"], row["ScopeVersion"]), []).append(_span(row))
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _attributes(resource)},
+                "scopeSpans": [
+                    {"scope": {k: v for k, v in (("name", name), ("version", version)) if v}, "spans": spans}
+                    for (name, version), spans in scopes.items()
+                ],
+            }
+            for resource, scopes in resources.values()
+        ]
+    }
+
+
+def _chunks(con: Any, size: int) -> Iterator[list[dict[str, Any]]]:
+    pending: list[dict[str, Any]] = []
+    for batch in con.sql(_SPAN_QUERY).to_arrow_reader(_FETCH_ROWS):
+        pending.extend(batch.to_pylist())
+        while len(pending) >= size:
+            yield pending[:size]
+            del pending[:size]
+    if pending:
+        yield pending
+
+
+def export_otlp_jsonl(
+    db_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    spans_per_line: int = DEFAULT_SPANS_PER_LINE,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> int:
+    """Write every span as OTLP JSON lines (spans of a trace kept together); returns the span count."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with open_read_only(db_path, timeout_s=lock_timeout_s) as con, open(out, "w", encoding="utf-8") as f:
+        for rows in _chunks(con, spans_per_line):
+            f.write(json.dumps(_traces_data(rows), separators=(",", ":"), ensure_ascii=False))
+            f.write("\n")
+            written += len(rows)
+    return written

@@ -1,0 +1,48 @@
+"""`restorelens load` and `restorelens export` through the real command group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from restorelens.cli import cli
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_load_prints_the_summary_and_reports_bad_lines_with_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text((DATA / "collector_file_exporter.jsonl").read_text() + "{oops\n")
+    db = str(tmp_path / "t.duckdb")
+    result = CliRunner().invoke(cli, ["load", str(bad), str(DATA / "otlp_example_trace.json"), "--db", db])
+    assert result.exit_code == 1
+    assert f"{bad}:3: invalid JSON" in result.output
+    assert "2 file(s): 4 spans loaded, 0 duplicate, 0 rejected, 1 malformed line(s)" in result.output
+    again = CliRunner().invoke(cli, ["load", str(DATA / "otlp_example_trace.json"), "--db", db])
+    assert again.exit_code == 0 and "0 spans loaded, 1 duplicate" in again.output
+
+
+def test_load_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["load", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "t.duckdb")])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {tmp_path / 'nope.jsonl'}: no such file"
+
+
+def test_export_writes_both_formats(tmp_path: Path) -> None:
+    db = str(tmp_path / "t.duckdb")
+    assert CliRunner().invoke(cli, ["load", str(DATA / "collector_file_exporter.jsonl"), "--db", db]).exit_code == 0
+    for fmt, name in (("parquet", "o.parquet"), ("otlp-json", "o.jsonl")):
+        result = CliRunner().invoke(cli, ["export", "--db", db, "--format", fmt, str(tmp_path / name)])
+        assert result.exit_code == 0 and "3 spans written" in result.output
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "o"])
+    assert result.exit_code == 1 and "no such span store" in result.output
+
+
+def test_collect_help_describes_the_endpoint() -> None:
+    result = CliRunner().invoke(cli, ["collect", "--help"])
+    assert result.exit_code == 0 and "/v1/traces" in result.output and "--token" in result.output
