@@ -12,6 +12,7 @@ Each payload is numbered: the line number for JSON lines, the message number oth
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_MESSAGE_BYTES", "Payload", "read_payloads"]
+__all__ = ["MAX_DOCUMENT_BYTES", "MAX_MESSAGE_BYTES", "Payload", "open_stream", "read_payloads"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -140,23 +141,28 @@ def _length_prefixed(stream: io.BufferedReader) -> Iterator[Payload]:
         yield _message(number, data)
 
 
-def read_payloads(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[Payload]:
-    """Yield every payload of one file; a damaged stream ends with an error payload."""
+@contextlib.contextmanager
+def open_stream(
+    path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None
+) -> Iterator[tuple[io.BufferedReader, bool]]:
+    """The decompressed content of ``path`` and whether it is JSON (lines) rather than length-prefixed."""
     with open(path, "rb", buffering=0) as raw:
         stream = _decompressed(io.BufferedReader(_CountingReader(raw, on_bytes), buffer_size=1 << 20))
-        number = 0
-        try:
-            if _first_byte(stream) in (b"{", b"["):
-                payloads = _json_lines(stream)
-            else:
-                payloads = _length_prefixed(stream)
-            for payload in payloads:
+        yield stream, _first_byte(stream) in (b"{", b"[")
+
+
+def read_payloads(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[Payload]:
+    """Yield every payload of one file; a damaged stream ends with an error payload."""
+    number = 0
+    try:
+        with open_stream(path, on_bytes) as (stream, is_json):
+            for payload in _json_lines(stream) if is_json else _length_prefixed(stream):
                 number = payload.number
                 yield payload
-        except (OSError, EOFError, ValueError) as exc:  # truncated or corrupt gzip/zstd stream
+    except (OSError, EOFError, ValueError) as exc:  # truncated or corrupt gzip/zstd stream
+        yield Payload(number + 1, error=f"cannot read further: {exc}")
+    except Exception as exc:  # zstandard.ZstdError is not an OSError
+        if type(exc).__module__.startswith("zstandard"):
             yield Payload(number + 1, error=f"cannot read further: {exc}")
-        except Exception as exc:  # zstandard.ZstdError is not an OSError
-            if type(exc).__module__.startswith("zstandard"):
-                yield Payload(number + 1, error=f"cannot read further: {exc}")
-            else:
-                raise
+        else:
+            raise

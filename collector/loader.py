@@ -8,6 +8,7 @@ nothing new (the spans count as duplicates).
 from __future__ import annotations
 
 import glob
+import logging
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,12 +16,15 @@ from pathlib import Path
 
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.decode_proto import decode_traces_proto
-from restorelens.collector.files import read_payloads
+from restorelens.collector.fast_jsonl import read_collector_jsonl
+from restorelens.collector.files import open_stream, read_payloads
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
 from restorelens.errors import InputError
 
 __all__ = ["LoadSummary", "expand_paths", "load_paths"]
+
+log = logging.getLogger(__name__)
 
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
@@ -66,6 +70,24 @@ def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]
     return unique
 
 
+def _load_fast(store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary) -> bool:
+    """Load a Collector-shaped JSON-lines file column-wise, in one transaction; False if unsupported."""
+    try:
+        with open_stream(path, on_bytes) as (stream, is_json), store.transaction() as con:
+            if not is_json:
+                return False
+            loaded = total = 0
+            for table in read_collector_jsonl(stream):
+                loaded += store.insert_table(con, table)
+                total += table.num_rows
+    except Exception as exc:  # Unsupported, or anything else: the lenient decoder redoes it and says why
+        log.debug("%s: lenient decoder (%s)", path, exc)
+        return False
+    summary.loaded += loaded
+    summary.duplicate += total - loaded
+    return True
+
+
 def load_paths(
     paths_or_globs: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
     db_path: str | os.PathLike[str],
@@ -73,10 +95,12 @@ def load_paths(
     progress: Callable[[int, int], None] | None = None,
     batch_spans: int = DEFAULT_BATCH_SPANS,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    fast: bool = True,
 ) -> LoadSummary:
     """Load every span of the given files into ``db_path``.
 
     ``progress(done_bytes, total_bytes)`` is called as the files (compressed sizes) are read.
+    ``fast=False`` skips the Arrow fast path (every file goes through the lenient decoder).
     """
     if isinstance(paths_or_globs, (str, os.PathLike)):
         paths_or_globs = [paths_or_globs]
@@ -105,6 +129,10 @@ def load_paths(
             rows = SpanRows()
 
         for path in files:
+            file_start = done_bytes
+            if fast and _load_fast(store, path, on_bytes, summary):
+                continue
+            done_bytes = file_start  # the slow path reads the file again
             for payload in read_payloads(path, on_bytes):
                 where = f"{path}:{payload.number}"
                 if payload.error:

@@ -9,15 +9,17 @@ once it returns, DuckDB has committed it to its write-ahead log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.decode_proto import decode_traces_proto
@@ -125,27 +127,38 @@ class SpanStore:
     ) -> None:
         self.close()
 
-    def insert_batches(self, batches: Sequence[SpanRows]) -> list[tuple[int, int]]:
-        """Insert each batch, all in one transaction; per batch (loaded, duplicate)."""
-        tables = [batch.to_arrow() for batch in batches]
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
         con = self.connection()
-        counts: list[tuple[int, int]] = []
         con.begin()
         try:
-            for table in tables:
-                loaded = 0
-                if table.num_rows:
-                    con.register("rl_incoming", table)
-                    try:
-                        row = con.execute(f"insert or ignore into {TABLE} select * from rl_incoming").fetchone()
-                    finally:
-                        con.unregister("rl_incoming")
-                    loaded = int(row[0]) if row else 0
-                counts.append((loaded, table.num_rows - loaded))
+            yield con
             con.commit()
         except BaseException:
             con.rollback()
             raise
+
+    @staticmethod
+    def insert_table(con: duckdb.DuckDBPyConnection, table: pa.Table) -> int:
+        """Insert an Arrow table in ``otel_traces`` layout; returns how many spans were new."""
+        if not table.num_rows:
+            return 0
+        con.register("rl_incoming", table)
+        try:
+            row = con.execute(f"insert or ignore into {TABLE} select * from rl_incoming").fetchone()
+        finally:
+            con.unregister("rl_incoming")
+        return int(row[0]) if row else 0
+
+    def insert_batches(self, batches: Sequence[SpanRows]) -> list[tuple[int, int]]:
+        """Insert each batch, all in one transaction; per batch (loaded, duplicate)."""
+        tables = [batch.to_arrow() for batch in batches]
+        with self.transaction() as con:
+            counts = []
+            for table in tables:
+                loaded = self.insert_table(con, table)
+                counts.append((loaded, table.num_rows - loaded))
         return counts
 
     def insert_rows(self, rows: SpanRows) -> InsertResult:

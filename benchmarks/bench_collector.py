@@ -1,0 +1,273 @@
+"""Collector speed: file loading against DuckDB's own JSON flattening, and the OTLP/HTTP receiver.
+
+Run: ``.venv/bin/python -m benchmarks bench_collector`` (default: 100k spans, ~1 minute) or
+``.venv/bin/python -m benchmarks.bench_collector --spans 1000000`` for the full target.
+
+1. Load a generated Collector-shaped JSONL file (TracesData lines of 512 spans) with
+   ``load_paths``; side by side, the anchor (DuckDB ``read_json`` + unnest into the same
+   ``otel_traces`` columns, in a fresh database) and the practical limit (``json.loads`` of every
+   line, nothing else), plus the lenient span-by-span decoder alone (``fast=False``). Each runs in
+   its own process (imports excluded from the timing) so its peak memory (max RSS) is its own.
+2. The receiver (``create_receiver_app`` under uvicorn in its own process) fed by the real
+   ``OTLPSpanExporter`` (protobuf, batches of 512) from client threads: spans/s, spans/s per
+   receiver CPU-second, spans lost, p50/p99 export latency (encode + answer), receiver peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+SPANS_PER_LINE = 512
+DEFAULT_SPANS = 100_000
+DEFAULT_RECEIVER_SPANS = 51_200
+
+SERVICES = ("gate", "restorelens-loadgen", "unknown_service:python")
+NAMES = ("gate.request", "POST", "llm_request", "client.request")
+
+
+def generate_jsonl(path: Path, spans: int, seed: int = 7) -> None:
+    """Collector file-exporter shape: lower hex, int64 strings, status {}, a few attributes and events."""
+    rng = random.Random(seed)
+    base = 1_700_000_000_000_000_000
+    with open(path, "w", encoding="utf-8") as f:
+        for first in range(0, spans, SPANS_PER_LINE):
+            items = []
+            for i in range(first, min(first + SPANS_PER_LINE, spans)):
+                start = base + i * 1_000_000
+                span = {
+                    "traceId": f"{rng.getrandbits(128):032x}",
+                    "spanId": f"{rng.getrandbits(64):016x}",
+                    "parentSpanId": f"{rng.getrandbits(64):016x}",
+                    "flags": 256,
+                    "name": NAMES[i % 4],
+                    "kind": 1 + i % 3,
+                    "startTimeUnixNano": str(start),
+                    "endTimeUnixNano": str(start + rng.randrange(10**6, 10**9)),
+                    "attributes": [
+                        {"key": "restore.request_id", "value": {"stringValue": f"req-{i}"}},
+                        {"key": "restore.traffic_class", "value": {"stringValue": "interactive"}},
+                        {"key": "http.response.status_code", "value": {"intValue": str(200 + i % 2 * 303)}},
+                        {"key": "gate.wait_s", "value": {"doubleValue": rng.random()}},
+                        {"key": "gen_ai.request.model", "value": {"stringValue": "tiny"}},
+                    ],
+                    "status": {"code": 2, "message": "upstream 503"} if i % 10 == 0 else {},
+                }
+                if i % 4 == 0:
+                    span["events"] = [
+                        {"timeUnixNano": str(start + 1000), "name": "retry.wait",
+                         "attributes": [{"key": "wait_s", "value": {"doubleValue": 0.5}}]}
+                    ]
+                items.append(span)
+            resource = {"attributes": [
+                {"key": "service.name", "value": {"stringValue": SERVICES[first // SPANS_PER_LINE % 3]}},
+                {"key": "telemetry.sdk.language", "value": {"stringValue": "python"}},
+            ]}
+            line = {"resourceSpans": [{"resource": resource, "scopeSpans": [
+                {"scope": {"name": "restorelens", "version": "0.1.0"}, "spans": items}]}]}
+            f.write(json.dumps(line, separators=(",", ":")))
+            f.write("\n")
+
+
+# --- the three loaders, each run in a child process -------------------------------------------
+
+_ANCHOR_SQL = """
+create table otel_traces as
+with lines as (
+  select * from read_json(?, format='newline_delimited', maximum_object_size=268435456, columns={
+    'resourceSpans': 'STRUCT(resource STRUCT(attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[]), scopeSpans STRUCT(scope STRUCT(name VARCHAR, version VARCHAR), spans STRUCT(traceId VARCHAR, spanId VARCHAR, parentSpanId VARCHAR, traceState VARCHAR, name VARCHAR, kind INTEGER, startTimeUnixNano VARCHAR, endTimeUnixNano VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[], events STRUCT(timeUnixNano VARCHAR, name VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[])[], links STRUCT(traceId VARCHAR, spanId VARCHAR, traceState VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[])[], status STRUCT(code INTEGER, message VARCHAR))[])[])[]'})
+), rs as (select unnest(resourceSpans) as r from lines),
+ss as (select r.resource as resource, unnest(r.scopeSpans) as s from rs),
+sp as (select resource, s.scope as scope, unnest(s.spans) as sp from ss)
+select make_timestamp_ns(cast(sp.startTimeUnixNano as bigint)) as "Timestamp",
+  lower(sp.traceId) as "TraceId", lower(sp.spanId) as "SpanId", lower(coalesce(sp.parentSpanId, '')) as "ParentSpanId",
+  coalesce(sp.traceState, '') as "TraceState", sp.name as "SpanName",
+  ['Unspecified','Internal','Server','Client','Producer','Consumer'][coalesce(sp.kind, 0) + 1] as "SpanKind",
+  coalesce(list_filter(resource.attributes, lambda a: a.key = 'service.name')[1].value.stringValue, '') as "ServiceName",
+  map_from_entries(list_transform(resource.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, cast(a.value.doubleValue as varchar), cast(a.value.boolValue as varchar), cast(a.value.arrayValue as varchar), cast(a.value.kvlistValue as varchar), a.value.bytesValue, '')})) as "ResourceAttributes",
+  coalesce(scope.name, '') as "ScopeName", coalesce(scope.version, '') as "ScopeVersion",
+  map_from_entries(list_transform(sp.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, cast(a.value.doubleValue as varchar), cast(a.value.boolValue as varchar), cast(a.value.arrayValue as varchar), cast(a.value.kvlistValue as varchar), a.value.bytesValue, '')})) as "SpanAttributes",
+  cast(cast(sp.endTimeUnixNano as ubigint) - cast(sp.startTimeUnixNano as ubigint) as ubigint) as "Duration",
+  ['Unset','Ok','Error'][coalesce(sp.status.code, 0) + 1] as "StatusCode", coalesce(sp.status.message, '') as "StatusMessage",
+  list_transform(coalesce(sp.events, []), lambda e: make_timestamp_ns(cast(e.timeUnixNano as bigint))) as "Events.Timestamp",
+  list_transform(coalesce(sp.events, []), lambda e: e.name) as "Events.Name",
+  list_transform(coalesce(sp.events, []), lambda e: map_from_entries(list_transform(e.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, cast(a.value.doubleValue as varchar), cast(a.value.boolValue as varchar), '')}))) as "Events.Attributes",
+  list_transform(coalesce(sp.links, []), lambda l: lower(l.traceId)) as "Links.TraceId",
+  list_transform(coalesce(sp.links, []), lambda l: lower(l.spanId)) as "Links.SpanId",
+  list_transform(coalesce(sp.links, []), lambda l: coalesce(l.traceState, '')) as "Links.TraceState",
+  list_transform(coalesce(sp.links, []), lambda l: map_from_entries(list_transform(l.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, '')}))) as "Links.Attributes"
+from sp
+"""
+
+_CHILD = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    import duckdb
+    from restorelens.collector.loader import load_paths  # imports are not part of the timing
+    mode, src, db = sys.argv[1:4]
+    t0 = time.perf_counter()
+    if mode == "restorelens":
+        summary = load_paths([src], db)
+        spans = summary.loaded
+    elif mode == "restorelens-lenient":
+        summary = load_paths([src], db, fast=False)
+        spans = summary.loaded
+    elif mode == "duckdb-anchor":
+        con = duckdb.connect(db)
+        con.execute(sys.argv[4], [src])
+        spans = con.execute("select count(*) from otel_traces").fetchone()[0]
+        con.close()
+    else:
+        spans = 0
+        with open(src, "rb") as f:
+            for line in f:
+                spans += len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"])
+    elapsed = time.perf_counter() - t0
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"spans": spans, "seconds": elapsed, "peak_mib": peak_mib}))
+    """
+)
+
+
+def _run_loader(mode: str, src: Path, db: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode, str(src), str(db), _ANCHOR_SQL],
+        check=True, capture_output=True, text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_load(spans: int, workdir: Path) -> None:
+    src = workdir / "spans.jsonl"
+    t0 = time.perf_counter()
+    generate_jsonl(src, spans)
+    size_mib = src.stat().st_size / 2**20
+    print(f"load: {spans} spans, {size_mib:.1f} MiB JSONL in lines of {SPANS_PER_LINE} (generated in "
+          f"{time.perf_counter() - t0:.1f} s)")
+    results = {}
+    for mode in ("json.loads", "duckdb-anchor", "restorelens", "restorelens-lenient"):
+        db = workdir / f"{mode}.duckdb"
+        result = _run_loader(mode, src, db)
+        assert result["spans"] == spans, (mode, result)
+        results[mode] = result
+        rate = spans / result["seconds"]
+        print(f"  {mode:19s} {result['seconds']:7.2f} s  {rate:10,.0f} spans/s  {size_mib / result['seconds']:6.1f} MiB/s"
+              f"  peak RSS {result['peak_mib']:6.0f} MiB")
+    ours = results["restorelens"]["seconds"]
+    print(f"  restorelens vs anchor: {results['duckdb-anchor']['seconds'] / ours:.2f}x faster (goal >= 3x); "
+          f"{spans / ours:,.0f} spans/s (goal >= 200,000); "
+          f"{results['json.loads']['seconds'] / ours:.2f}x the bare json.loads rate; "
+          f"lenient decoder alone {results['duckdb-anchor']['seconds'] / results['restorelens-lenient']['seconds']:.2f}x anchor")
+
+
+# --- the receiver --------------------------------------------------------------------------------
+
+_RECEIVER = textwrap.dedent(
+    """
+    import sys, threading
+    from restorelens.collector.receiver import create_receiver_app
+    from restorelens.serving import ServerThread
+    server = ServerThread(create_receiver_app(sys.argv[1])).start()
+    print(server.url, flush=True)
+    sys.stdin.readline()
+    server.stop()
+    """
+)
+
+
+def _proc_stats(pid: int) -> tuple[float, float]:
+    """(CPU seconds, peak RSS MiB) of a live process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    peak_kib = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("VmHWM:"))
+    return cpu_s, peak_kib / 1024
+
+
+def _make_batches(spans: int) -> list[list[object]]:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("bench")
+    for i in range(spans):
+        with tracer.start_as_current_span("gate.request", attributes={"i": i, "restore.traffic_class": "interactive",
+                                                                      "gate.wait_s": 0.01}) as span:
+            span.add_event("grant.acquired")
+    finished = list(memory.get_finished_spans())
+    provider.shutdown()
+    return [finished[i:i + SPANS_PER_LINE] for i in range(0, len(finished), SPANS_PER_LINE)]
+
+
+def bench_receiver(spans: int, workdir: Path, client_threads: int = 2) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import duckdb
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    batches = _make_batches(spans)
+    db = workdir / "receiver.duckdb"
+    with subprocess.Popen([sys.executable, "-c", _RECEIVER, str(db)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        url = proc.stdout.readline().strip() + "/v1/traces"
+        exporters = [OTLPSpanExporter(endpoint=url) for _ in range(client_threads)]
+        latencies: list[float] = []
+        failures = 0
+        cpu0, _ = _proc_stats(proc.pid)
+
+        def send(index: int) -> None:
+            nonlocal failures
+            t = time.perf_counter()
+            result = exporters[index % client_threads].export(batches[index])
+            latencies.append(time.perf_counter() - t)
+            failures += result is not SpanExportResult.SUCCESS
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(client_threads) as pool:
+            list(pool.map(send, range(len(batches))))
+        elapsed = time.perf_counter() - t0
+        cpu1, peak_mib = _proc_stats(proc.pid)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=60)
+    con = duckdb.connect(str(db), read_only=True)
+    stored = con.execute("select count(*) from otel_traces").fetchone()[0]
+    con.close()
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+    cpu_s = cpu1 - cpu0
+    print(f"receiver: {spans} SDK spans via OTLPSpanExporter (protobuf), batches of {SPANS_PER_LINE}, "
+          f"{client_threads} client threads, client and receiver sharing the machine's cores")
+    print(f"  {spans / elapsed:10,.0f} spans/s wall   {spans / cpu_s:10,.0f} spans per receiver CPU-second "
+          f"(goal >= 50,000)")
+    print(f"  lost {spans - stored} (failed exports {failures})   export latency p50 {p50:.1f} ms  p99 {p99:.1f} ms"
+          f"   receiver peak RSS {peak_mib:.0f} MiB")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spans", type=int, default=DEFAULT_SPANS, help="spans in the generated JSONL file")
+    parser.add_argument("--receiver-spans", type=int, default=DEFAULT_RECEIVER_SPANS)
+    args = parser.parse_args(sys.argv[1:] if argv is None and __name__ == "__main__" else argv or [])
+    with tempfile.TemporaryDirectory(prefix="bench-collector-") as tmp:
+        bench_load(args.spans, Path(tmp))
+        bench_receiver(args.receiver_spans, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()

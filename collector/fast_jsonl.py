@@ -1,0 +1,236 @@
+"""The fast path for Collector JSON-lines files: Arrow's multithreaded JSON reader plus compute kernels.
+
+Parsing with ``json.loads`` and converting span by span in Python is the loader's bottleneck. Files
+written by the Collector have one exact shape (lower-case hex, int64 as strings, integer enums), so
+they are read here with an explicit Arrow schema and flattened column-wise into ``otel_traces``
+rows. Anything outside that shape (enum names, numbers for strings, array/kvlist/bytes values, bad
+IDs, a pretty-printed document) raises :class:`Unsupported`, and the caller loads that file with the
+lenient span-by-span decoder instead, which also reports file:line reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from restorelens.collector.rows import ARROW_SCHEMA, KIND_NAMES, STATUS_NAMES, double_to_str
+
+__all__ = ["BLOCK_BYTES", "Unsupported", "read_collector_jsonl"]
+
+#: Arrow reads in blocks that must hold whole lines; a longer line sends the file to the slow path.
+BLOCK_BYTES = 32 * 1024 * 1024
+
+
+class Unsupported(Exception):
+    """This input is not in the Collector's exact shape; use the lenient decoder."""
+
+
+_VALUE = pa.struct(
+    [("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()), ("boolValue", pa.bool_())]
+)
+_KVS = pa.list_(pa.struct([("key", pa.string()), ("value", _VALUE)]))
+_SPAN = pa.struct(
+    [
+        ("traceId", pa.string()),
+        ("spanId", pa.string()),
+        ("parentSpanId", pa.string()),
+        ("traceState", pa.string()),
+        ("name", pa.string()),
+        ("kind", pa.int32()),
+        ("startTimeUnixNano", pa.string()),
+        ("endTimeUnixNano", pa.string()),
+        ("attributes", _KVS),
+        ("events", pa.list_(pa.struct([("timeUnixNano", pa.string()), ("name", pa.string()), ("attributes", _KVS)]))),
+        (
+            "links",
+            pa.list_(
+                pa.struct(
+                    [("traceId", pa.string()), ("spanId", pa.string()), ("traceState", pa.string()), ("attributes", _KVS)]
+                )
+            ),
+        ),
+        ("status", pa.struct([("code", pa.int32()), ("message", pa.string())])),
+    ]
+)
+_SCOPE_SPANS = pa.struct(
+    [("scope", pa.struct([("name", pa.string()), ("version", pa.string())])), ("spans", pa.list_(_SPAN))]
+)
+_RESOURCE_SPANS = pa.struct(
+    [("resource", pa.struct([("attributes", _KVS)])), ("scopeSpans", pa.list_(_SCOPE_SPANS))]
+)
+_FILE_SCHEMA = pa.schema([("resourceSpans", pa.list_(_RESOURCE_SPANS))])
+# Keys whose values would be lost by the explicit schema: their presence needs the lenient decoder.
+# snake_case keys would be ignored silently too, so any key ending like one sends the file there.
+_LENIENT_ONLY = (
+    b"arrayValue", b"kvlistValue", b"bytesValue", b"deprecatedScopeSpans", b"instrumentationLibrary",
+    b'_value":', b'_id":', b'_nano":', b'_spans":', b'_state":',
+)
+
+_KIND = pa.array(KIND_NAMES)
+_STATUS = pa.array(STATUS_NAMES)
+_INT_TEXT = r"^(0|-?[1-9][0-9]*)$"
+_NANOS_TEXT = r"^(0|[1-9][0-9]{0,18})$"
+
+
+def _field(array: Any, name: str) -> Any:
+    return pc.struct_field(array, name)
+
+
+def _require(condition: Any, what: str) -> None:
+    if condition.as_py() is False:  # None: nothing to check (empty input)
+        raise Unsupported(what)
+
+
+def _hex_ids(values: Any, n_digits: int, what: str, *, optional: bool) -> Any:
+    if optional:
+        values = values.fill_null("")
+    elif values.null_count:
+        raise Unsupported(f"{what} missing")
+    lowered = pc.utf8_lower(values)
+    pattern = f"^([0-9a-f]{{{n_digits}}})?$" if optional else f"^[0-9a-f]{{{n_digits}}}$"
+    _require(pc.all(pc.match_substring_regex(lowered, pattern)), f"{what} not hex")
+    if not optional:
+        _require(pc.invert(pc.any(pc.equal(lowered, "0" * n_digits))), f"{what} all zeros")
+    return lowered
+
+
+def _nanos(values: Any, what: str) -> Any:
+    text = values.fill_null("0")
+    _require(pc.all(pc.match_substring_regex(text, _NANOS_TEXT)), f"{what} not a timestamp")
+    return pc.cast(text, pa.int64())
+
+
+def _value_strings(values: Any) -> Any:
+    ints = _field(values, "intValue")
+    if ints.null_count < len(ints):
+        _require(pc.all(pc.match_substring_regex(ints.drop_null(), _INT_TEXT)), "non-canonical intValue")
+    doubles = _field(values, "doubleValue")
+    if doubles.null_count < len(doubles):
+        # Python's repr is the shortest round-trip form the lenient decoder writes; Arrow's differs.
+        doubles = pa.array([None if d is None else double_to_str(d) for d in doubles.to_pylist()], pa.string())
+    else:
+        doubles = pa.nulls(len(values), pa.string())
+    bools = pc.if_else(_field(values, "boolValue"), "true", "false")
+    strings = pc.coalesce(_field(values, "stringValue"), ints, doubles, bools)
+    if strings.null_count:
+        raise Unsupported("empty or complex attribute value")
+    return strings
+
+
+def _offsets(lists: Any) -> Any:
+    lengths = pc.list_value_length(lists).fill_null(0)
+    return pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(lengths).cast(pa.int32())])
+
+
+def _maps(kv_lists: Any) -> Any:
+    """list<struct<key, value>> -> map<string, string> (null lists become empty maps)."""
+    pairs = pc.list_flatten(kv_lists)
+    keys = _field(pairs, "key")
+    if keys.null_count:
+        raise Unsupported("attribute without key")
+    return pa.MapArray.from_arrays(_offsets(kv_lists), keys, _value_strings(_field(pairs, "value")))
+
+
+def _lists(lists: Any, values: Any) -> Any:
+    return pa.ListArray.from_arrays(_offsets(lists), values)
+
+
+def _service_names(resource_maps: Any) -> Any:
+    return pa.array([dict(m).get("service.name", "") for m in resource_maps.to_pylist()], pa.string())
+
+
+def _flatten(resource_spans_lists: Any) -> pa.Table:
+    rs = pc.list_flatten(resource_spans_lists)
+    resource_maps = _maps(_field(_field(rs, "resource"), "attributes"))
+    ss_lists = _field(rs, "scopeSpans")
+    ss = pc.list_flatten(ss_lists)
+    ss_rs = pc.list_parent_indices(ss_lists)
+    spans_lists = _field(ss, "spans")
+    spans = pc.list_flatten(spans_lists)
+    span_ss = pc.list_parent_indices(spans_lists)
+    span_rs = pc.take(ss_rs, span_ss)
+    scope = _field(ss, "scope")
+
+    start = _nanos(_field(spans, "startTimeUnixNano"), "startTimeUnixNano")
+    end = _nanos(_field(spans, "endTimeUnixNano"), "endTimeUnixNano")
+    kind = _field(spans, "kind").fill_null(0)
+    status = _field(spans, "status")
+    code = _field(status, "code").fill_null(0)
+    _require(pc.all(pc.and_(pc.greater_equal(kind, 0), pc.less(kind, len(KIND_NAMES)))), "unknown kind")
+    _require(pc.all(pc.and_(pc.greater_equal(code, 0), pc.less(code, len(STATUS_NAMES)))), "unknown status")
+    events = _field(spans, "events")
+    event = pc.list_flatten(events)
+    links = _field(spans, "links")
+    link = pc.list_flatten(links)
+    columns = [
+        pc.cast(start, pa.timestamp("ns")),
+        _hex_ids(_field(spans, "traceId"), 32, "traceId", optional=False),
+        _hex_ids(_field(spans, "spanId"), 16, "spanId", optional=False),
+        _hex_ids(_field(spans, "parentSpanId"), 16, "parentSpanId", optional=True),
+        _field(spans, "traceState").fill_null(""),
+        _field(spans, "name").fill_null(""),
+        pc.take(_KIND, kind),
+        pc.take(_service_names(resource_maps), span_rs),
+        pc.take(resource_maps, span_rs),
+        pc.take(_field(scope, "name").fill_null(""), span_ss),
+        pc.take(_field(scope, "version").fill_null(""), span_ss),
+        _maps(_field(spans, "attributes")),
+        pc.cast(pc.max_element_wise(pc.subtract(end, start), 0), pa.uint64()),
+        pc.take(_STATUS, code),
+        _field(status, "message").fill_null(""),
+        _lists(events, pc.cast(_nanos(_field(event, "timeUnixNano"), "event timeUnixNano"), pa.timestamp("ns"))),
+        _lists(events, _field(event, "name").fill_null("")),
+        _lists(events, _maps(_field(event, "attributes"))),
+        _lists(links, _hex_ids(_field(link, "traceId"), 32, "link traceId", optional=False)),
+        _lists(links, _hex_ids(_field(link, "spanId"), 16, "link spanId", optional=False)),
+        _lists(links, _field(link, "traceState").fill_null("")),
+        _lists(links, _maps(_field(link, "attributes"))),
+    ]
+    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+class _Peeking:
+    """A binary stream that remembers whether a lenient-only key went by (checked per block)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._stream = stream
+        self._tail = b""
+        self.lenient_only: bytes | None = None
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        if self.lenient_only is None and data:
+            window = self._tail + data
+            self.lenient_only = next((key for key in _LENIENT_ONLY if key in window), None)
+            self._tail = data[-32:]
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def read_collector_jsonl(stream: IO[bytes]) -> Iterator[pa.Table]:
+    """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream; may raise Unsupported."""
+    peeking = _Peeking(stream)
+    try:
+        reader = pj.open_json(
+            pa.PythonFile(peeking, mode="r"),  # type: ignore[arg-type]
+            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
+            parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="ignore"),
+        )
+        for batch in reader:
+            if peeking.lenient_only is not None:
+                raise Unsupported(f"{peeking.lenient_only.decode()} values")
+            yield _flatten(batch.column(0))
+        if peeking.lenient_only is not None:
+            raise Unsupported(f"{peeking.lenient_only.decode()} values")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, pa.ArrowIndexError) as exc:
+        raise Unsupported(str(exc).splitlines()[0]) from None

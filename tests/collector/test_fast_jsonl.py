@@ -1,0 +1,80 @@
+"""The Arrow fast path produces exactly the rows of the lenient decoder, or declines."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.fast_jsonl import Unsupported, read_collector_jsonl
+from restorelens.collector.rows import SpanRows
+
+DATA = Path(__file__).parent / "data"
+
+
+def _lenient(text: str) -> pa.Table:
+    rows = SpanRows()
+    for line in text.splitlines():
+        decode_traces_json(json.loads(line), rows)
+    return rows.to_arrow()
+
+
+def _fast(text: str) -> pa.Table:
+    return pa.concat_tables(list(read_collector_jsonl(io.BytesIO(text.encode()))))
+
+
+def _doc(spans: list[dict[str, Any]]) -> str:
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]})
+
+
+def _span(i: int, **extra: Any) -> dict[str, Any]:
+    return {"traceId": "AB" * 16, "spanId": f"{i + 1:016X}", "name": "s", "startTimeUnixNano": "5",
+            "endTimeUnixNano": "9", "status": {}, **extra}
+
+
+def test_collector_file_exporter_lines_give_identical_rows() -> None:
+    text = (DATA / "collector_file_exporter.jsonl").read_text()
+    with pytest.raises(Unsupported, match="arrayValue"):  # arrays need the lenient decoder
+        _fast(text)
+    text = text.replace(',{"key":"tags","value":{"arrayValue":{"values":[{"stringValue":"a"},{"intValue":"1"}]}}}', "")
+    assert "arrayValue" not in text
+    fast = _fast(text)
+    assert fast.num_rows == 3 and fast.equals(_lenient(text))
+
+
+def test_doubles_are_formatted_like_the_lenient_decoder() -> None:
+    doubles = [0.1, 3.0, 1e-5, 1e16, 1e22, 123456789.0, -0.0, 2.5e-300]
+    spans = [_span(i, attributes=[{"key": "d", "value": {"doubleValue": d}}]) for i, d in enumerate(doubles)]
+    text = _doc(spans)
+    fast = _fast(text)
+    assert fast.equals(_lenient(text))
+    assert [dict(m)["d"] for m in fast.column("SpanAttributes").to_pylist()] == [repr(d) for d in doubles]
+
+
+@pytest.mark.parametrize(
+    "span",
+    [
+        _span(0, kind="SPAN_KIND_SERVER"),
+        _span(0, attributes=[{"key": "a", "value": {"arrayValue": {"values": []}}}]),
+        _span(0, spanId="nothex"),
+        _span(0, startTimeUnixNano="-5"),
+        _span(0, attributes=[{"key": "i", "value": {"intValue": "007"}}]),
+        {"trace_id": "ab" * 16, "span_id": "cd" * 8, "start_time_unix_nano": "5"},
+    ],
+)
+def test_anything_outside_the_collector_shape_is_declined(span: dict[str, Any]) -> None:
+    with pytest.raises(Unsupported):
+        _fast(_doc([span]))
+
+
+def test_the_pretty_printed_otlp_example_gives_the_same_rows() -> None:
+    text = (DATA / "otlp_example_trace.json").read_text()
+    rows = SpanRows()
+    decode_traces_json(json.loads(text), rows)
+    assert _fast(text).equals(rows.to_arrow())
