@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["PARAMETERISED", "PUBLIC_VIEWS", "VIEW_LAYERS", "Query", "load_query"]
+__all__ = ["PARAMETERISED", "PUBLIC_VIEWS", "SHARED_LAYERS", "VIEW_LAYERS", "Query", "load_query"]
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
 VIEW_LAYERS = (
@@ -30,6 +30,10 @@ VIEW_LAYERS = (
     "wake_episodes",
     "lifecycle_intervals",
 )
+
+#: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
+SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
+                 "request_attempts")
 
 #: Layers meant for users (the rest are internal building blocks).
 PUBLIC_VIEWS = ("requests", "attempts", "lending_episodes", "wake_episodes", "lifecycle_intervals")

@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from restorelens.analysis.queries import PUBLIC_VIEWS, VIEW_LAYERS, load_query
+from restorelens.analysis.queries import PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, load_query
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 
@@ -50,8 +50,9 @@ class Slo:
 class Analysis:
     """The decomposition views over one DuckDB connection holding ``otel_traces``.
 
-    ``materialize=True`` computes every layer once into temporary tables (faster when many views
-    are read, e.g. a report); the default registers views, computed when read.
+    ``materialize=True`` computes the layers that several views share (``SHARED_LAYERS``) once
+    into temporary tables, faster when many views are read (a report, a dashboard); the default
+    registers plain views, computed when read (cheapest when one view is read once).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False) -> None:
@@ -59,9 +60,20 @@ class Analysis:
         self.slo = slo or Slo()
         self.materialize = materialize
         self._summary_materialized_for: Slo | None = None
-        kind = "table" if materialize else "view"
+        self._drop_layers()
         for name in VIEW_LAYERS:
-            con.execute(f"create or replace temp {kind} {name} as {load_query(name).sql}")
+            kind = "table" if materialize and name in SHARED_LAYERS else "view"
+            con.execute(f"create temp {kind} {name} as {load_query(name).sql}")
+
+    def _drop_layers(self) -> None:
+        """Drop layers a previous ``Analysis`` on this connection registered (as views or tables)."""
+        tables = {row[0] for row in self.con.execute("select table_name from duckdb_tables() where temporary").fetchall()}
+        views = {row[0] for row in self.con.execute("select view_name from duckdb_views() where temporary").fetchall()}
+        for name in reversed(VIEW_LAYERS):
+            if name in tables:
+                self.con.execute(f"drop table temp.{name}")
+            elif name in views:
+                self.con.execute(f"drop view temp.{name}")
 
     @classmethod
     def open(cls, db_path: str | Path, *, slo: Slo | None = None, materialize: bool = False) -> Analysis:

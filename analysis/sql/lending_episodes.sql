@@ -54,13 +54,16 @@ joined as (
 
     from restores
     left join gates
-        on restores.returning_trace_id = gates.trace_id
+        on restores.returning_key = gates.span_key
+        and restores.returning_trace_id = gates.trace_id
         and restores.returning_span_id = gates.span_id
     left join attempts
-        on gates.trace_id = attempts.trace_id
+        on gates.parent_key = attempts.span_key
+        and gates.trace_id = attempts.trace_id
         and gates.parent_span_id = attempts.span_id
     left join clients
-        on attempts.trace_id = clients.trace_id
+        on attempts.parent_key = clients.span_key
+        and attempts.trace_id = clients.trace_id
         and attempts.client_span_id = clients.span_id
 
 ),

@@ -38,8 +38,31 @@ client_attempts as (
 
     from posts
     inner join clients
-        on posts.trace_id = clients.trace_id
+        on posts.parent_key = clients.span_key
+        and posts.trace_id = clients.trace_id
         and posts.parent_span_id = clients.span_id
+
+),
+
+attempt_order as (
+
+    -- narrow on purpose: window functions carry every column they are given
+    select
+        span_key,
+        trace_id,
+        span_id,
+        row_number() over by_request as attempt_index,
+        count(*) over whole_request as attempt_count,
+        lead(start_ns) over by_request as next_start_ns
+
+    from client_attempts
+
+    window
+        by_request as (partition by trace_id, client_span_id order by start_ns, span_id),
+        whole_request as (
+            partition by trace_id, client_span_id order by start_ns, span_id
+            rows between unbounded preceding and unbounded following
+        )
 
 ),
 
@@ -47,6 +70,7 @@ joined as (
 
     select
         client_attempts.*,
+        attempt_order.* exclude (span_key, trace_id, span_id),
         gates.span_id as gate_span_id,
         gates.start_ns as gate_start_ns,
         gates.policy,
@@ -71,26 +95,18 @@ joined as (
         coalesce(gates.completion_tokens, direct.completion_tokens) as completion_tokens
 
     from client_attempts
+    inner join attempt_order
+        on client_attempts.span_key = attempt_order.span_key
+        and client_attempts.trace_id = attempt_order.trace_id
+        and client_attempts.span_id = attempt_order.span_id
     left join gates
-        on client_attempts.trace_id = gates.trace_id
+        on client_attempts.span_key = gates.parent_key
+        and client_attempts.trace_id = gates.trace_id
         and client_attempts.span_id = gates.parent_span_id
     left join engines as direct
-        on client_attempts.trace_id = direct.trace_id
+        on client_attempts.span_key = direct.parent_key
+        and client_attempts.trace_id = direct.trace_id
         and client_attempts.span_id = direct.parent_span_id
-
-),
-
-ordered as (
-
-    select
-        *,
-        row_number() over by_request as attempt_index,
-        count(*) over (partition by trace_id, client_span_id) as attempt_count,
-        lead(start_ns) over by_request as next_start_ns
-
-    from joined
-
-    window by_request as (partition by trace_id, client_span_id order by start_ns, span_id)
 
 ),
 
@@ -103,7 +119,7 @@ final as (
         coalesce(gate_start_ns < start_ns, false)
             or engine_clock_skew
             or coalesce(gate_span_id is null and engine_arrival_ns < start_ns, false) as clock_skew,
-        -- a child span starting before its parent: the two services' clocks disagree
+        -- a child span starting before its parent, or a retry sent before the previous answer
         list_filter([
             case when gate_start_ns < start_ns then 'gate_before_attempt' end,
             case when engine_clock_skew then 'engine_before_upstream' end,
@@ -111,7 +127,7 @@ final as (
             case when next_start_ns < end_ns then 'next_attempt_before_response' end
         ], lambda gap: gap is not null) as negative_gaps
 
-    from ordered
+    from joined
 
 )
 

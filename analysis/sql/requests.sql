@@ -20,12 +20,13 @@ per_request as (
     select
         trace_id,
         client_span_id,
+        parent_key as client_key,
         count(*) as attempts,
         max(policy) as any_policy,
         bool_or(clock_skew) as clock_skew
 
     from attempts
-    group by trace_id, client_span_id
+    group by trace_id, client_span_id, parent_key
 
 ),
 
@@ -76,10 +77,12 @@ final as (
 
     from clients
     left join per_request
-        on clients.trace_id = per_request.trace_id
+        on clients.span_key = per_request.client_key
+        and clients.trace_id = per_request.trace_id
         and clients.span_id = per_request.client_span_id
     left join last_attempt
-        on clients.trace_id = last_attempt.trace_id
+        on clients.span_key = last_attempt.parent_key
+        and clients.trace_id = last_attempt.trace_id
         and clients.span_id = last_attempt.client_span_id
 
 )

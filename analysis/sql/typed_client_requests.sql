@@ -17,6 +17,10 @@ final as (
         "SpanId" as span_id,
         "ServiceName" as service_name,
 
+        -- 64-bit hashes of (trace, span) make the joins between layers cheap; every join on them
+        -- also compares the ids themselves, so a hash collision can never pair the wrong spans
+        hash("TraceId", "SpanId") as span_key,
+
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,
         epoch_ns("Timestamp") + "Duration"::bigint as end_ns,

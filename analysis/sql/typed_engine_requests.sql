@@ -23,6 +23,11 @@ typed as (
         "ParentSpanId" as parent_span_id,
         "ServiceName" as service_name,
 
+        -- 64-bit hashes of (trace, span) make the joins between layers cheap; every join on them
+        -- also compares the ids themselves, so a hash collision can never pair the wrong spans
+        hash("TraceId", "SpanId") as span_key,
+        hash("TraceId", "ParentSpanId") as parent_key,
+
         -- Timestamp is the span start = arrival (timestamp_ns); Duration is in nanoseconds
         epoch_ns("Timestamp") as arrival_ns,
         epoch_ns("Timestamp") + "Duration"::bigint as end_ns,

@@ -30,7 +30,8 @@ final as (
 
         -- the returning request; lists are 1-based and an absent link gives null
         "Links.TraceId"[1] as returning_trace_id,
-        "Links.SpanId"[1] as returning_span_id
+        "Links.SpanId"[1] as returning_span_id,
+        hash("Links.TraceId"[1], "Links.SpanId"[1]) as returning_key
 
     from source
 

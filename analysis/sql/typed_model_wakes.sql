@@ -35,7 +35,8 @@ final as (
 
         -- the triggering request; lists are 1-based and an absent link gives null
         "Links.TraceId"[1] as trigger_trace_id,
-        "Links.SpanId"[1] as trigger_span_id
+        "Links.SpanId"[1] as trigger_span_id,
+        hash("Links.TraceId"[1], "Links.SpanId"[1]) as trigger_key
 
     from source
 

@@ -41,6 +41,7 @@ triggered as (
         wakes.*,
         trigger_attempt.trace_id as request_trace_id,
         trigger_attempt.client_span_id,
+        trigger_attempt.parent_key as client_key,
         trigger_attempt.attempt_index as trigger_attempt_index,
         trigger_attempt.attempt_count,
         trigger_attempt.clock_skew as trigger_clock_skew,
@@ -52,10 +53,12 @@ triggered as (
 
     from wakes
     left join gates as trigger_gate
-        on wakes.trigger_trace_id = trigger_gate.trace_id
+        on wakes.trigger_key = trigger_gate.span_key
+        and wakes.trigger_trace_id = trigger_gate.trace_id
         and wakes.trigger_span_id = trigger_gate.span_id
     left join attempts as trigger_attempt
-        on trigger_gate.trace_id = trigger_attempt.trace_id
+        on trigger_gate.parent_key = trigger_attempt.span_key
+        and trigger_gate.trace_id = trigger_attempt.trace_id
         and trigger_gate.parent_span_id = trigger_attempt.span_id
 
 ),
@@ -73,7 +76,8 @@ successes as (
 
     from triggered
     inner join attempts
-        on triggered.request_trace_id = attempts.trace_id
+        on triggered.client_key = attempts.parent_key
+        and triggered.request_trace_id = attempts.trace_id
         and triggered.client_span_id = attempts.client_span_id
         and attempts.attempt_index >= triggered.trigger_attempt_index
         and attempts.status_code between 200 and 299
@@ -102,7 +106,8 @@ joined as (
     left join successes
         on triggered.span_id = successes.wake_span_id
     left join clients
-        on triggered.request_trace_id = clients.trace_id
+        on triggered.client_key = clients.span_key
+        and triggered.request_trace_id = clients.trace_id
         and triggered.client_span_id = clients.span_id
 
 ),

@@ -1,0 +1,406 @@
+"""Decompose generated episodes: DuckDB SQL (analysis/sql) side by side with the same in polars.
+
+Default: 100k and 1M spans; ``--10m`` (or RESTORELENS_BENCH_10M=1) adds 10M (goal: <= 10 s on
+2 cores, near-linear). Each unit of 16 spans is one lending episode (returning request + restore),
+one wake episode (503 attempt, retry, engine, wake span) and two lifecycle state intervals.
+
+Timed: from the stored ``otel_traces`` table to every public view computed (requests, attempts,
+lending and wake episodes, lifecycle intervals) and the policy summary, with the SQL layers
+materialised once (the report's mode) and as plain views. The polars side starts from the same
+rows already in memory as Arrow (its load time is printed apart) and computes the same metrics;
+their totals are compared to make sure the two decompositions agree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import duckdb
+import polars as pl
+
+from restorelens.analysis import Analysis
+from restorelens.collector.schema import create_schema
+
+SPANS_PER_UNIT = 16
+BASE_NS = 1_767_225_600 * 1_000_000_000
+
+# Synthetic traces in the otel_traces layout. Offsets in nanoseconds within a unit; each unit is
+# shifted by $unit_ns so episodes do not overlap. Ids are hex of the unit number.
+GENERATE_SQL = """
+insert into otel_traces
+with units as (
+    select
+        range as u,
+        $base_ns + range * $unit_ns as t,
+        ['fcfs', 'priority', 'static', 'lend'][1 + range % 4] as policy,
+        ['balanced', 'long-context'][1 + (range // 4) % 2] as workload,
+        (range // 8) % 5 as seed,
+        printf('%016x', range) as h
+    from range($units)
+),
+spans as (
+    -- lending: returning request trace (client, attempt, gate, upstream POST, engine) + restore
+    select u, 'a' || h || h as tr, 'c1' || h as id, '' as par, 'client.request' as name, 'Internal' as kind,
+           t as s, t + 10_000_000_000 as e,
+           map(['restore.request_id','restore.traffic_class','restore.outcome','restore.workload','restore.seed',
+                'restore.run_id','restore.arrival_phase','gen_ai.request.model'],
+               ['r' || h, 'interactive', 'ok', workload, seed::varchar, 'run', 'return', 'tiny']) as attrs,
+           ['response.first_chunk'] as ev_names, [t + 4_900_000_000] as ev_ts,
+           []::varchar[] as link_tr, []::varchar[] as link_id
+    from units
+    union all select u, 'a'||h||h, 'p1'||h, 'c1'||h, 'POST', 'Client', t, t + 10_000_000_000,
+           map(['http.response.status_code'], ['200']), [], [], [], [] from units
+    union all select u, 'a'||h||h, 'g1'||h, 'p1'||h, 'gate.request', 'Server', t + 62_500_000, t + 9_900_000_000,
+           map(['restore.request_id','gate.policy','gate.decision','gate.slot','http.response.status_code'],
+               ['r' || h, policy, 'admitted', 'own', '200']),
+           ['grant.acquired'], [t + 1_000_000_000], [], [] from units
+    union all select u, 'a'||h||h, 'q1'||h, 'g1'||h, 'POST', 'Client', t + 1_000_000_000, t + 9_800_000_000,
+           map(['http.response.status_code'], ['200']), [], [], [], [] from units
+    union all select u, 'a'||h||h, 'e1'||h, 'q1'||h, 'llm_request', 'Server', t + 1_125_000_000, t + 9_125_000_000,
+           map(['gen_ai.latency.time_in_queue','gen_ai.latency.time_to_first_token','gen_ai.latency.e2e',
+                'gen_ai.usage.prompt_tokens','gen_ai.usage.completion_tokens','gen_ai.request.id'],
+               [(3.5 + (u % 7) / 8)::varchar, '3.75', '8.0', '16', '32', 'x' || h]), [], [], [], [] from units
+    union all select u, 'b'||h||h, 'rs'||h, '', 'gate.restore', 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map(['gate.policy','gate.borrowed_at_return'], [policy, (u % 3)::varchar]),
+           ['grant.restored','borrowed.drained'], [t + 1_062_500_000, t + 4_562_500_000],
+           ['a'||h||h], ['g1'||h] from units
+    -- wake: 503 attempt + retry served, in one client trace; the wake span links the first gate.request
+    union all select u, 'c'||h||h, 'c2'||h, '', 'client.request', 'Internal', t, t + 12_000_000_000,
+           map(['restore.request_id','restore.traffic_class','restore.outcome','restore.workload','restore.seed',
+                'restore.run_id','restore.arrival_phase','restore.retry_policy','gen_ai.request.model'],
+               ['w' || h, 'batch', 'ok', workload, seed::varchar, 'run', 'borrow', 'honour-retry-after', 'tiny']),
+           ['response.first_chunk'], [t + 10_812_500_000], [], [] from units
+    union all select u, 'c'||h||h, 'p2'||h, 'c2'||h, 'POST', 'Client', t, t + 125_000_000,
+           map(['http.response.status_code','http.response.header.retry-after','restore.retry_after_s'],
+               ['503', '["10"]', '10']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'g2'||h, 'p2'||h, 'gate.request', 'Server', t + 31_250_000, t + 93_750_000,
+           map(['restore.request_id','gate.policy','gate.decision','http.response.status_code','restore.retry_after_s'],
+               ['w' || h, policy, 'not_ready', '503', '10']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'p3'||h, 'c2'||h, 'POST', 'Client', t + 10_125_000_000, t + 12_000_000_000,
+           map(['http.response.status_code','http.request.resend_count'], ['200', '1']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'g3'||h, 'p3'||h, 'gate.request', 'Server', t + 10_156_250_000, t + 11_900_000_000,
+           map(['restore.request_id','gate.policy','gate.decision','gate.slot','http.response.status_code'],
+               ['w' || h, policy, 'admitted', 'borrowed', '200']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'q3'||h, 'g3'||h, 'POST', 'Client', t + 10_187_500_000, t + 11_800_000_000,
+           map(['http.response.status_code'], ['200']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'e3'||h, 'q3'||h, 'llm_request', 'Server', t + 10_250_000_000, t + 11_750_000_000,
+           map(['gen_ai.latency.time_in_queue','gen_ai.latency.time_to_first_token','gen_ai.latency.e2e',
+                'gen_ai.usage.prompt_tokens','gen_ai.usage.completion_tokens','gen_ai.request.id'],
+               ['0.125', '0.5', '1.5', '1600', '64', 'y' || h]), [], [], [], [] from units
+    union all select u, 'd'||h||h, 'wk'||h, '', 'modelclaim.wake', 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map(['gen_ai.request.model','modelclaim.wake_path','modelclaim.pod'],
+               ['tiny', ['in-place','make-room','move','cold-start'][1 + u % 4], 'pod-a']),
+           ['engine.wake_called','engine.ready','ready.observed'],
+           [t + 62_500_000, t + 4_062_500_000 + (u % 5) * 250_000_000, t + 4_562_500_000 + (u % 5) * 250_000_000],
+           ['c'||h||h], ['g2'||h] from units
+    union all select u, 'e'||h||h, 's1'||h, '', 'modelclaim.state', 'Internal', t, t + 62_500_000,
+           map(['gen_ai.request.model','modelclaim.phase','modelclaim.reason','modelclaim.pod'],
+               ['m' || (u % 50), 'Sleeping', 'EngineSleeping', 'pod-a']), [], [], [], [] from units
+    union all select u, 'e'||h||h, 's2'||h, '', 'modelclaim.state', 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map(['gen_ai.request.model','modelclaim.phase','modelclaim.reason','modelclaim.pod'],
+               ['m' || (u % 50), 'Activating', 'EngineWaking', 'pod-a']), [], [], [], [] from units
+)
+select
+    make_timestamp_ns(s), tr, id, par, '', name, kind, 'svc',
+    map(['service.name'], ['svc']), 'bench', '', attrs, (e - s)::ubigint, 'Unset', '',
+    list_transform(ev_ts, lambda x: make_timestamp_ns(x)), ev_names,
+    list_transform(ev_names, lambda x: map([]::varchar[], []::varchar[])),
+    link_tr, link_id, list_transform(link_id, lambda x: ''),
+    list_transform(link_id, lambda x: map([]::varchar[], []::varchar[]))
+from spans
+"""
+
+PUBLIC = ("requests", "attempts", "lending_episodes", "wake_episodes", "lifecycle_intervals")
+
+
+def generate(con: duckdb.DuckDBPyConnection, spans: int) -> int:
+    create_schema(con)
+    units = max(1, spans // SPANS_PER_UNIT)
+    con.execute(GENERATE_SQL, {"units": units, "base_ns": BASE_NS, "unit_ns": 20_000_000_000})
+    return units * SPANS_PER_UNIT
+
+
+# --- the same decomposition in polars ------------------------------------------------------------
+
+
+def _attr(key: str, dtype: type[pl.DataType] | pl.DataType | None = None) -> pl.Expr:
+    value = pl.col("SpanAttributes").map.get(key)
+    return value.cast(dtype, strict=False) if dtype is not None else value
+
+
+def _event_ns(name: str) -> pl.Expr:
+    position = pl.col("Events.Name").list.eval(pl.arg_where(pl.element() == name))
+    return pl.col("Events.Timestamp").list.gather(position).list.first().cast(pl.Int64)
+
+
+def _base(spans: pl.DataFrame, name: str, *extra: pl.Expr) -> pl.DataFrame:
+    start = pl.col("Timestamp").cast(pl.Int64)
+    return spans.filter(pl.col("SpanName") == name).select(
+        pl.col("TraceId").alias("trace_id"),
+        pl.col("SpanId").alias("span_id"),
+        pl.col("ParentSpanId").alias("parent_span_id"),
+        start.alias("start_ns"),
+        (start + pl.col("Duration").cast(pl.Int64)).alias("end_ns"),
+        *extra,
+    )
+
+
+def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: float = 30.0) -> dict[str, pl.DataFrame]:
+    """The layers of analysis/sql, written with polars expressions (same joins, same metrics)."""
+    clients = _base(
+        spans, "client.request",
+        _event_ns("response.first_chunk").alias("first_chunk_ns"),
+        _attr("restore.request_id").alias("request_id"), _attr("restore.run_id").alias("run_id"),
+        _attr("restore.workload").alias("workload"), _attr("restore.seed", pl.Int64).alias("seed"),
+        _attr("restore.traffic_class").alias("traffic_class"), _attr("restore.outcome").alias("outcome"),
+        _attr("restore.arrival_phase").alias("arrival_phase"), _attr("restore.retry_policy").alias("retry_policy"),
+    )
+    raw_retry_after = _attr("http.response.header.retry-after").str.json_path_match("$[0]")
+    posts = _base(
+        spans, "POST",
+        _attr("http.response.status_code", pl.Int64).alias("status_code"),
+        pl.coalesce(_attr("restore.retry_after_s", pl.Float64), raw_retry_after.cast(pl.Float64, strict=False))
+        .alias("retry_after_s"),
+    )
+    gates = _base(
+        spans, "gate.request",
+        _event_ns("upstream.first_byte").alias("upstream_first_byte_ns"),
+        _attr("gate.policy").alias("policy"), _attr("gate.decision").alias("decision"),
+        _attr("http.response.status_code", pl.Int64).alias("gate_status_code"),
+        _attr("restore.retry_after_s", pl.Float64).alias("gate_retry_after_s"),
+        _attr("restore.request_id").alias("gate_request_id"),
+    )
+    queue_s = _attr("gen_ai.latency.time_in_queue", pl.Float64)
+    ttft_s = _attr("gen_ai.latency.time_to_first_token", pl.Float64)
+    start = pl.col("Timestamp").cast(pl.Int64)
+    engines = _base(
+        spans.filter(pl.col("SpanName") == "llm_request"), "llm_request",
+        (start + (queue_s * 1e9).round().cast(pl.Int64)).alias("engine_scheduled_ns"),
+        (start + (ttft_s * 1e9).round().cast(pl.Int64)).alias("engine_first_token_ns"),
+    ).rename({"start_ns": "engine_arrival_ns", "span_id": "engine_span_id"})
+
+    upstream = posts.select("trace_id", "span_id", pl.col("parent_span_id").alias("gate_span_id"),
+                            pl.col("start_ns").alias("upstream_start_ns"))
+    engine_via_upstream = (
+        engines.join(upstream, left_on=["trace_id", "parent_span_id"], right_on=["trace_id", "span_id"])
+        .sort("engine_arrival_ns", descending=True)
+        .unique(["trace_id", "gate_span_id"], keep="first")
+        .drop("parent_span_id", "end_ns")
+    )
+    gate_requests = gates.join(engine_via_upstream, left_on=["trace_id", "span_id"],
+                               right_on=["trace_id", "gate_span_id"], how="left")
+
+    client_attempts = posts.join(
+        clients.select("trace_id", pl.col("span_id").alias("client_span_id"), "request_id",
+                       pl.col("first_chunk_ns").alias("client_first_chunk_ns")),
+        left_on=["trace_id", "parent_span_id"], right_on=["trace_id", "client_span_id"], how="inner",
+    ).with_columns(pl.col("parent_span_id").alias("client_span_id"))
+    gate_cols = gate_requests.select(
+        "trace_id", pl.col("parent_span_id").alias("attempt_span_id"), pl.col("span_id").alias("gate_span_id"),
+        "policy", "decision", "gate_status_code", "gate_retry_after_s", "upstream_first_byte_ns",
+        "engine_span_id", "engine_arrival_ns", "engine_scheduled_ns", "engine_first_token_ns",
+    )
+    direct = engines.select("trace_id", pl.col("parent_span_id").alias("attempt_span_id"),
+                            pl.col("engine_span_id").alias("direct_span_id"),
+                            pl.col("engine_scheduled_ns").alias("direct_scheduled_ns"),
+                            pl.col("engine_first_token_ns").alias("direct_first_token_ns"))
+    attempts = (
+        client_attempts.join(gate_cols, left_on=["trace_id", "span_id"], right_on=["trace_id", "attempt_span_id"],
+                             how="left")
+        .join(direct, left_on=["trace_id", "span_id"], right_on=["trace_id", "attempt_span_id"], how="left")
+        .with_columns(
+            pl.coalesce("engine_span_id", "direct_span_id").alias("engine_span_id"),
+            pl.coalesce("engine_scheduled_ns", "direct_scheduled_ns").alias("engine_scheduled_ns"),
+            pl.coalesce("engine_first_token_ns", "direct_first_token_ns").alias("engine_first_token_ns"),
+            pl.coalesce("retry_after_s", "gate_retry_after_s").alias("retry_after_s"),
+        )
+        .sort("trace_id", "client_span_id", "start_ns", "span_id")
+        .with_columns(
+            pl.int_range(1, pl.len() + 1).over("trace_id", "client_span_id").alias("attempt_index"),
+            pl.len().over("trace_id", "client_span_id").alias("attempt_count"),
+            pl.col("start_ns").shift(-1).over("trace_id", "client_span_id").alias("next_start_ns"),
+        )
+        .with_columns(
+            ((pl.col("next_start_ns") - pl.col("end_ns")) / 1e9).alias("wait_before_next_s"),
+            ((pl.col("engine_scheduled_ns") - pl.col("start_ns")) / 1e9).alias("engine_schedule_s"),
+        )
+    )
+
+    last = attempts.filter(pl.col("attempt_index") == pl.col("attempt_count"))
+    requests = clients.join(
+        last.select("trace_id", "client_span_id", "policy", "decision", "engine_first_token_ns",
+                    pl.col("attempt_count").alias("attempts")),
+        left_on=["trace_id", "span_id"], right_on=["trace_id", "client_span_id"], how="left",
+    ).with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("e2e_s"),
+        ((pl.coalesce("first_chunk_ns", "engine_first_token_ns") - pl.col("start_ns")) / 1e9).alias("ttft_s"),
+    )
+
+    restores = _base(
+        spans, "gate.restore",
+        _event_ns("grant.restored").alias("grant_restored_ns"), _event_ns("borrowed.drained").alias("drained_ns"),
+        _attr("gate.borrowed_at_return", pl.Int64).alias("borrowed_at_return"), _attr("gate.policy").alias("policy"),
+        pl.col("Links.TraceId").list.first().alias("returning_trace_id"),
+        pl.col("Links.SpanId").list.first().alias("returning_span_id"),
+    )
+    lending = restores.join(
+        gate_requests.select("trace_id", pl.col("span_id").alias("gate_span_id"), "engine_scheduled_ns",
+                             pl.coalesce("engine_first_token_ns", "upstream_first_byte_ns").alias("first_token_ns")),
+        left_on=["returning_trace_id", "returning_span_id"], right_on=["trace_id", "gate_span_id"], how="left",
+    ).select(
+        "policy", "borrowed_at_return",
+        ((pl.col("grant_restored_ns") - pl.col("start_ns")) / 1e9).alias("grant_restore_s"),
+        pl.when(pl.col("drained_ns").is_not_null()).then((pl.col("drained_ns") - pl.col("start_ns")) / 1e9)
+        .when(pl.col("borrowed_at_return") == 0).then(0.0).alias("drain_s"),
+        ((pl.col("engine_scheduled_ns") - pl.col("grant_restored_ns")) / 1e9).alias("engine_schedule_s"),
+        ((pl.col("first_token_ns") - pl.col("start_ns")) / 1e9).alias("ttft_s"),
+    )
+
+    wakes = _base(
+        spans, "modelclaim.wake",
+        _event_ns("engine.ready").alias("ready_ns"), _event_ns("ready.observed").alias("observed_ns"),
+        _attr("modelclaim.wake_path").alias("wake_path"),
+        pl.col("Links.TraceId").list.first().alias("trigger_trace_id"),
+        pl.col("Links.SpanId").list.first().alias("trigger_span_id"),
+    )
+    trigger = attempts.select(
+        "trace_id", "client_span_id", "gate_span_id", pl.col("attempt_index").alias("trigger_index"),
+        "attempt_count", pl.col("start_ns").alias("t0_ns"), pl.col("status_code").alias("first_status"),
+        "retry_after_s",
+    )
+    triggered = wakes.join(trigger, left_on=["trigger_trace_id", "trigger_span_id"],
+                           right_on=["trace_id", "gate_span_id"], how="left")
+    successes = (
+        triggered.select(pl.col("span_id").alias("wake_span_id"), "trigger_trace_id", "client_span_id",
+                         "trigger_index")
+        .join(attempts.filter(pl.col("status_code").is_between(200, 299)),
+              left_on=["trigger_trace_id", "client_span_id"], right_on=["trace_id", "client_span_id"])
+        .filter(pl.col("attempt_index") >= pl.col("trigger_index"))
+        .sort("attempt_index")
+        .unique("wake_span_id", keep="first")
+        .select("wake_span_id", pl.col("attempt_index").alias("success_index"),
+                pl.col("start_ns").alias("success_start_ns"), "engine_scheduled_ns",
+                pl.coalesce("engine_first_token_ns", "upstream_first_byte_ns", "client_first_chunk_ns")
+                .alias("first_token_ns"))
+    )
+    ready_s = (pl.col("ready_ns") - pl.col("t0_ns")) / 1e9
+    wake = triggered.join(successes, left_on="span_id", right_on="wake_span_id", how="left").select(
+        "wake_path", "first_status", "retry_after_s",
+        ready_s.alias("ready_s"),
+        ((pl.col("observed_ns") - pl.col("t0_ns")) / 1e9).alias("observed_s"),
+        (pl.col("retry_after_s") - ready_s).alias("hint_error_s"),
+        ((pl.col("success_start_ns") - pl.col("ready_ns")) / 1e9).alias("overshoot_s"),
+        (pl.coalesce("success_index", "attempt_count") - pl.col("trigger_index") + 1).alias("attempts"),
+        ((pl.col("engine_scheduled_ns") - pl.col("success_start_ns")) / 1e9).alias("engine_schedule_s"),
+        ((pl.col("first_token_ns") - pl.col("t0_ns")) / 1e9).alias("total_s"),
+    )
+
+    states = _base(spans, "modelclaim.state", _attr("gen_ai.request.model").alias("model"),
+                   _attr("modelclaim.phase").alias("phase"))
+    lifecycle = states.sort("model", "start_ns", "end_ns").with_columns(
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("duration_s"),
+        pl.int_range(1, pl.len() + 1).over("model").alias("interval_index"),
+    )
+
+    scored = requests.with_columns(
+        pl.col("policy").fill_null("none"),
+        ((pl.col("outcome") == "ok") & (pl.col("ttft_s") <= slo_ttft_s) & (pl.col("e2e_s") <= slo_e2e_s))
+        .fill_null(False).alias("meets_slo"),
+    )
+    runs = scored.group_by("policy", "workload", "seed", "run_id").agg(
+        ((pl.col("end_ns").max() - pl.col("start_ns").min()) / 1e9).alias("window_s"),
+        ((pl.col("traffic_class") == "interactive") & pl.col("meets_slo")).sum().alias("interactive_slo_met"),
+        ((pl.col("traffic_class") == "batch") & (pl.col("arrival_phase") == "borrow") & (pl.col("outcome") == "ok"))
+        .sum().alias("batch_borrow_completed"),
+    )
+    summary = runs.group_by("policy", "workload", "seed").agg(
+        (pl.col("interactive_slo_met").sum() / pl.col("window_s").sum()).alias("interactive_slo_goodput_rps"),
+        (pl.col("batch_borrow_completed").sum() / pl.col("window_s").sum()).alias("batch_borrow_goodput_rps"),
+    )
+    return {"requests": requests, "attempts": attempts, "lending_episodes": lending, "wake_episodes": wake,
+            "lifecycle_intervals": lifecycle, "policy_summary": summary}
+
+
+# --- the measurement ----------------------------------------------------------------------------
+
+#: Metrics whose totals must agree between the SQL and polars decompositions.
+COMPARED = {
+    "requests": ("e2e_s", "ttft_s"),
+    "attempts": ("wait_before_next_s", "engine_schedule_s"),
+    "lending_episodes": ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s"),
+    "wake_episodes": ("ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts", "engine_schedule_s",
+                      "total_s"),
+    "lifecycle_intervals": ("duration_s",),
+    "policy_summary": ("interactive_slo_goodput_rps", "batch_borrow_goodput_rps"),
+}
+
+
+def sql_decompose(con: duckdb.DuckDBPyConnection, *, materialize: bool) -> dict[str, pl.DataFrame]:
+    analysis = Analysis(con, materialize=materialize)
+    frames = {name: analysis.view(name) for name in PUBLIC}
+    frames["policy_summary"] = analysis.policy_summary()
+    return frames
+
+
+def _timed(function, *args, **kwargs):
+    """(result, wall seconds, CPU seconds of this process over all its threads)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def _agree(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> list[str]:
+    problems = []
+    for view, metrics in COMPARED.items():
+        if sql[view].height != polars[view].height:
+            problems.append(f"{view}: {sql[view].height} rows in SQL, {polars[view].height} in polars")
+        for metric in metrics:
+            left, right = sql[view][metric].sum(), polars[view][metric].sum()
+            if abs(left - right) > 1e-6 * max(1.0, abs(left)):
+                problems.append(f"{view}.{metric}: SQL total {left} != polars total {right}")
+    return problems
+
+
+def run(spans: int) -> dict[str, float]:
+    con = duckdb.connect(":memory:")
+    spans, generate_s, _ = _timed(generate, con, spans)
+    materialized, sql_s, sql_cpu_s = _timed(sql_decompose, con, materialize=True)
+    _, views_s, views_cpu_s = _timed(sql_decompose, con, materialize=False)
+    table, load_s, _ = _timed(lambda: con.sql("select * from otel_traces").pl())
+    polars_frames, polars_s, polars_cpu_s = _timed(polars_decompose, table)
+    problems = _agree(materialized, polars_frames)
+    print(
+        f"{spans:>10,} spans (generated in {generate_s:.1f} s)\n"
+        f"    SQL, layers materialised once: {sql_s:6.2f} s wall, {sql_cpu_s:6.2f} s CPU "
+        f"({spans / sql_s / 1e6:.2f} M spans/s wall)\n"
+        f"    SQL, plain views:              {views_s:6.2f} s wall, {views_cpu_s:6.2f} s CPU\n"
+        f"    polars (same decomposition):   {polars_s:6.2f} s wall, {polars_cpu_s:6.2f} s CPU "
+        f"(+ {load_s:.2f} s to load the rows into polars)\n"
+        f"    ratio polars / SQL: {polars_s / sql_s:.2f}x wall, {polars_cpu_s / sql_cpu_s:.2f}x CPU; "
+        f"results {'agree' if not problems else 'DISAGREE'}",
+        flush=True,
+    )
+    for problem in problems:
+        print(f"    DISAGREE {problem}", flush=True)
+    con.close()
+    return {"spans": spans, "sql_s": sql_s, "sql_cpu_s": sql_cpu_s}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    sizes = [100_000, 1_000_000]
+    if "--10m" in argv or os.environ.get("RESTORELENS_BENCH_10M") == "1":
+        sizes.append(10_000_000)
+    print("analysis decomposition: DuckDB SQL (analysis/sql) vs the same in polars; goal <= 10 s for 10M spans "
+          "on 2 cores (CPU seconds / 2 estimates that on a shared machine)")
+    results = [run(size) for size in sizes]
+    first = results[0]
+    for result in results[1:]:
+        growth = (result["sql_cpu_s"] / first["sql_cpu_s"]) / (result["spans"] / first["spans"])
+        print(f"SQL CPU time per span at {result['spans']:,} vs {first['spans']:,}: {growth:.2f}x (1.00 = linear)")
+
+
+if __name__ == "__main__":
+    main()
