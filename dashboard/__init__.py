@@ -1,3 +1,48 @@
-"""restorelens.dashboard: see DESIGN.md section 3."""
+"""restorelens.dashboard: the Streamlit recovery dashboard (thin pages) and its Plotly figure builders.
 
-__all__: list[str] = []
+``restorelens dashboard --db FILE`` starts it (docs/dashboard.md). Names are imported lazily
+(PEP 562) so that the CLI does not pay for Streamlit and Plotly; ``from restorelens.dashboard
+import X`` works for every name in ``__all__``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_LIMITS": "data",
+    "LENDING_EVENTS": "data",
+    "LendingDetail": "data",
+    "Overview": "data",
+    "PolicyData": "data",
+    "WakeDetail": "data",
+    "goodput_strip": "figures",
+    "hint_scatter": "timelines",
+    "lending_detail": "data",
+    "lending_timeline": "timelines",
+    "lifecycle_swimlanes": "figures",
+    "occupancy_steps": "data",
+    "overview": "data",
+    "paired_strip": "figures",
+    "policy_data": "data",
+    "statistics_dots": "figures",
+    "wake_detail": "data",
+    "wake_timeline": "timelines",
+    "waterfall": "figures",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,142 @@
+"""Episode timelines: one picture per restoration, each separate event a labelled mark.
+
+Pure builders: a detail from ``dashboard.data`` in, a Plotly figure out. Event names are the
+markers' text (so they are in the figure spec, not only drawn), times are seconds from t0.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from restorelens.dashboard.data import LENDING_EVENTS, LendingDetail, WakeDetail
+
+__all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "wake_timeline"]
+
+EVENT_COLOURS = {
+    LENDING_EVENTS[0]: "#636363",
+    LENDING_EVENTS[1]: "#1f77b4",
+    LENDING_EVENTS[2]: "#ff7f0e",
+    LENDING_EVENTS[3]: "#9467bd",
+    LENDING_EVENTS[4]: "#2ca02c",
+    "wake start": "#8c564b",
+    "engine ready": "#1f77b4",
+    "readiness observed": "#17becf",
+    "Retry-After elapses": "#bcbd22",
+    "first token": "#2ca02c",
+}
+_CLIENT, _LIFECYCLE, _HINT = "client", "lifecycle", "Retry-After hint"
+_TEMPLATE = "plotly_white"
+
+
+def _colour(event: str) -> str:
+    if event.startswith("success"):
+        return "#2ca02c"
+    if event.startswith(("first 5", "retry")):
+        return "#d62728"
+    return EVENT_COLOURS.get(event, "#7f7f7f")
+
+
+def _hover(events: pl.DataFrame) -> list[str]:
+    return [f"<b>{e}</b><br>t0 + {t:.3f} s<br>{d}" for e, t, d in events.select("event", "offset_s", "detail").rows()]
+
+
+def lending_timeline(detail: LendingDetail) -> go.Figure:
+    """Events on top, own and borrowed slots in use below, on one time axis (seconds from t0)."""
+    events = detail.events
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.35, 0.65], vertical_spacing=0.06,
+                           subplot_titles=("restoration events", "gate slots in use"))
+    # Labels alternate above/below so events a few ms apart stay readable.
+    positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(events.height)]
+    figure.add_trace(
+        go.Scatter(
+            x=events["offset_s"].to_list(), y=[0] * events.height, mode="markers+text", name="events",
+            text=events["event"].to_list(), textposition=positions, hovertext=_hover(events), hoverinfo="text",
+            marker={"size": 14, "symbol": "diamond", "color": [_colour(e) for e in events["event"]]},
+            showlegend=False,
+        ),
+        row=1, col=1,
+    )
+    for event, offset in events.select("event", "offset_s").rows():
+        figure.add_vline(x=offset, line={"dash": "dot", "width": 1, "color": _colour(event)})
+    occupancy = detail.occupancy
+    for column, colour in (("own", "#1f77b4"), ("borrowed", "#ff7f0e")):
+        figure.add_trace(
+            go.Scatter(x=occupancy["offset_s"].to_list(), y=occupancy[column].to_list(), name=f"{column} slots",
+                       mode="lines", line={"shape": "hv", "color": colour, "width": 2}),
+            row=2, col=1,
+        )
+    episode = detail.episode
+    figure.update_yaxes(visible=False, range=[-1, 1], row=1, col=1)
+    figure.update_yaxes(title_text="slots", rangemode="tozero", dtick=1, row=2, col=1)
+    figure.update_xaxes(title_text="seconds from demand return (t0)", row=2, col=1)
+    figure.update_layout(
+        template=_TEMPLATE, height=460, margin={"t": 60, "b": 40, "l": 50, "r": 20},
+        title=f"Lending episode · policy {episode.get('policy')} · {episode.get('returning_request_id') or ''}",
+        legend={"orientation": "h", "y": -0.18},
+    )
+    return figure
+
+
+def wake_timeline(detail: WakeDetail) -> go.Figure:
+    """Client attempts, lifecycle instants and the hint on three lanes; the overshoot shaded."""
+    events = detail.events
+    lanes = [_lane(e) for e in events["event"]]
+    figure = go.Figure()
+    for lane in (_HINT, _LIFECYCLE, _CLIENT):
+        chosen = [i for i, value in enumerate(lanes) if value == lane]
+        if not chosen:
+            continue
+        rows = events[chosen]
+        figure.add_trace(go.Scatter(
+            x=rows["offset_s"].to_list(), y=[lane] * rows.height, mode="markers+text", name=lane,
+            text=rows["event"].to_list(),
+            textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(rows.height)],
+            hovertext=_hover(rows), hoverinfo="text", showlegend=False,
+            marker={"size": 13, "symbol": "diamond", "color": [_colour(e) for e in rows["event"]]},
+        ))
+    hint = detail.episode.get("retry_after_s")
+    if hint is not None:
+        figure.add_trace(go.Scatter(x=[0, hint], y=[_HINT, _HINT], mode="lines", name="Retry-After wait",
+                                    line={"color": "#bcbd22", "width": 6}, hoverinfo="skip", showlegend=False))
+    if detail.overshoot is not None:
+        start, end = detail.overshoot
+        figure.add_vrect(x0=start, x1=end, fillcolor="#d62728", opacity=0.15, line_width=0,
+                         annotation_text=f"overshoot {end - start:.2f} s", annotation_position="top left")
+    episode = detail.episode
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=[_HINT, _LIFECYCLE, _CLIENT])
+    figure.update_xaxes(title_text="seconds from the first 503 (t0)", zeroline=True)
+    figure.update_layout(
+        template=_TEMPLATE, height=380, margin={"t": 60, "b": 40, "l": 110, "r": 20},
+        title=f"Wake episode · {episode.get('model')} · {episode.get('wake_path')} · "
+              f"{episode.get('retry_policy') or ''}",
+    )
+    return figure
+
+
+def _lane(event: str) -> str:
+    if event in ("wake start", "engine ready", "readiness observed"):
+        return _LIFECYCLE
+    if event == "Retry-After elapses":
+        return _HINT
+    return _CLIENT
+
+
+def hint_scatter(wakes: pl.DataFrame) -> go.Figure:
+    """Retry-After hint against actual readiness, one dot per episode; above the diagonal the hint
+    was optimistic, below it the client waited past a ready engine."""
+    figure = go.Figure()
+    usable = wakes.filter(pl.col("retry_after_s").is_not_null() & pl.col("ready_s").is_not_null())
+    for path, group in usable.group_by("wake_path", maintain_order=True):
+        figure.add_trace(go.Scatter(
+            x=group["retry_after_s"].to_list(), y=group["ready_s"].to_list(), mode="markers",
+            name=str(path[0]), marker={"size": 10}, customdata=group["span_id"].to_list(),
+            hovertemplate="hint %{x:.1f} s<br>ready %{y:.2f} s<extra>%{fullData.name}</extra>",
+        ))
+    top = max([*usable["retry_after_s"].to_list(), *usable["ready_s"].to_list(), 1.0])
+    figure.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="hint = ready",
+                                line={"dash": "dash", "color": "#7f7f7f"}))
+    figure.update_layout(template=_TEMPLATE, height=380, title="Retry-After hint vs actual readiness",
+                         xaxis_title="Retry-After hint (s)", yaxis_title="engine ready after t0 (s)")
+    return figure

@@ -1,0 +1,24 @@
+"""Fixtures for the dashboard tests: a realistic span store (built once per session) and an empty one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# dashboard_stores.py sits next to the tests; --import-mode=importlib does not put this folder on sys.path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from dashboard_stores import build_store, empty_store  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("dashboard-store")
+    return build_store(work / "spans.duckdb", work)
+
+
+@pytest.fixture(scope="session")
+def empty_store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return empty_store(tmp_path_factory.mktemp("dashboard-empty") / "empty.duckdb")

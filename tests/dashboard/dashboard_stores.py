@@ -1,0 +1,95 @@
+"""Realistic span stores for the dashboard tests.
+
+MoFlux runs come from the real virtual-time runner (client, gate and engine spans, loaded through
+the collector's file loader); wake episodes and lifecycle states are hand-built with the analysis
+tests' span builder, because no runner emits them yet. Every wake timing below is exact, so tests
+can look for the numbers in the figures.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+
+from builders import Traces  # noqa: E402
+
+from restorelens.collector import load_paths  # noqa: E402
+from restorelens.loadgen import RunTelemetry, get_scenario, run_virtual  # noqa: E402
+
+#: (arm, seed) of the MoFlux runs in the realistic store.
+MOFLUX_RUNS = (("lend", 1), ("lend", 2), ("static", 1), ("static", 2))
+
+#: The hand-built wake episodes: (model, wake path, hint s, ready s, observed s, retry times, success s).
+WAKES = (
+    ("tiny", "in-place", 10.0, 4.0625, 4.5625, (), 10.125),
+    ("small", "make-room", 20.0, 12.5, 13.0, (), 20.25),
+    ("tiny", "cold-start", 10.0, 31.25, 31.5, (10.25, 20.5), 30.75 + 1.0),
+)
+
+
+def moflux_files(folder: Path) -> list[Path]:
+    paths = []
+    for arm, seed in MOFLUX_RUNS:
+        path = folder / f"moflux-{arm}-{seed}.jsonl"
+        telemetry = RunTelemetry("file", path=path)
+        run_virtual(get_scenario("moflux-balanced", arm), seed, telemetry.providers, run_id=f"{arm}-{seed}")
+        telemetry.shutdown()
+        paths.append(path)
+    return paths
+
+
+def wake_traces() -> Traces:
+    """Three wake episodes (retries answered 503 until the engine was ready) and lifecycle states."""
+    traces = Traces()
+    base = 200.0  # after the MoFlux runs, so the stores' timelines do not overlap
+    for index, (model, path, hint, ready, observed, retries, success) in enumerate(WAKES):
+        t0 = base + 100.0 * index
+        trace = traces.new_trace()
+        client = traces.client_request(trace, t0, t0 + success + 2.0, first_chunk_s=t0 + success + 0.75,
+                                       model=model, request_id=f"wake-{index}", retry_policy="honour-retry-after",
+                                       workload="modelclaim", attempts=2 + len(retries))
+        first = _not_ready(traces, trace, client, t0, hint)
+        for resend, at in enumerate(retries, start=1):
+            _not_ready(traces, trace, client, t0 + at, hint, resend=resend)
+        attempt = traces.attempt(trace, client, t0 + success, t0 + success + 2.0, status=200,
+                                 resend_count=len(retries) + 1)
+        traces.served_via_gate(trace, attempt, t0 + success + 0.03125, t0 + success + 1.9,
+                               upstream_s=t0 + success + 0.0625, engine_arrival_s=t0 + success + 0.125,
+                               time_in_queue_s=0.125, ttft_s=0.5, e2e_s=1.5, policy="fcfs")
+        traces.model_wake(t0 + 0.0625, t0 + observed, link=(trace, first), model=model, wake_path=path,
+                          wake_called_s=t0 + 0.0625, ready_s=t0 + ready, observed_s=t0 + observed)
+        traces.model_state(t0 - 30.0, t0, phase="Sleeping", reason="EngineSleeping", model=model)
+        traces.model_state(t0, t0 + ready, phase="Waking", reason="WakeRequested", model=model)
+        traces.model_state(t0 + ready, t0 + 90.0, phase="Ready", reason="EngineReady", model=model)
+    return traces
+
+
+def _not_ready(traces: Traces, trace: str, client: str, start: float, hint: float, resend: int | None = None) -> str:
+    attempt = traces.attempt(trace, client, start, start + 0.125, status=503, retry_after_header=f"{hint:g}",
+                             retry_after_s=hint, resend_count=resend)
+    return traces.gate_request(trace, attempt, start + 0.03125, start + 0.09375, status=503, decision="not_ready",
+                               retry_after_s=hint, phase="Sleeping", reason="EngineSleeping")
+
+
+def build_store(db_path: Path, work: Path) -> Path:
+    """MoFlux runs through the collector's loader, then the wake spans, into ``db_path``."""
+    summary = load_paths(moflux_files(work), db_path)
+    assert summary.rejected == 0 and summary.malformed == 0, summary.describe()
+    con = duckdb.connect(str(db_path))
+    try:
+        wake_traces().store(con)
+    finally:
+        con.close()
+    return db_path
+
+
+def empty_store(db_path: Path) -> Path:
+    from restorelens.collector import SpanStore
+
+    with SpanStore(db_path):
+        pass
+    return db_path
