@@ -82,12 +82,20 @@ def open_read_only(
 class SpanStore:
     """Write spans to a DuckDB file (or ``":memory:"``); a context manager.
 
-    The connection opens on first use and again after :meth:`release`.
+    The connection opens on first use and again after :meth:`release`. ``threads`` caps DuckDB's
+    worker threads (the receiver uses 1: its inserts are small and extra threads only cost CPU).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        threads: int | None = None,
+    ) -> None:
         self.path = str(path)
         self.lock_timeout_s = lock_timeout_s
+        self.threads = threads
         self._con: duckdb.DuckDBPyConnection | None = None
         self.connection()  # fail early on a bad path, create the schema
 
@@ -97,6 +105,8 @@ class SpanStore:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
             try:
+                if self.threads:
+                    con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
                 create_schema(con)
             except BaseException:
                 con.close()

@@ -49,7 +49,9 @@ class StoreWriter:
         self.max_hold_s = max_hold_s
         self.reader_window_s = reader_window_s
         self.max_group_spans = max_group_spans
-        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s)  # fails fast if the file is locked
+        # Fails fast if the file is locked. One DuckDB thread: a few thousand rows per insert gain
+        # nothing from parallelism, and coordinating threads cost the receiver a quarter of its CPU.
+        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1)
         self._store.release()
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0
