@@ -76,13 +76,17 @@ class Analysis:
                 self.con.execute(f"drop view temp.{name}")
 
     @classmethod
-    def open(cls, db_path: str | Path, *, slo: Slo | None = None, materialize: bool = False) -> Analysis:
-        """Open a store read-only. A missing, locked or foreign file is a one-line ``InputError``."""
+    def open(cls, db_path: str | Path, *, slo: Slo | None = None, materialize: bool = False,
+             lock_timeout_s: float = 10.0) -> Analysis:
+        """Open a store read-only (waiting up to ``lock_timeout_s`` for a writer between batches).
+
+        A missing, locked or foreign file is a one-line ``RestorelensError``.
+        """
+        from restorelens.collector.store import open_read_only
+
         path = Path(db_path)
-        if not path.is_file():
-            raise InputError(str(path), "no such span store (run `restorelens collect` or `load` first)")
         try:
-            con = duckdb.connect(str(path), read_only=True)
+            con = open_read_only(path, timeout_s=lock_timeout_s)
         except duckdb.Error as exc:
             raise InputError(str(path), _first_line(exc)) from None
         try:

@@ -1,0 +1,110 @@
+"""The Analysis API: percentiles, trace lookup, opening stores, materialised layers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from builders import Traces
+
+from restorelens.analysis import PUBLIC_VIEWS, Analysis
+from restorelens.errors import RestorelensError, SettingError
+
+
+def wakes(traces: Traces, overshoots: dict[str, list[float]]) -> None:
+    """Wake episodes whose successful retry starts `overshoot` after readiness at 4.0 s."""
+    for path, values in overshoots.items():
+        for overshoot in values:
+            trace = traces.new_trace()
+            retry_at = 4.0 + overshoot
+            client = traces.client_request(trace, 0.0, retry_at + 1.0, request_id=f"{path}-{overshoot}")
+            first = traces.attempt(trace, client, 0.0, 0.125, status=503, retry_after_s=10.0)
+            gate = traces.gate_request(trace, first, 0.0, 0.125, status=503, decision="not_ready")
+            retry = traces.attempt(trace, client, retry_at, retry_at + 1.0, status=200, resend_count=1)
+            traces.served_via_gate(trace, retry, retry_at, retry_at + 1.0, upstream_s=retry_at,
+                                   engine_arrival_s=retry_at, time_in_queue_s=0.0, ttft_s=0.5, e2e_s=1.0)
+            traces.model_wake(0.0, 4.0, link=(trace, gate), wake_path=path, ready_s=4.0, observed_s=4.0)
+
+
+def test_percentiles_by_wake_path_interpolate_linearly() -> None:
+    traces = Traces()
+    wakes(traces, {"in-place": [0.0, 1.0, 2.0, 3.0, 4.0], "move": [6.0]})
+    stats = Analysis(traces.store()).percentiles("wake_episodes", ["overshoot_s"], by=["wake path"])
+
+    assert stats.columns == ["wake_path", "metric", "count", "p50", "p90", "p95", "p99", "max"]
+    in_place, move = stats.rows(named=True)
+    assert (in_place["wake_path"], in_place["count"]) == ("in-place", 5)
+    assert (in_place["p50"], in_place["p90"], in_place["p95"], in_place["max"]) == (2.0, 3.6, 3.8, 4.0)
+    assert in_place["p99"] == pytest.approx(3.96, abs=1e-12)
+    assert (move["p50"], move["max"]) == (6.0, 6.0)
+
+
+def test_percentiles_reject_unknown_views_and_columns() -> None:
+    analysis = Analysis(Traces().store())
+    with pytest.raises(SettingError, match="valid: requests"):
+        analysis.percentiles("episodes", ["x"])
+    with pytest.raises(SettingError, match="unknown column 'nope'"):
+        analysis.percentiles("wake_episodes", ["overshoot_s"], by=["nope"])
+
+
+def test_every_public_view_is_empty_not_an_error_on_an_empty_store() -> None:
+    analysis = Analysis(Traces().store())
+    for name in PUBLIC_VIEWS:
+        assert getattr(analysis, name)().height == 0
+    assert analysis.policy_summary().height == 0
+    assert analysis.paired_differences().height == 0
+
+
+def test_trace_lookup_by_request_id_gives_a_waterfall() -> None:
+    traces = Traces()
+    wakes(traces, {"in-place": [1.0]})
+    analysis = Analysis(traces.store())
+
+    [trace_id] = analysis.traces_for_request("in-place-1.0")
+    waterfall = analysis.trace(trace_id)
+
+    assert waterfall["name"].to_list() == ["client.request", "POST", "gate.request", "POST", "gate.request", "POST",
+                                           "llm_request"]
+    assert waterfall["offset_s"].to_list() == [0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0]
+    assert waterfall["depth"].to_list() == [0, 1, 2, 1, 2, 3, 4]
+    assert waterfall["duration_s"].to_list()[:2] == [6.0, 0.125]
+    assert analysis.traces_for_request("unknown") == []
+
+
+def test_materialised_layers_give_the_same_frames_as_views() -> None:
+    traces = Traces()
+    wakes(traces, {"in-place": [0.5, 1.5], "make-room": [3.0]})
+    con = traces.store()
+    as_views = Analysis(con).wake_episodes()
+    as_tables = Analysis(con, materialize=True).wake_episodes()
+    assert as_tables.equals(as_views)
+    assert Analysis(con).attempts().height == 6
+
+
+def test_open_is_read_only_and_leaves_the_store_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "spans.duckdb"
+    traces = Traces()
+    wakes(traces, {"in-place": [1.0]})
+    con = duckdb.connect(str(path))
+    traces.store(con)
+    con.close()
+
+    with Analysis.open(path, materialize=True) as analysis:
+        assert analysis.wake_episodes()["overshoot_s"].to_list() == [1.0]
+        with pytest.raises(duckdb.Error, match="read-only"):
+            analysis.con.execute("delete from otel_traces")
+
+    check = duckdb.connect(str(path), read_only=True)
+    assert check.execute("select count(*) from duckdb_tables()").fetchone() == (1,)
+    check.close()
+
+
+def test_open_errors_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(RestorelensError, match="no such span store"):
+        Analysis.open(tmp_path / "missing.duckdb")
+    junk = tmp_path / "junk.duckdb"
+    junk.write_bytes(b"\0" * 4096)
+    with pytest.raises(RestorelensError) as caught:
+        Analysis.open(junk)
+    assert "\n" not in str(caught.value)
