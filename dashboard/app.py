@@ -1,0 +1,21 @@
+"""The dashboard's entrypoint (``streamlit run``): page setup, the span source, the navigation."""
+
+from pathlib import Path
+
+import streamlit as st
+
+from restorelens.dashboard import ui
+
+PAGES = Path(__file__).resolve().parent / "pages"
+
+st.set_page_config(page_title="restorelens recovery dashboard", page_icon="⏱", layout="wide")
+ui.source_picker()
+navigation = st.navigation([
+    st.Page(PAGES / "overview.py", title="Overview", url_path="overview", default=True),
+    st.Page(PAGES / "lending.py", title="Lending episodes", url_path="lending"),
+    st.Page(PAGES / "wakes.py", title="Wake episodes", url_path="wakes"),
+    st.Page(PAGES / "policies.py", title="Policy comparison", url_path="policies"),
+    st.Page(PAGES / "lifecycle.py", title="Lifecycle", url_path="lifecycle"),
+    st.Page(PAGES / "traces.py", title="Trace explorer", url_path="traces"),
+])
+navigation.run()

@@ -1,0 +1,34 @@
+"""Lending episodes: demand returned → grant restored → borrowed drained → engine scheduled → first token."""
+
+import polars as pl
+import streamlit as st
+
+from restorelens.dashboard import queries, timelines, ui
+
+st.title("Lending episodes")
+path = ui.current_store()
+stamp = ui.stamp(path)
+episodes = ui.guarded(queries.lending_episodes, path, stamp)
+if episodes.is_empty():
+    st.info("No lending episodes in this store: they appear when a gate lends protected capacity "
+            "(policy `lend`) and the protected class returns.")
+    st.stop()
+
+labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy']} · run {row['run_id']} · seed {row['seed']}"
+          + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
+span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
+detail = ui.guarded(queries.lending_detail, path, stamp, span_id)
+episode = detail.episode
+
+metrics = st.columns(4)
+for column, (name, key) in zip(metrics, (("grant restored", "grant_restore_s"), ("borrowed drained", "drain_s"),
+                                         ("engine scheduled after grant", "engine_schedule_s"),
+                                         ("first token", "ttft_s")), strict=True):
+    value = episode.get(key)
+    column.metric(name, "—" if value is None else f"{value:.3f} s")
+if episode.get("censored"):
+    st.warning(f"Censored episode: {episode.get('censored_reason')}")
+ui.show_figure(timelines.lending_timeline(detail), "lending-timeline", "lending-episode")
+
+st.subheader("All lending episodes")
+st.dataframe(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")), hide_index=True)

@@ -1,0 +1,35 @@
+"""Wake episodes: first 503 and its hint, wake, readiness, every retry, success and first token."""
+
+import streamlit as st
+
+from restorelens.dashboard import queries, timelines, ui
+
+st.title("Wake episodes")
+path = ui.current_store()
+stamp = ui.stamp(path)
+episodes = ui.guarded(queries.wake_episodes, path, stamp)
+if episodes.is_empty():
+    st.info("No wake episodes in this store: they appear when a request meets a sleeping model "
+            "(a `modelclaim.wake` span linked to its first 503).")
+    st.stop()
+
+labels = [f"{row['t0']:%H:%M:%S} · {row['model']} · {row['wake_path']} · hint {row['retry_after_s']} s"
+          + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
+span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
+detail = ui.guarded(queries.wake_detail, path, stamp, span_id)
+episode = detail.episode
+
+metrics = st.columns(5)
+for column, (name, key) in zip(metrics, (("Retry-After hint", "retry_after_s"), ("engine ready", "ready_s"),
+                                         ("overshoot", "overshoot_s"), ("attempts", "attempts"),
+                                         ("first token", "total_s")), strict=True):
+    value = episode.get(key)
+    text = "—" if value is None else (str(value) if key == "attempts" else f"{value:.3f} s")
+    column.metric(name, text)
+if episode.get("censored"):
+    st.warning(f"Censored episode: {episode.get('censored_reason')}")
+ui.show_figure(timelines.wake_timeline(detail), "wake-timeline", "wake-episode")
+
+st.subheader("Hint vs actual readiness")
+ui.show_figure(timelines.hint_scatter(episodes), "hint-scatter", "wake-hint-vs-ready")
+st.dataframe(episodes, hide_index=True)

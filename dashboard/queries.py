@@ -1,0 +1,156 @@
+"""Cached data access for the pages: one reader per store, cached frames keyed by the store's stamp.
+
+DuckDB lets no other process open a file while one holds it, and ``restorelens collect`` may be
+writing the store: so the cached resource is a *reader* that opens a read-only connection per load
+(through the collector's ``open_read_only``, which waits for the writer's release) and closes it
+at once. Frames are cached with ``st.cache_data`` keyed by path and ``store_stamp`` (changes when a
+writer commits) and a TTL. Nothing connects at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import streamlit as st
+
+from restorelens.analysis import Analysis
+from restorelens.collector import open_read_only
+from restorelens.dashboard import data, source
+
+__all__ = [
+    "TTL_S",
+    "StoreReader",
+    "lending_detail",
+    "lending_episodes",
+    "lifecycle_intervals",
+    "overview",
+    "policies",
+    "recent_requests",
+    "sample_store",
+    "store_reader",
+    "trace",
+    "traces_for_request",
+    "uploaded_store",
+    "wake_detail",
+    "wake_episodes",
+]
+
+#: Cached frames expire after this long even when the store's stamp did not change.
+TTL_S = 10 * 60
+
+
+class StoreReader:
+    """Opens short-lived read-only ``Analysis`` objects on one store (thread-safe: one at a time)."""
+
+    def __init__(self, path: str) -> None:
+        source.validate_store(path)
+        self.path = path
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def analysis(self) -> Iterator[Analysis]:
+        with self._lock:
+            con = open_read_only(self.path, timeout_s=source.READ_LOCK_TIMEOUT_S)
+            try:
+                yield Analysis(con)
+            finally:
+                con.close()
+
+
+@st.cache_resource(show_spinner=False)
+def store_reader(path: str) -> StoreReader:
+    return StoreReader(path)
+
+
+@st.cache_resource(show_spinner="Loading the uploaded traces…")
+def uploaded_store(digest: str, name: str, _payload: bytes) -> str:
+    """A temporary store holding the uploaded OTLP JSON(L) file (one per distinct content)."""
+    folder = Path(tempfile.mkdtemp(prefix="restorelens-upload-"))
+    safe_name = Path(name).name or "upload.jsonl"
+    upload = folder / safe_name
+    upload.write_bytes(_payload)
+    assert hashlib.sha256(_payload).hexdigest() == digest
+    return str(source.load_into_store([upload], folder / "spans.duckdb"))
+
+
+@st.cache_resource(show_spinner="Loading the sample traces…")
+def sample_store(files: tuple[str, ...], stamps: tuple[int, ...]) -> str:
+    """A temporary store holding the sample traces (rebuilt when a sample file changes)."""
+    folder = Path(tempfile.mkdtemp(prefix="restorelens-samples-"))
+    return str(source.load_into_store([Path(f) for f in files], folder / "spans.duckdb"))
+
+
+# --- frames (keyed by the store's stamp so new spans are never hidden) -------------------------
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Decomposing restorations…")
+def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...]) -> data.Overview:
+    with store_reader(path).analysis() as analysis:
+        return data.overview(analysis, limits)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def lending_episodes(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.lending_episodes()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.LendingDetail:
+    with store_reader(path).analysis() as analysis:
+        episode = analysis.lending_episodes().filter(pl.col("span_id") == span_id).row(0, named=True)
+        gates = analysis.view("gate_requests").select("run_id", "policy", "slot", "grant_ns", "end_ns")
+        return data.lending_detail(episode, gates)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def wake_episodes(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.wake_episodes()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.WakeDetail:
+    with store_reader(path).analysis() as analysis:
+        episode = analysis.wake_episodes().filter(pl.col("span_id") == span_id).row(0, named=True)
+        wakes = analysis.view("typed_model_wakes").filter(pl.col("span_id") == span_id)
+        attempts = analysis.attempts().filter(pl.col("trace_id") == episode["request_trace_id"])
+        return data.wake_detail(episode, wakes.row(0, named=True) if wakes.height else None, attempts)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def policies(path: str, stamp: tuple[int, ...]) -> data.PolicyData:
+    with store_reader(path).analysis() as analysis:
+        return data.policy_data(analysis)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def lifecycle_intervals(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.lifecycle_intervals()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def trace(path: str, stamp: tuple[int, ...], trace_id: str) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.trace(trace_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def traces_for_request(path: str, stamp: tuple[int, ...], request_id: str) -> list[str]:
+    with store_reader(path).analysis() as analysis:
+        return analysis.traces_for_request(request_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def recent_requests(path: str, stamp: tuple[int, ...], limit: int = 50) -> pl.DataFrame:
+    """A few requests to pick from in the trace explorer (the slowest first)."""
+    with store_reader(path).analysis() as analysis:
+        columns = ["request_id", "trace_id", "traffic_class", "policy", "outcome", "attempts", "ttft_s", "e2e_s"]
+        return analysis.requests().select(columns).sort("e2e_s", descending=True, nulls_last=True).head(limit)

@@ -1,0 +1,87 @@
+"""The entrypoint (navigation + span source) and the sample/upload sources."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from dashboard_stores import moflux_files
+from streamlit.testing.v1 import AppTest
+
+from restorelens.analysis import Analysis
+from restorelens.dashboard import queries, source
+from restorelens.errors import InputError
+
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches() -> None:
+    st.cache_data.clear()
+    st.cache_resource.clear()
+
+
+def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source.DB_ENV, str(store_path))
+    app = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not app.exception
+    assert app.title[0].value == "Recovery overview"
+    assert app.sidebar.radio[0].value == "span store (--db)"
+    app.switch_page(str(APP.parent / "pages" / "wakes.py")).run()
+    assert not app.exception
+    assert app.title[0].value == "Wake episodes"
+    assert len(app.get("plotly_chart")) == 2
+
+
+def test_without_db_the_entrypoint_offers_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.setattr(source, "SAMPLE_DIR", Path("/nonexistent-restorelens-samples"))
+    app = AppTest.from_file(str(APP), default_timeout=60).run()
+    assert not app.exception
+    assert app.sidebar.radio[0].options == ["upload OTLP JSON(L)"]
+    assert "restorelens dashboard --db FILE" in app.info[0].value
+
+
+def test_an_uploaded_jsonl_file_becomes_a_readable_store(tmp_path: Path) -> None:
+    (jsonl, *_) = moflux_files(tmp_path)
+    payload = jsonl.read_bytes()
+    path = queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "../../etc/run.jsonl", payload)
+    assert Path(path).parent.name.startswith("restorelens-upload-")
+    assert (Path(path).parent / "run.jsonl").is_file()  # the upload's name cannot leave its folder
+    with Analysis.open(path) as analysis:
+        assert analysis.requests().height > 0
+
+
+def test_an_upload_without_spans_is_an_input_error(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text(json.dumps({"hello": "world"}) + "\n")
+    with pytest.raises(InputError, match="no OTLP spans could be read"):
+        source.load_into_store([junk], tmp_path / "spans.duckdb")
+
+
+def test_sample_traces_are_found_and_loaded(tmp_path: Path) -> None:
+    samples = tmp_path / "sample_traces"
+    samples.mkdir()
+    for path in moflux_files(tmp_path)[:2]:
+        path.rename(samples / path.name)
+    (samples / "README.md").write_text("not traces")
+    files = source.sample_files(samples)
+    assert [p.name for p in files] == ["moflux-lend-1.jsonl", "moflux-lend-2.jsonl"]
+    store = queries.sample_store(tuple(map(str, files)), (0, 0))
+    with Analysis.open(store) as analysis:
+        assert set(analysis.requests()["run_id"]) == {"lend-1", "lend-2"}
+
+
+def test_the_store_stamp_changes_when_spans_are_written(tmp_path: Path) -> None:
+    from restorelens.collector import load_paths
+
+    db = tmp_path / "spans.duckdb"
+    files = moflux_files(tmp_path)
+    load_paths(files[:1], db)
+    before = source.store_stamp(db)
+    load_paths(files[1:2], db)
+    assert source.store_stamp(db) != before
