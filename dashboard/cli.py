@@ -1,0 +1,61 @@
+"""``restorelens dashboard``: check the span store, then hand over to Streamlit (heavy imports inside)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["COMMANDS", "dashboard", "streamlit_command"]
+
+
+def streamlit_command(host: str, port: int) -> list[str]:
+    """The ``python -m streamlit run`` command line for the packaged app."""
+    app = Path(__file__).resolve().parent / "app.py"
+    return [
+        sys.executable, "-m", "streamlit", "run", str(app),
+        "--server.address", host,
+        "--server.port", str(port),
+        "--server.headless", "true",
+        "--server.fileWatcherType", "none",
+        "--browser.gatherUsageStats", "false",
+    ]
+
+
+@click.command("dashboard")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False),
+              help="DuckDB span store to show (opened read-only; a collector may keep writing it).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
+@click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
+@click.option("--max", "limits", multiple=True, metavar="METRIC.STAT=N",
+              help="A limit the overview checks, e.g. wake.overshoot_s.p95=1 (repeatable; default: "
+                   "lending.ttft_s.p95=5 and wake.overshoot_s.p95=1).")
+def dashboard(db: str, host: str, port: int, limits: tuple[str, ...]) -> None:
+    """Open the recovery dashboard on DB at http://HOST:PORT.
+
+    Pages: overview (episode counts, p50/p95/max of each restoration event, broken limits),
+    lending and wake episode timelines, policy comparison, model lifecycle, trace explorer.
+    The sidebar can switch to the sample traces or an uploaded OTLP JSON(L) file.
+    """
+    from restorelens.analysis import parse_limit
+    from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, validate_store
+
+    for text in limits:
+        parse_limit(text, "--max")
+    path = Path(db).resolve()
+    validate_store(path)
+    env = dict(os.environ)
+    env[DB_ENV] = str(path)
+    if limits:
+        env[LIMITS_ENV] = ";".join(limits)
+    command = streamlit_command(host, port)
+    click.echo(f"restorelens dashboard: http://{host}:{port} (spans from {path}); Ctrl-C stops it", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Replace this process, so that stopping it (Ctrl-C, SIGTERM to its pid) stops Streamlit too.
+    os.execve(command[0], command, env)
+
+
+COMMANDS = [dashboard]
