@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 
-__all__ = ["EngineAnswer", "EngineBackend", "FixedLatencyEngine", "InProcessBackend", "InProcessEngine"]
+__all__ = ["BackendByModel", "EngineAnswer", "EngineBackend", "FixedLatencyEngine", "InProcessBackend", "InProcessEngine"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +150,32 @@ class InProcessBackend:
 
     async def close(self) -> None:
         self.engines.clear()
+
+
+class BackendByModel:
+    """One backend per model (e.g. some claims attach to running engines, others start processes)."""
+
+    def __init__(self, backends: dict[str, EngineBackend]) -> None:
+        self.backends = backends
+
+    def _for(self, model: str) -> EngineBackend:
+        return self.backends[model]
+
+    async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
+        return await self._for(action.model).start(action, now_s)
+
+    async def wake(self, action: WakeEngine, now_s: float) -> EngineAnswer:
+        return await self._for(action.model).wake(action, now_s)
+
+    async def sleep(self, action: SleepEngine, now_s: float) -> float:
+        return await self._for(action.model).sleep(action, now_s)
+
+    async def stop(self, action: StopEngine, now_s: float) -> None:
+        await self._for(action.model).stop(action, now_s)
+
+    async def alive(self, model: str, instance_id: int) -> bool:
+        return await self._for(model).alive(model, instance_id)
+
+    async def close(self) -> None:
+        for backend in {id(b): b for b in self.backends.values()}.values():
+            await backend.close()
