@@ -44,13 +44,10 @@ client_attempts as (
 
 ),
 
-attempt_order as (
+ordered as (
 
-    -- narrow on purpose: window functions carry every column they are given
     select
-        span_key,
-        trace_id,
-        span_id,
+        *,
         row_number() over by_request as attempt_index,
         count(*) over whole_request as attempt_count,
         lead(start_ns) over by_request as next_start_ns
@@ -69,8 +66,7 @@ attempt_order as (
 joined as (
 
     select
-        client_attempts.*,
-        attempt_order.* exclude (span_key, trace_id, span_id),
+        ordered.*,
         gates.span_id as gate_span_id,
         gates.start_ns as gate_start_ns,
         gates.policy,
@@ -94,19 +90,15 @@ joined as (
         coalesce(gates.prompt_tokens, direct.prompt_tokens) as prompt_tokens,
         coalesce(gates.completion_tokens, direct.completion_tokens) as completion_tokens
 
-    from client_attempts
-    inner join attempt_order
-        on client_attempts.span_key = attempt_order.span_key
-        and client_attempts.trace_id = attempt_order.trace_id
-        and client_attempts.span_id = attempt_order.span_id
+    from ordered
     left join gates
-        on client_attempts.span_key = gates.parent_key
-        and client_attempts.trace_id = gates.trace_id
-        and client_attempts.span_id = gates.parent_span_id
+        on ordered.span_key = gates.parent_key
+        and ordered.trace_id = gates.trace_id
+        and ordered.span_id = gates.parent_span_id
     left join engines as direct
-        on client_attempts.span_key = direct.parent_key
-        and client_attempts.trace_id = direct.trace_id
-        and client_attempts.span_id = direct.parent_span_id
+        on ordered.span_key = direct.parent_key
+        and ordered.trace_id = direct.trace_id
+        and ordered.span_id = direct.parent_span_id
 
 ),
 
