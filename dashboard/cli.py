@@ -13,7 +13,7 @@ __all__ = ["COMMANDS", "dashboard", "streamlit_command"]
 
 def streamlit_command(host: str, port: int) -> list[str]:
     """The ``python -m streamlit run`` command line for the packaged app."""
-    app = Path(__file__).resolve().parent / "app.py"
+    app = Path(__file__).resolve().parent / "pages" / "app.py"
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
         "--server.address", host,

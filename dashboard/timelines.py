@@ -45,16 +45,19 @@ def _hover(events: pl.DataFrame) -> list[str]:
 def lending_timeline(detail: LendingDetail) -> go.Figure:
     """Events on top, own and borrowed slots in use below, on one time axis (seconds from t0)."""
     events = detail.events
-    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.35, 0.65], vertical_spacing=0.06,
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.45, 0.55], vertical_spacing=0.08,
                            subplot_titles=("restoration events", "gate slots in use"))
-    # Labels alternate above/below so events a few ms apart stay readable.
-    positions = ["top center" if i % 2 == 0 else "bottom center" for i in range(events.height)]
+    # One lane per event, in causal order: events milliseconds apart stay readable side by side.
+    lanes = list(reversed(events["event"].to_list()))
+    for event, offset in events.select("event", "offset_s").rows():
+        figure.add_trace(go.Scatter(x=[0, offset], y=[event, event], mode="lines", hoverinfo="skip",
+                                    line={"color": _colour(event), "width": 3}, showlegend=False), row=1, col=1)
     figure.add_trace(
         go.Scatter(
-            x=events["offset_s"].to_list(), y=[0] * events.height, mode="markers+text", name="events",
-            text=events["event"].to_list(), textposition=positions, hovertext=_hover(events), hoverinfo="text",
-            marker={"size": 14, "symbol": "diamond", "color": [_colour(e) for e in events["event"]]},
-            showlegend=False,
+            x=events["offset_s"].to_list(), y=events["event"].to_list(), mode="markers+text", name="events",
+            text=events["event"].to_list(), textposition="middle right", hovertext=_hover(events),
+            hoverinfo="text", showlegend=False,
+            marker={"size": 13, "symbol": "diamond", "color": [_colour(e) for e in events["event"]]},
         ),
         row=1, col=1,
     )
@@ -68,11 +71,12 @@ def lending_timeline(detail: LendingDetail) -> go.Figure:
             row=2, col=1,
         )
     episode = detail.episode
-    figure.update_yaxes(visible=False, range=[-1, 1], row=1, col=1)
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=lanes, showticklabels=False,
+                        row=1, col=1)
     figure.update_yaxes(title_text="slots", rangemode="tozero", dtick=1, row=2, col=1)
     figure.update_xaxes(title_text="seconds from demand return (t0)", row=2, col=1)
     figure.update_layout(
-        template=_TEMPLATE, height=460, margin={"t": 60, "b": 40, "l": 50, "r": 20},
+        template=_TEMPLATE, height=560, margin={"t": 60, "b": 40, "l": 50, "r": 20},
         title=f"Lending episode · policy {episode.get('policy')} · {episode.get('returning_request_id') or ''}",
         legend={"orientation": "h", "y": -0.18},
     )
@@ -103,7 +107,7 @@ def wake_timeline(detail: WakeDetail) -> go.Figure:
     if detail.overshoot is not None:
         start, end = detail.overshoot
         figure.add_vrect(x0=start, x1=end, fillcolor="#d62728", opacity=0.15, line_width=0,
-                         annotation_text=f"overshoot {end - start:.2f} s", annotation_position="top left")
+                         annotation_text=f"overshoot {end - start:.2f} s", annotation_position="bottom left")
     episode = detail.episode
     figure.update_yaxes(type="category", categoryorder="array", categoryarray=[_HINT, _LIFECYCLE, _CLIENT])
     figure.update_xaxes(title_text="seconds from the first 503 (t0)", zeroline=True)

@@ -15,7 +15,7 @@ from restorelens.analysis import Analysis
 from restorelens.dashboard import queries, source
 from restorelens.errors import InputError
 
-APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,7 @@ def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
     assert not app.exception
     assert app.title[0].value == "Recovery overview"
     assert app.sidebar.radio[0].value == "span store (--db)"
-    app.switch_page(str(APP.parent / "pages" / "wakes.py")).run()
+    app.switch_page(str(APP.parent / "wakes.py")).run()
     assert not app.exception
     assert app.title[0].value == "Wake episodes"
     assert len(app.get("plotly_chart")) == 2

@@ -56,7 +56,7 @@ def test_a_valid_store_hands_over_to_streamlit_on_loopback(store_path: Path, mon
     result = invoke("--db", str(store_path), "--port", "8765", "--max", "wake.overshoot_s.p95=2")
     assert result.exit_code == 0, result.output
     argv = seen["argv"]
-    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboard/app.py")
+    assert argv[1:4] == ["-m", "streamlit", "run"] and argv[4].endswith("dashboard/pages/app.py")
     assert argv[argv.index("--server.address") + 1] == "127.0.0.1"
     assert argv[argv.index("--server.port") + 1] == "8765"
     assert argv[argv.index("--browser.gatherUsageStats") + 1] == "false"
@@ -67,4 +67,6 @@ def test_a_valid_store_hands_over_to_streamlit_on_loopback(store_path: Path, mon
 
 def test_the_packaged_app_exists() -> None:
     app = Path(dashboard_cli.streamlit_command("127.0.0.1", 1)[4])
-    assert app.is_file() and (app.parent / "pages" / "overview.py").is_file()
+    assert app.is_file() and (app.parent / "overview.py").is_file()
+    # a pages/ folder beside the entrypoint would switch Streamlit to its legacy multipage mode
+    assert not (app.parent / "pages").exists()

@@ -15,7 +15,6 @@ from restorelens.analysis import Analysis
 from restorelens.dashboard import source
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
-APP = PAGES.parent / "app.py"
 TIMEOUT_S = 60  # DuckDB loads on a shared 2-core machine; a bound, not a speed claim
 
 
@@ -79,9 +78,10 @@ def test_lending_page_draws_the_selected_episode(on_store: Path) -> None:
     labels = texts(timeline)
     for label in ("demand returned", "grant restored", "borrowed drained", "engine scheduled", "first token"):
         assert label in labels
-    events = dict(zip(timeline["data"][0]["text"], timeline["data"][0]["x"], strict=True))
+    marks = next(t for t in timeline["data"] if t.get("name") == "events")
+    events = dict(zip(marks["text"], marks["x"], strict=True))
     assert events["borrowed drained"] == pytest.approx(episode["drain_s"])
-    assert {t["name"] for t in timeline["data"]} >= {"own slots", "borrowed slots"}
+    assert {t.get("name") for t in timeline["data"]} >= {"own slots", "borrowed slots"}
     assert app.query_params["episode"] == episode["span_id"]
     assert {m.label: m.value for m in app.metric}["borrowed drained"] == f"{episode['drain_s']:.3f} s"
 

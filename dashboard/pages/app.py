@@ -1,4 +1,8 @@
-"""The dashboard's entrypoint (``streamlit run``): page setup, the span source, the navigation."""
+"""The dashboard's entrypoint (``streamlit run``): page setup, the span source, the navigation.
+
+It sits beside the page scripts rather than above them on purpose: Streamlit treats a ``pages/``
+folder next to the main script as a legacy multipage app and then never runs ``st.navigation``.
+"""
 
 from pathlib import Path
 
@@ -6,7 +10,7 @@ import streamlit as st
 
 from restorelens.dashboard import ui
 
-PAGES = Path(__file__).resolve().parent / "pages"
+PAGES = Path(__file__).resolve().parent
 
 st.set_page_config(page_title="restorelens recovery dashboard", page_icon="⏱", layout="wide")
 ui.source_picker()

@@ -1,0 +1,146 @@
+"""The dashboard in a real browser: ``restorelens dashboard`` as a subprocess on a free port, Debian's
+chromium driven by Playwright, every page opened and screenshotted, and the lending and wake
+timelines checked for their event labels as drawn.
+
+Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``; Playwright cannot download browsers
+here). Set RESTORELENS_SAVE_SCREENSHOT=1 to also write the overview to docs/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+STARTUP_S = 60.0  # bounds, not speed claims: Streamlit's first start on a busy 2-core machine
+RENDER_MS = 60_000
+DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+#: Page name -> URL path (the default page, the overview, is the root).
+PAGES = {"overview": "", "lending": "lending", "wakes": "wakes", "policies": "policies", "lifecycle": "lifecycle",
+         "traces": "traces"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def dashboard_url(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = (tmp_path_factory.mktemp("dashboard-server") / "server.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "restorelens", "dashboard", "--db", str(store_path), "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            assert process.poll() is None, f"the dashboard exited with {process.returncode}; see {log.name}"
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as answer:
+                    if answer.read() == b"ok":
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"the dashboard was not healthy within {STARTUP_S:g} s"
+            time.sleep(0.25)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)  # its own session: Streamlit and nothing else
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium); "
+                    "`playwright install` cannot download browsers here")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def open_page(browser, url: str):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url, timeout=RENDER_MS)
+    page.wait_for_selector("[data-testid='stAppViewContainer']", timeout=RENDER_MS)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=RENDER_MS)
+    body = page.inner_text("body")
+    assert page.locator("[data-testid='stException']").count() == 0, body
+    assert "Page not found" not in body, url
+    return page
+
+
+def chart_text(page, index: int = 0) -> str:
+    chart = page.get_by_test_id("stPlotlyChart").nth(index)
+    chart.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)
+    return chart.inner_text() + " ".join(chart.locator("text").all_text_contents())
+
+
+def test_every_page_renders_without_an_exception(browser, dashboard_url: str, tmp_path: Path) -> None:
+    for name, url_path in PAGES.items():
+        page = open_page(browser, f"{dashboard_url}/{url_path}")
+        assert page.locator("h1").first.inner_text().strip(), name
+        sidebar = page.get_by_test_id("stSidebar").inner_text()
+        assert "Lending episodes" in sidebar and "Trace explorer" in sidebar  # st.navigation, not pages/
+        assert "span store (--db)" in sidebar
+        if name != "traces":
+            chart_text(page)
+        page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+        if name == "overview" and os.environ.get("RESTORELENS_SAVE_SCREENSHOT") == "1":
+            page.screenshot(path=str(DOCS_SCREENSHOT))
+        page.close()
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in PAGES)
+
+
+def test_the_lending_timeline_draws_its_event_labels(browser, dashboard_url: str, tmp_path: Path) -> None:
+    page = open_page(browser, f"{dashboard_url}/lending")
+    drawn = chart_text(page)
+    for label in ("demand returned", "grant restored", "borrowed drained", "engine scheduled", "first token",
+                  "borrowed slots"):
+        assert label in drawn, label
+    assert "episode=" in page.url  # the chosen episode is in the link
+    page.screenshot(path=str(tmp_path / "lending.png"), full_page=True)
+    page.close()
+
+
+def test_the_wake_timeline_draws_retries_and_the_overshoot(browser, dashboard_url: str, store_path: Path,
+                                                           tmp_path: Path) -> None:
+    import polars as pl
+
+    from restorelens.analysis import Analysis
+
+    with Analysis.open(store_path) as analysis:
+        wakes = analysis.wake_episodes()
+    cold = wakes.filter(pl.col("wake_path") == "cold-start")["span_id"][0]
+    page = open_page(browser, f"{dashboard_url}/wakes?episode={cold}")  # a shared link to one episode
+    drawn = chart_text(page)
+    for label in ("first 503", "Retry-After elapses", "wake start", "engine ready", "readiness observed",
+                  "retry 1 → 503", "retry 2 → 503", "success 200", "first token", "overshoot 0.50 s"):
+        assert label in drawn, label
+    page.screenshot(path=str(tmp_path / "wakes.png"), full_page=True)
+    page.close()
