@@ -5,20 +5,21 @@ the episodes' statistics with limits (``restorelens check``). docs/analysis.md e
 """
 
 from restorelens.analysis.limits import Limit, Violation, check, parse_limit, valid_names
-from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, VIEW_LAYERS, Query, load_query
+from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, Query, load_query
 from restorelens.analysis.report import build_report, render
 from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
 
 __all__ = [
+    "Analysis",
     "GROUP_ALIASES",
+    "Limit",
     "PARAMETERISED",
     "PUBLIC_VIEWS",
-    "STATISTICS",
-    "VIEW_LAYERS",
-    "Analysis",
-    "Limit",
     "Query",
+    "SHARED_LAYERS",
+    "STATISTICS",
     "Slo",
+    "VIEW_LAYERS",
     "Violation",
     "build_report",
     "check",
