@@ -8,9 +8,17 @@ A lifecycle listener: the core hands it finished intervals and wakes, stamped wi
 ``room.found``, ``engine.wake_called``, ``engine.ready`` (the backend's ready time) and
 ``ready.observed`` (when the lifecycle began routing) as events, and a link to the request that
 triggered it. A wake that did not end ready has status ERROR with the reason as description.
+
+Given the core (``core=``), each ``modelclaim.state`` also carries the memory the model's engine
+holds in that state, as the lifecycle accounts it from the declared figures: GPU bytes
+(``perGPU`` on each of its GPUs while it loads, runs or wakes, and while asleep with the wake
+reserve; only ``sleeping_footprint`` asleep without it) and host RAM (the weights a level-1 sleep
+moved there, from the sleep until the wake completes).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -18,9 +26,12 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from restorelens.clock import to_ns
 from restorelens.gate.modelclaim_actions import StateInterval, WakeRecord
+from restorelens.gate.modelclaim_phases import ACTIVATING, SLEEPING
 from restorelens.spans import (
     ATTR_GEN_AI_REQUEST_MODEL,
     ATTR_MODELCLAIM_FROM_POD,
+    ATTR_MODELCLAIM_GPU_BYTES,
+    ATTR_MODELCLAIM_HOST_RAM_BYTES,
     ATTR_MODELCLAIM_NEIGHBOUR,
     ATTR_MODELCLAIM_PHASE,
     ATTR_MODELCLAIM_POD,
@@ -42,17 +53,34 @@ TRACER_NAME = "restorelens.gate.modelclaim"
 class ModelClaimSpans:
     """Turns the core's finished intervals and wakes into spans on ``tracer_provider``."""
 
-    def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(self, tracer_provider: TracerProvider | None = None, *, core: Any = None) -> None:
         self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
+        self.core = core
+
+    def held_bytes(self, interval: StateInterval) -> tuple[int, int] | None:
+        """(GPU bytes, host RAM bytes) the model holds in ``interval``; None without the core."""
+        core = self.core
+        if core is None or interval.model not in core.claims_view():
+            return None
+        if not interval.pod:
+            return 0, 0  # not placed (Pending, Scheduling, Failed): nothing held
+        spec = core.claims_view()[interval.model].spec
+        asleep = interval.phase == SLEEPING
+        per_gpu = spec.sleeping_footprint_bytes if asleep and core.policy.no_wake_reserve_while_asleep else spec.per_gpu_bytes
+        level1 = core.sleep_level == 1 and interval.phase in (SLEEPING, ACTIVATING)
+        return per_gpu * spec.tensor_parallel, spec.weight_bytes if level1 else 0
 
     def on_state_interval(self, interval: StateInterval) -> None:
-        attributes = {
+        attributes: dict[str, Any] = {
             ATTR_MODELCLAIM_PHASE: interval.phase,
             ATTR_MODELCLAIM_REASON: interval.reason,
             ATTR_GEN_AI_REQUEST_MODEL: interval.model,
         }
         if interval.pod:
             attributes[ATTR_MODELCLAIM_POD] = interval.pod
+        held = self.held_bytes(interval)
+        if held is not None:
+            attributes[ATTR_MODELCLAIM_GPU_BYTES], attributes[ATTR_MODELCLAIM_HOST_RAM_BYTES] = held
         span = self._tracer.start_span(
             SPAN_MODELCLAIM_STATE,
             context=trace.set_span_in_context(trace.INVALID_SPAN),  # a root: not under whatever request is current

@@ -38,9 +38,10 @@ class EventLoop:
         """Run ``callback`` at ``t_s`` (now, if ``t_s`` is in the past)."""
         heapq.heappush(self._heap, (max(t_s, self.clock.now_s()), next(self._order), callback))
 
-    def run(self, until_s: float | None = None) -> float:
-        """Run until nothing is due (or until ``until_s``); returns the time reached."""
-        while True:
+    def run(self, until_s: float | None = None, stop: Callable[[], bool] | None = None) -> float:
+        """Run until nothing is due, until ``until_s``, or until ``stop()`` says so after a step
+        (components with idle timers always have something due); returns the time reached."""
+        while stop is None or not stop():
             t_s, source = self._next()
             if t_s is None or (until_s is not None and t_s > until_s):
                 break

@@ -100,9 +100,14 @@ class RunReport:
     slo_e2e_s: float = 30.0
     #: Live runs compressed X times: result times are real seconds, reported in protocol seconds.
     time_scale: float = 1.0
+    #: ModelClaim runs: when the first request went out (the wake episode's t0).
+    t0_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
-        """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s)."""
+        """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s);
+        for a ModelClaim run, what the first request's client saw instead."""
+        if self.t0_s is not None:
+            return self._wake_summary()
         outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
         interactive = [r for r in self.results if r.traffic_class == "interactive"]
         x = self.time_scale
@@ -124,6 +129,26 @@ class RunReport:
         }
 
 
+    def _wake_summary(self) -> dict[str, Any]:
+        assert self.t0_s is not None
+        first = min(self.results, key=lambda r: r.start_s)
+        x, t0 = self.time_scale, self.t0_s
+        success = next((a for a in first.attempts if a.status is not None and 200 <= a.status < 300), None)
+        hint = first.attempts[0].retry_after.seconds if first.attempts else None
+        return {
+            "scenario": self.scenario,
+            "seed": self.seed,
+            "mode": self.mode if x == 1 else f"{self.mode} (x{x:g})",
+            "run_id": self.run_id,
+            "requests": len(self.results),
+            "outcomes": dict(sorted(Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results).items())),
+            "first_request_statuses": list(first.statuses),
+            "first_retry_after_s": hint,
+            "success_attempt_s": None if success is None else round((success.start_s - t0) * x, 3),
+            "first_token_s": None if first.first_chunk_s is None else round((first.first_chunk_s - t0) * x, 3),
+        }
+
+
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
@@ -133,6 +158,8 @@ def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: s
     from restorelens.loadgen.virtual_moflux import VirtualMofluxRun
 
     run_id = run_id or new_run_id()
+    if scenario.kind == "modelclaim":
+        return _run_virtual_modelclaim(scenario, seed, providers, run_id)
     run = VirtualMofluxRun(scenario, seed, providers, run_id)
     results = run.run()
     workload = run.workload
@@ -142,7 +169,20 @@ def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: s
 
 def run_live(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None, *,
              time_scale: float = 1.0) -> RunReport:
-    """Play ``scenario`` against real servers on loopback (see ``live_moflux``)."""
+    """Play ``scenario`` against real servers on loopback (see ``live_moflux``, ``live_modelclaim``)."""
     from restorelens.loadgen.live_moflux import run_live_moflux
 
+    if scenario.kind == "modelclaim":
+        from restorelens.loadgen.live_modelclaim import run_live_modelclaim
+
+        return run_live_modelclaim(scenario, seed, providers, run_id or new_run_id(), time_scale=time_scale)
     return run_live_moflux(scenario, seed, providers, run_id or new_run_id(), time_scale=time_scale)
+
+
+def _run_virtual_modelclaim(scenario: Any, seed: int, providers: ServiceProviders, run_id: str) -> RunReport:
+    from restorelens.loadgen.virtual_modelclaim import VirtualModelClaimRun
+
+    run = VirtualModelClaimRun(scenario, seed, providers, run_id)
+    results = tuple(sorted(run.run(), key=lambda r: r.start_s))
+    duration_s = max(r.end_s for r in results) - run.t0_s
+    return RunReport(scenario.name, scenario.arm, seed, "virtual", run_id, duration_s, results, t0_s=run.t0_s)

@@ -85,10 +85,17 @@ SCENARIOS: dict[str, MofluxScenario] = {
 
 
 def scenario_names() -> list[str]:
-    return sorted(SCENARIOS)
+    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS
+
+    return sorted(SCENARIOS) + list(MODELCLAIM_SCENARIOS)
 
 
-def get_scenario(name: str, arm: str | None = None) -> MofluxScenario:
+def get_scenario(name: str, arm: str | None = None) -> Any:
+    """A MoFlux scenario (with its arm) or a ModelClaim wake scenario, by name."""
+    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS
+
+    if name in MODELCLAIM_SCENARIOS:
+        return MODELCLAIM_SCENARIOS[name].with_arm(arm)
     scenario = SCENARIOS.get(name)
     if scenario is None:
         raise SettingError("SCENARIO", f"unknown scenario {name!r}; choose one of {', '.join(scenario_names())}")

@@ -104,8 +104,8 @@ def test_modelclaim_scenarios_cover_the_four_wake_paths_with_their_hints() -> No
     assert sorted(s.wake_path for s in MODELCLAIM_SCENARIOS.values()) == sorted(WAKE_PATHS)
     hints = {s.wake_path: s.expected_retry_after_s for s in MODELCLAIM_SCENARIOS.values()}
     assert hints == {"in-place": 10, "make-room": 20, "move": 30, "cold-start": 10}
-    reserved = get_modelclaim_scenario("modelclaim-wake-reserved")
+    reserved = get_modelclaim_scenario("modelclaim-in-place")
     assert reserved.arrivals[0].at_s == 0.0 and reserved.setup.wake_reserve
-    assert not get_modelclaim_scenario("modelclaim-wake-no-reserve").setup.wake_reserve
+    assert not get_modelclaim_scenario("modelclaim-make-room").setup.wake_reserve
     with pytest.raises(SettingError, match="SCENARIO"):
         get_modelclaim_scenario("modelclaim-teleport")

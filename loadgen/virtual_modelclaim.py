@@ -1,0 +1,261 @@
+"""A ModelClaim wake scenario in virtual time: client, gate, lifecycle and engines on one event loop.
+
+The same objects the live servers run: the client's ``RetryLoop`` and policy, the gate's
+``Admission`` + ``GateSpans``, the lifecycle's ``ModelClaimCore`` (built from the scenario's
+``[modelclaim]`` table by the gate's own config code) driven by ``VirtualLifecycle`` over an
+``InProcessBackend`` whose engines are the simulator's ``EngineCore``. This module plays the wire
+with zero network delay and emits the live chain's spans with virtual times:
+
+- each attempt opens the client's ``POST`` and the gate's ``gate.request``; the gate asks the
+  lifecycle first (as the proxy does): not ready -> 503 with the answer table's Retry-After, the
+  phase and reason on ``gate.request``, and the lifecycle wants a wake linked to that span;
+- routed -> admission grant -> the engine of the routed URL accepts it (headers at once, closing
+  both ``POST`` spans) -> first token -> finish (``llm_request``, release, ``request_finished``);
+- the lifecycle's ``modelclaim.state`` / ``modelclaim.wake`` spans come from ``ModelClaimSpans``.
+
+The deployment is set up first (``SetupDirector``: cold starts, the sleep, a neighbour placed);
+lifecycle spans are recorded from t0 on, so the state intervals in progress at t0 appear whole
+but the setup's own cold starts do not show up as wake episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+
+from restorelens._version import __version__
+from restorelens.clock import VirtualClock
+from restorelens.loadgen.event_loop import EventLoop, TimeSource
+from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
+from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
+from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
+from restorelens.loadgen.retry import make_policy
+from restorelens.loadgen.retry_after import NO_HINT, RetryAfter
+from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_span, start_attempt_span
+from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.loadgen.workloads import Arrival
+from restorelens.spans import ATTR_GATE_UPSTREAM
+
+__all__ = ["VirtualModelClaimRun", "modelclaim_client_request"]
+
+#: Steps of the setup loop before giving up (a setup that never reaches its state is a bug).
+MAX_SETUP_STEPS = 10_000
+
+
+def modelclaim_client_request(scenario: ModelClaimScenario, arrival: Arrival, labels: RunLabels) -> Any:
+    from restorelens.loadgen.prompts import filler_prompt
+    from restorelens.loadgen.request import ClientRequest
+
+    return ClientRequest(
+        arrival.request_id, scenario.model, filler_prompt(arrival.prompt_chars, labels.seed or 0, arrival.request_id),
+        arrival.max_tokens, traffic_class=arrival.traffic_class, stream=scenario.stream,
+        arrival_phase=arrival.phase, labels=labels,
+    )
+
+
+@dataclass(eq=False)
+class _InFlight:
+    arrival: Arrival
+    loop: RetryLoop
+    request_span: RequestSpan
+    attempt_span: Any
+    gate_span: Any
+    grant: Any = None
+    upstream_span: Any = None
+    engine: Any = None
+
+
+@dataclass
+class VirtualModelClaimRun:
+    scenario: ModelClaimScenario
+    seed: int = 0
+    providers: ServiceProviders = field(default_factory=ServiceProviders)
+    run_id: str = ""
+    results: list[RequestResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from restorelens.gate import Admission, GateSpans
+        from restorelens.gate.modelclaim_backends import InProcessBackend
+        from restorelens.gate.modelclaim_config import build_core
+        from restorelens.gate.modelclaim_virtual import VirtualLifecycle
+
+        self.clock = VirtualClock()
+        self.table = deployment_table(self.scenario)
+        self.core, _ = build_core(self.table)
+        self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
+        self.backend = InProcessBackend(self._new_engine)
+        self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)
+        self.gate_spans = GateSpans(self.providers.gate, policy_name="fcfs")
+        from restorelens.gate.settings import GateSettings
+
+        settings = GateSettings(policy="fcfs", modelclaim=self.table)
+        self.admission = Admission(settings.build_policy(), wait_timeout_s=settings.wait_timeout_s,
+                                   queue_limit=settings.queue_limit, listeners=[self.gate_spans])
+        self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts,
+                                  deadline_s=self.scenario.deadline_s, seed=self.seed)
+        self.labels = RunLabels(self.scenario.name, self.scenario.workload_name, self.seed, self.run_id)
+        self._client_tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider=self.providers.client)
+        self._gate_tracer = trace.get_tracer("restorelens.gate", tracer_provider=self.providers.gate)
+        self._engine_tracer = trace.get_tracer("restorelens.sim", tracer_provider=self.providers.engine)
+        self._by_request: dict[str, _InFlight] = {}
+        self.loop = EventLoop(self.clock, [
+            TimeSource("lifecycle", self.lifecycle.next_event_s, self.lifecycle.advance_to),
+            TimeSource("engines", self._engines_next_s, self._engines_due),
+        ])
+        self.t0_s = self.clock.now_s()
+
+    def _new_engine(self, model: str, pod: str) -> Any:
+        from restorelens.sim import EngineCore, get_preset
+
+        shape = next(c for c in self.scenario.claims if c.model == model)
+        engine = EngineCore(get_preset(shape.preset), seed=self.seed, now_s=self.lifecycle.now_s)
+        self.engines[self.backend.url_template.format(model=model, pod=pod)] = engine
+        return engine
+
+    # --- driving -------------------------------------------------------------------------------
+
+    def run(self) -> list[RequestResult]:
+        from restorelens.gate.modelclaim_spans import ModelClaimSpans
+
+        self.t0_s = self._set_up()
+        self.clock.advance_to(self.t0_s)
+        self.core.listeners.append(ModelClaimSpans(self.providers.gate, core=self.core))
+        if self.scenario.setup.model_state == "not-started":
+            self.lifecycle.start(self.t0_s)
+        for arrival in self.scenario.arrivals:
+            self.loop.at(self.t0_s + arrival.at_s, lambda a=arrival: self._arrive(a))
+        arrivals = len(self.scenario.arrivals)
+        end_s = self.loop.run(stop=lambda: len(self.results) == arrivals)
+        for action in self.core.shutdown(end_s):
+            self.backend.perform_stop(action, end_s)  # type: ignore[arg-type]
+        self.admission.close(end_s)
+        self.gate_spans.flush(self.admission.periods, self.admission.episodes, end_s)
+        return self.results
+
+    def _set_up(self) -> float:
+        """Play the lifecycle alone from the virtual epoch until the scenario's state; returns t0."""
+        director = SetupDirector(self.scenario)
+        start_s = self.clock.now_s()
+        if self.scenario.setup.model_state != "not-started":
+            self.lifecycle.start(start_s)
+        director.observe(self._states(), start_s)
+        for _ in range(MAX_SETUP_STEPS):
+            t0_s = director.t0_s()
+            if t0_s is not None:
+                return t0_s
+            due = [t for t in (self.lifecycle.next_event_s(), director.sleep_due_s()) if t is not None]
+            if not due:
+                break
+            now_s = min(due)
+            self.lifecycle.advance_to(now_s)
+            sleep_s = director.sleep_due_s()
+            if sleep_s is not None and sleep_s <= now_s:
+                self._sleep(self.scenario.model, now_s)
+                director.sleep_sent = True
+            director.observe(self._states(), now_s)
+        raise RuntimeError(f"{self.scenario.name}: the deployment never reached its starting state")
+
+    def _sleep(self, model: str, now_s: float) -> None:
+        # The operator's sleep (POST /modelclaim/models/M/sleep live); VirtualLifecycle has no
+        # public control call, so its action runner performs what the core returns.
+        self.lifecycle._perform(self.core.sleep(model, now_s), now_s)
+
+    def _states(self) -> dict[str, tuple[str, float]]:
+        return {m: (s.phase, s.since_s) for m in self.core.models() for s in [self.core.status(m)]}
+
+    def _arrive(self, arrival: Arrival) -> None:
+        request = modelclaim_client_request(self.scenario, arrival, self.labels)
+        now_s = self.clock.now_s()
+        self._attempt(arrival, RetryLoop(request, self.policy, now_s),
+                      RequestSpan(self._client_tracer, request, self.policy.name, now_s))
+
+    def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
+        from restorelens.gate import Grant
+        from restorelens.gate.routing import NotReady, Routed
+
+        now_s = self.clock.now_s()
+        number = loop.begin_attempt(now_s)
+        attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
+        gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s,
+                                                  model=self.scenario.model,
+                                                  parent=trace.set_span_in_context(attempt_span))
+        flight = _InFlight(arrival, loop, request_span, attempt_span, gate_span)
+        answer = self.lifecycle.route(self.scenario.model, now_s, trigger=gate_span.get_span_context())
+        if isinstance(answer, NotReady):
+            self.gate_spans.not_ready(gate_span, answer.phase, answer.reason, answer.status_code, answer.retry_after_s)
+            self.gate_spans.end_request(gate_span, arrival.request_id, now_s, answer.status_code)
+            hint = [] if answer.retry_after_s is None else [("retry-after", str(answer.retry_after_s))]
+            self._answer(flight, answer.status_code, hint)
+            return
+        assert isinstance(answer, Routed)
+        decision = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
+        assert isinstance(decision, Grant), "the fcfs policy without a cap grants at once"
+        self._forward(flight, decision, answer.upstream_url)
+
+    def _forward(self, flight: _InFlight, grant: Any, upstream_url: str) -> None:
+        from restorelens.sim import SimRequest
+
+        now_s = self.clock.now_s()
+        flight.grant, flight.engine = grant, self.engines[upstream_url]
+        self.gate_spans.granted(flight.gate_span, grant)
+        self.lifecycle.request_started(self.scenario.model, now_s)
+        flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, upstream_url)
+        flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
+        arrival = flight.arrival
+        engine = flight.engine
+        engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
+                                      arrival.max_tokens), now_s)
+        self._by_request[arrival.request_id] = flight
+        end_attempt_span(flight.upstream_span, now_s, 200, NO_HINT)
+        self.gate_spans.first_byte(flight.gate_span, now_s)
+        self._answer(flight, 200, [])
+
+    def _answer(self, flight: _InFlight, status: int, headers: list[tuple[str, str]]) -> None:
+        now_s = self.clock.now_s()
+        decision = flight.loop.answered(status, headers, now_s)
+        end_attempt_span(flight.attempt_span, now_s, status, decision.retry_after if headers else RetryAfter(None))
+        if 200 <= status < 300:
+            return
+        if flight.loop.done:
+            self._finish_client(flight)
+            return
+        flight.request_span.retry_wait(now_s, decision, status)
+        self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
+
+    def _finish_client(self, flight: _InFlight) -> None:
+        result = flight.loop.result(self.clock.now_s())
+        flight.request_span.finish(result)
+        self.results.append(result)
+
+    # --- engines as one time source ------------------------------------------------------------
+
+    def _engines_next_s(self) -> float | None:
+        due = [t for engine in self.engines.values() if (t := engine.next_event_s()) is not None]
+        return min(due) if due else None
+
+    def _engines_due(self, now_s: float) -> None:
+        from restorelens.sim import FinishedEvent, FirstTokenEvent
+        from restorelens.sim.tracing import emit_llm_request_span
+
+        for engine in list(self.engines.values()):
+            t = engine.next_event_s()
+            if t is None or t > now_s:
+                continue
+            for event in engine.advance_to(now_s):
+                flight = self._by_request.get(getattr(event, "request_id", ""))
+                if flight is None:
+                    continue
+                if isinstance(event, FirstTokenEvent):
+                    flight.loop.first_chunk(event.at_s)
+                    flight.request_span.first_chunk(event.at_s)
+                elif isinstance(event, FinishedEvent):
+                    del self._by_request[event.request_id]
+                    emit_llm_request_span(self._engine_tracer, event.record, model=self.scenario.model,
+                                          parent_context=trace.set_span_in_context(flight.upstream_span),
+                                          request_params={"max_tokens": flight.arrival.max_tokens})
+                    self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, 200)
+                    self.admission.release(flight.grant, event.at_s)
+                    self.lifecycle.request_finished(self.scenario.model, event.at_s)
+                    self._finish_client(flight)
