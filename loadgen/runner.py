@@ -8,6 +8,7 @@ every provider has flushed into it.
 
 from __future__ import annotations
 
+import random
 import statistics
 import uuid
 from collections import Counter
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from restorelens.errors import SettingError
@@ -43,12 +45,25 @@ class _Shared(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+class _SeededIds(IdGenerator):
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
 class RunTelemetry:
     """Providers for the run's services over one exporter: ``"file"`` (path), ``"otlp"``
     (endpoint), ``"none"``, ``"memory"`` or any ``SpanExporter``."""
 
     def __init__(self, exporter: str | SpanExporter = "none", *, path: Any = None, endpoint: str | None = None,
-                 batch: bool | None = None) -> None:
+                 batch: bool | None = None, id_seed: int | None = None) -> None:
+        """``id_seed``: trace/span ids from a seeded generator and a fixed ``service.instance.id``,
+        so a virtual run writes byte-identical output every time (recorded sample traces)."""
         from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
 
         inner: SpanExporter | str
@@ -71,7 +86,14 @@ class RunTelemetry:
             inner = first.restorelens_exporter  # type: ignore[attr-defined]
         self.exporter: SpanExporter = inner
         shared = _Shared(inner)
-        built = {key: build_tracer_provider(name, shared, batch=batch) for key, name in SERVICE_NAMES.items()}
+        resources = {key: None if id_seed is None else {"service.instance.id": f"{name}-{id_seed}"}
+                     for key, name in SERVICE_NAMES.items()}
+        built = {key: build_tracer_provider(name, shared, batch=batch, resource_attributes=resources[key])
+                 for key, name in SERVICE_NAMES.items()}
+        if id_seed is not None:
+            ids = _SeededIds(id_seed)
+            for provider in built.values():
+                provider.id_generator = ids  # read by every tracer made after this
         self.providers = ServiceProviders(built["client"], built["gate"], built["engine"])
         self._all = list(built.values())
 
