@@ -100,10 +100,11 @@ def test_bad_sleep_arguments_are_400(serve_asgi: Serve) -> None:
 
 
 def test_cold_start_is_not_healthy_until_loaded(serve_asgi: Serve) -> None:
-    server = serve_asgi(create_app(CONFIG, start_mode="cold"))
+    # A load long enough that two requests on a busy shared machine surely fall inside it.
+    server = serve_asgi(create_app(CONFIG.replace(cold_start_s=2.0), start_mode="cold"))
     assert httpx.get(f"{server.url}/health").status_code == 503
     assert complete(server.url).status_code == 503
-    for _ in range(200):  # bounded (at most ~4 s): the modelled load takes 0.3 s
+    for _ in range(500):  # bounded (at most ~10 s): the modelled load takes 2 s
         if httpx.get(f"{server.url}/health").status_code == 200:
             break
         time.sleep(0.02)
