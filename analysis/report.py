@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from typing import Any
 
 import polars as pl
 
-from restorelens.analysis.views import Analysis
+from restorelens.analysis.views import Analysis, percentiles_of
 
 __all__ = ["FORMATS", "SECTIONS", "build_report", "render"]
 
@@ -77,8 +78,6 @@ def build_report(analysis: Analysis) -> dict[str, pl.DataFrame]:
 
 
 def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str) -> pl.DataFrame:
-    from restorelens.analysis.views import percentiles_of
-
     return percentiles_of(frame, metrics, [by])
 
 
@@ -100,7 +99,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.3f}"
+        return f"{value:.4g}"
     return str(value)
 
 
@@ -117,12 +116,13 @@ def _rich(sections: dict[str, pl.DataFrame]) -> str:
     from rich.table import Table
 
     buffer = io.StringIO()
-    console = Console(file=buffer, width=160, force_terminal=False)
+    width = shutil.get_terminal_size((160, 24)).columns
+    console = Console(file=buffer, width=width, force_terminal=False)
     for name, frame in sections.items():
         table = Table(title=_TITLES.get(name, name), title_justify="left")
         for column in frame.columns:
             numeric = frame.schema[column].is_numeric()
-            table.add_column(column, justify="right" if numeric else "left")
+            table.add_column(column, justify="right" if numeric else "left", overflow="fold")
         for row in frame.iter_rows():
             table.add_row(*(_cell(value) for value in row))
         if frame.is_empty():

@@ -104,7 +104,9 @@ class Analysis:
     def __enter__(self) -> Analysis:
         return self
 
-    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | Any) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
