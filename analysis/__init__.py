@@ -4,13 +4,14 @@
 the episodes' statistics with limits (``restorelens check``). docs/analysis.md explains each view.
 """
 
-from restorelens.analysis.limits import Limit, Violation, check, parse_limit, valid_names
+from restorelens.analysis.limits import Evaluation, Limit, Violation, check, evaluate, parse_limit, valid_names
 from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, Query, load_query
 from restorelens.analysis.report import build_report, render
 from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
 
 __all__ = [
     "Analysis",
+    "Evaluation",
     "GROUP_ALIASES",
     "Limit",
     "PARAMETERISED",
@@ -23,6 +24,7 @@ __all__ = [
     "Violation",
     "build_report",
     "check",
+    "evaluate",
     "load_query",
     "parse_limit",
     "percentiles_of",

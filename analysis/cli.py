@@ -52,13 +52,15 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
                    "when a metric is in several views.")
 def check(db_path: str, maxima: tuple[str, ...]) -> None:
     """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI)."""
-    from restorelens.analysis.limits import check as check_limits
-    from restorelens.analysis.limits import parse_limit
+    from restorelens.analysis.limits import Violation, evaluate, parse_limit
     from restorelens.analysis.views import Analysis
 
     limits = [parse_limit(text, "--max") for text in maxima]
     with Analysis.open(db_path, materialize=True) as analysis:
-        violations = check_limits(analysis, limits)
+        evaluations = evaluate(analysis, limits)
+    for empty in (e for e in evaluations if e.value is None):
+        click.echo(f"note: {empty.limit.name} has no values (no such episodes); the limit holds", err=True)
+    violations = [Violation(e.limit, e.value, e.count) for e in evaluations if e.violated]  # type: ignore[arg-type]
     if violations:
         click.echo(f"{len(violations)} of {len(limits)} limits exceeded:", err=True)
         for violation in violations:

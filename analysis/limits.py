@@ -15,7 +15,18 @@ import polars as pl
 from restorelens.analysis.views import Analysis, percentiles_of
 from restorelens.errors import SettingError
 
-__all__ = ["FLAGS", "METRICS", "NUMERIC_STATISTICS", "Limit", "Violation", "check", "parse_limit", "valid_names"]
+__all__ = [
+    "FLAGS",
+    "METRICS",
+    "NUMERIC_STATISTICS",
+    "Evaluation",
+    "Limit",
+    "Violation",
+    "check",
+    "evaluate",
+    "parse_limit",
+    "valid_names",
+]
 
 #: Short view names -> the Analysis method that returns the view.
 VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests"}
@@ -111,19 +122,37 @@ def parse_limit(text: str, option: str = "--max") -> Limit:
     return Limit(view=view, column=column, statistic=statistic, maximum=maximum)
 
 
-def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Violation]:
-    """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0)."""
+@dataclass(frozen=True)
+class Evaluation:
+    """One limit with the statistic found (None when the metric has no values) and its sample size."""
+
+    limit: Limit
+    value: float | None
+    count: int
+
+    @property
+    def violated(self) -> bool:
+        return self.value is not None and self.value > self.limit.maximum
+
+
+def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Evaluation]:
+    """Each limit's statistic over the episodes, in the order given."""
     if isinstance(limits, Mapping):
         limits = [parse_limit(f"{name}={maximum}") for name, maximum in limits.items()]
     frames: dict[str, pl.DataFrame] = {}
-    violations = []
+    evaluations = []
     for limit in limits:
         if limit.view not in frames:
             frames[limit.view] = getattr(analysis, VIEWS[limit.view])()
         value, count = statistic_of(frames[limit.view], limit.column, limit.statistic)
-        if value is not None and value > limit.maximum:
-            violations.append(Violation(limit=limit, value=value, count=count))
-    return violations
+        evaluations.append(Evaluation(limit=limit, value=value, count=count))
+    return evaluations
+
+
+def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Violation]:
+    """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0)."""
+    return [Violation(limit=e.limit, value=e.value, count=e.count)  # type: ignore[arg-type]
+            for e in evaluate(analysis, limits) if e.violated]
 
 
 def statistic_of(frame: pl.DataFrame, column: str, statistic: str) -> tuple[float | None, int]:

@@ -122,3 +122,14 @@ def test_report_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> Non
         result = invoke("check", "--db", str(path), "--max", "drain_s.max=1")
         assert result.exit_code == 1
         assert "Error:" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_check_notes_a_metric_without_values_and_passes(tmp_path: Path) -> None:
+    path = tmp_path / "empty.duckdb"
+    con = duckdb.connect(str(path))
+    Traces().store(con)
+    con.close()
+    result = invoke("check", "--db", str(path), "--max", "overshoot_s.p95=1", "--max", "wake.censored.count=0")
+    assert result.exit_code == 0, result.output
+    assert "note: wake.overshoot_s.p95 has no values" in result.output
+    assert "all 2 limits hold" in result.output
