@@ -34,20 +34,20 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BATCH",
-    "INTERACTIVE",
-    "POLICIES",
     "Admission",
     "AdmissionPolicy",
+    "BATCH",
     "Decision",
     "FcfsPolicy",
     "GateSettings",
     "GateSpans",
     "Grant",
     "GrantError",
+    "INTERACTIVE",
     "LendPolicy",
     "LendingPeriod",
     "Occupancy",
+    "POLICIES",
     "PriorityPolicy",
     "Rejection",
     "RestorationEpisode",
