@@ -84,30 +84,36 @@ def parse_limits(texts: Sequence[str]) -> list[Limit]:
     return [parse_limit(text.strip(), "limit") for text in texts if text.strip()]
 
 
-def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS) -> Overview:
+def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
+             include_requests: bool = False) -> Overview:
+    """Episode counts and statistics, and the limits' verdicts.
+
+    The requests view is the most expensive one on a large store, so it is read only when asked
+    for (``include_requests``) or when a limit names it.
+    """
     parsed = parse_limits(limits)
-    frames = {
-        "lending": analysis.lending_episodes(),
-        "wake": analysis.wake_episodes(),
-        "requests": analysis.requests(),
-    }
-    lending, wakes, requests = frames["lending"], frames["wake"], frames["requests"]
+    include_requests = include_requests or any(limit.view == "requests" for limit in parsed)
+    frames = {"lending": analysis.lending_episodes(), "wake": analysis.wake_episodes()}
+    if include_requests:
+        frames["requests"] = analysis.requests()
+    lending, wakes = frames["lending"], frames["wake"]
+    rows = [("lending episodes", lending.height, int(lending["censored"].sum()), int(lending["clock_skew"].sum())),
+            ("wake episodes", wakes.height, int(wakes["censored"].sum()), int(wakes["clock_skew"].sum()))]
+    request_stats = pl.DataFrame()
+    if include_requests:
+        requests = frames["requests"]
+        rows.insert(0, ("requests", requests.height, 0, int(requests["clock_skew"].sum())))
+        request_stats = percentiles_of(requests, REQUEST_METRICS, ["traffic_class", "policy"])
     counts = pl.DataFrame(
-        {
-            "what": ["requests", "lending episodes", "wake episodes"],
-            "count": [requests.height, lending.height, wakes.height],
-            "censored": [0, int(lending["censored"].sum()), int(wakes["censored"].sum())],
-            "clock_skew": [int(requests["clock_skew"].sum()), int(lending["clock_skew"].sum()),
-                           int(wakes["clock_skew"].sum())],
-        },
-        schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
+        rows, schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
+        orient="row",
     )
     violations = check(_Frames(frames), parsed)  # type: ignore[arg-type]
     return Overview(
         counts=counts,
         lending_stats=percentiles_of(lending, LENDING_METRICS, ["policy"]),
         wake_stats=percentiles_of(wakes, WAKE_METRICS, ["model", "wake_path"]),
-        request_stats=percentiles_of(requests, REQUEST_METRICS, ["traffic_class", "policy"]),
+        request_stats=request_stats,
         violations=tuple(str(v) for v in violations),
         breaches=limit_breaches(frames, parsed),
         limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),

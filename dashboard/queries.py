@@ -90,9 +90,10 @@ def sample_store(files: tuple[str, ...], stamps: tuple[int, ...]) -> str:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Decomposing restorations…")
-def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...]) -> data.Overview:
+def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...], include_requests: bool = False,
+             ) -> data.Overview:
     with store_reader(path).analysis() as analysis:
-        return data.overview(analysis, limits)
+        return data.overview(analysis, limits, include_requests=include_requests)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

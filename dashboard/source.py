@@ -44,7 +44,8 @@ def configured_limits() -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(";") if part.strip())
 
 
-def sample_files(folder: Path = SAMPLE_DIR) -> list[Path]:
+def sample_files(folder: Path | None = None) -> list[Path]:
+    folder = SAMPLE_DIR if folder is None else folder
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".jsonl", ".json", ".jsonl.gz")))

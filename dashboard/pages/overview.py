@@ -7,14 +7,16 @@ from restorelens.dashboard import figures, queries, ui
 st.title("Recovery overview")
 path = ui.current_store()
 limits = ui.limits_in_use()
-result = ui.guarded(queries.overview, path, ui.stamp(path), limits)
+with st.sidebar:
+    include_requests = st.toggle("Request latencies too (slower on large stores)", key="requests")
+result = ui.guarded(queries.overview, path, ui.stamp(path), limits, include_requests)
 
 counts = {row["what"]: row for row in result.counts.iter_rows(named=True)}
 columns = st.columns(len(counts))
 for column, (what, row) in zip(columns, counts.items(), strict=True):
     column.metric(what, row["count"], help=f"censored {row['censored']}, clock skew {row['clock_skew']}")
 if all(row["count"] == 0 for row in counts.values()):
-    st.info("This store holds no requests or restoration episodes yet.")
+    st.info("This store holds no restoration episodes yet (lending or wake).")
     st.stop()
 
 st.subheader("Limits")
@@ -30,8 +32,10 @@ if not result.breaches.is_empty():
 sections = (
     ("Lending episodes by policy", result.lending_stats, ["policy"], "overview-lending"),
     ("Wake episodes by model and wake path", result.wake_stats, ["model", "wake_path"], "overview-wakes"),
-    ("Requests by class and policy", result.request_stats, ["traffic_class", "policy"], "overview-requests"),
 )
+if include_requests:
+    sections += (("Requests by class and policy", result.request_stats, ["traffic_class", "policy"],
+                  "overview-requests"),)
 for title, stats, groups, key in sections:
     st.subheader(title)
     if stats.is_empty() or int(stats["count"].sum()) == 0:

@@ -85,3 +85,18 @@ def test_the_store_stamp_changes_when_spans_are_written(tmp_path: Path) -> None:
     before = source.store_stamp(db)
     load_paths(files[1:2], db)
     assert source.store_stamp(db) != before
+
+
+def test_the_repository_sample_traces_show_wake_and_lending_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(source.DB_ENV, raising=False)
+    assert source.sample_files(), f"no sample traces in {source.SAMPLE_DIR}"
+    app = AppTest.from_file(str(APP), default_timeout=120).run()
+    assert not app.exception
+    assert app.sidebar.radio[0].value == "sample traces"
+    counts = {m.label: int(m.value) for m in app.metric}
+    assert counts["wake episodes"] > 0 and counts["lending episodes"] > 0
+    app.switch_page(str(APP.parent / "wakes.py")).run()
+    assert not app.exception
+    timeline = json.loads(app.get("plotly_chart")[0].proto.spec)
+    labels = {str(t) for trace in timeline["data"] for t in (trace.get("text") or [])}
+    assert {"engine ready", "first token"} <= labels

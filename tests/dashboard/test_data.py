@@ -21,13 +21,21 @@ def analysis(store_path: Path) -> Analysis:
 
 
 def test_overview_counts_every_episode_and_request(analysis: Analysis) -> None:
-    result = data.overview(analysis)
+    result = data.overview(analysis, include_requests=True)
     counts = {row["what"]: row["count"] for row in result.counts.iter_rows(named=True)}
     assert counts["wake episodes"] == len(WAKES)
     assert counts["lending episodes"] == analysis.lending_episodes().height > 0
     assert counts["requests"] == analysis.requests().height
     assert set(result.lending_stats["metric"]) == set(data.LENDING_METRICS)
     assert set(result.wake_stats["wake_path"]) == {path for _, path, *_ in WAKES}
+    assert set(result.request_stats["traffic_class"]) == {"interactive", "batch"}
+
+
+def test_overview_reads_requests_only_when_asked_or_limited(analysis: Analysis) -> None:
+    assert "requests" not in set(data.overview(analysis).counts["what"])
+    limited = data.overview(analysis, ["requests.ttft_s.max=0.001"])
+    assert "requests" in set(limited.counts["what"])
+    assert set(limited.breaches["view"]) == {"requests"} and limited.breaches.height > 0
 
 
 def test_limits_list_the_violation_and_every_breaching_episode(analysis: Analysis) -> None:

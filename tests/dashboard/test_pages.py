@@ -50,6 +50,9 @@ def texts(spec: dict) -> list[str]:
 
 def test_overview_shows_counts_statistics_and_broken_limits(on_store: Path) -> None:
     app = run_page("overview")
+    assert "requests" not in {m.label for m in app.metric}
+    app.toggle(key="requests").set_value(True).run()
+    assert not app.exception
     metrics = {m.label: m.value for m in app.metric}
     with Analysis.open(on_store) as analysis:
         assert metrics["lending episodes"] == str(analysis.lending_episodes().height)
