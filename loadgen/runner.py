@@ -94,7 +94,7 @@ class RunTelemetry:
             ids = _SeededIds(id_seed)
             for provider in built.values():
                 provider.id_generator = ids  # read by every tracer made after this
-        self.providers = ServiceProviders(built["client"], built["gate"], built["engine"])
+        self.providers = ServiceProviders(built["client"], built["gate"], built["engine"], exporter=shared)
         self._all = list(built.values())
 
     def shutdown(self) -> None:
@@ -166,8 +166,9 @@ class RunReport:
             "outcomes": dict(sorted(Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results).items())),
             "first_request_statuses": list(first.statuses),
             "first_retry_after_s": hint,
-            "success_attempt_s": None if success is None else round((success.start_s - t0) * x, 3),
-            "first_token_s": None if first.first_chunk_s is None else round((first.first_chunk_s - t0) * x, 3),
+            # ModelClaim runs keep protocol time on every clock (live: ScaledClock), so no rescaling here
+            "success_attempt_s": None if success is None else round(success.start_s - t0, 3),
+            "first_token_s": None if first.first_chunk_s is None else round(first.first_chunk_s - t0, 3),
         }
 
 

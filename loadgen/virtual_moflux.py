@@ -45,6 +45,8 @@ class ServiceProviders:
     client: Any = None
     gate: Any = None
     engine: Any = None
+    #: The exporter the providers share (``RunTelemetry`` sets it), for providers a runner adds.
+    exporter: Any = None
 
 
 @dataclass(eq=False)

@@ -1,0 +1,266 @@
+"""A ModelClaim wake scenario live: gate + lifecycle router + simulated engines on loopback.
+
+Real servers (``ServerThread``), real HTTP, the real lifecycle router: ``create_gate_app(settings,
+router=ModelClaimRouter(core, backend))`` with the core built from the scenario's ``[modelclaim]``
+table. The backend is ``SimServerBackend``: the vLLM sleep-API backend (``/sleep``, ``/wake_up``,
+``/is_sleeping``, ``/health``) over simulator servers that it starts on demand, cold (``/health``
+answers 503 until the modelled cold start is over), so starts and moves load a new engine as a
+process backend would, without a Python start-up per engine. The setup (sleep the model, let a
+neighbour take its room) goes through ``GET /modelclaim/status`` and the bearer-token control
+endpoint; the client is the ``TracedClient``.
+
+Time: ``time_scale`` X runs everything X times faster. Client, gate and lifecycle share a
+``ScaledClock``, so their spans, the Retry-After they exchange (10 s waits 10/X real seconds) and
+the lifecycle's stamps are protocol seconds. The simulator divides its modelled durations by X
+and stamps wall time, and so does the httpx instrumentation (each ``POST`` attempt span); those
+spans are mapped back to protocol time (``RescaledExporter``) so every service's spans share one
+timeline and the analysis decomposes them as in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from restorelens.errors import RestorelensError
+from restorelens.gate.modelclaim_actions import StartEngine, StopEngine
+from restorelens.gate.modelclaim_backends import EngineAnswer
+from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend, poll_health
+from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
+from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
+from restorelens.loadgen.request import RequestResult, RunLabels
+from restorelens.loadgen.retry import make_policy
+from restorelens.loadgen.timebase import ScaledClock
+from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.spans import VLLM_LLM_REQUEST_ATTRIBUTES
+
+__all__ = ["DeferredStartRouter", "RescaledExporter", "SimServerBackend", "run_live_modelclaim"]
+
+#: Real seconds between status polls during the setup.
+STATUS_POLL_S = 0.02
+#: Instrumentation scopes whose spans carry wall-clock times (the SDK's clock, not ours).
+WALL_CLOCK_SCOPES = frozenset({"opentelemetry.instrumentation.httpx", "restorelens.sim"})
+#: Protocol seconds the setup may take before the run is abandoned.
+SETUP_LIMIT_S = 900.0
+_LATENCY_KEYS = frozenset(k for k in VLLM_LLM_REQUEST_ATTRIBUTES if k.startswith("gen_ai.latency."))
+
+
+class RescaledExporter(SpanExporter):
+    """Maps spans stamped in compressed wall time onto the protocol timeline, then exports them.
+
+    Spans of ``scopes`` (wall-stamped) are rescaled: a wall time t becomes ``origin_s + (t -
+    origin_s) * time_scale`` (``ScaledClock``'s own map) and vLLM's latency attributes (seconds)
+    are multiplied by ``time_scale``; spans already stamped with the scaled clock pass unchanged.
+    """
+
+    def __init__(self, inner: SpanExporter, origin_s: float, time_scale: float,
+                 scopes: frozenset[str] = WALL_CLOCK_SCOPES) -> None:
+        self.inner, self.origin_ns, self.time_scale, self.scopes = inner, int(origin_s * 1e9), time_scale, scopes
+
+    def _ns(self, t_ns: int | None) -> int | None:
+        return None if t_ns is None else self.origin_ns + round((t_ns - self.origin_ns) * self.time_scale)
+
+    def _span(self, span: ReadableSpan) -> ReadableSpan:
+        attributes = {k: (v * self.time_scale if k in _LATENCY_KEYS and isinstance(v, int | float) else v)
+                      for k, v in (span.attributes or {}).items()}
+        events = [Event(e.name, e.attributes, self._ns(e.timestamp)) for e in span.events]
+        return ReadableSpan(name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+                            attributes=attributes, events=events, links=span.links, kind=span.kind,
+                            status=span.status, start_time=self._ns(span.start_time), end_time=self._ns(span.end_time),
+                            instrumentation_scope=span.instrumentation_scope)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        def wall(span: ReadableSpan) -> bool:
+            return span.instrumentation_scope is not None and span.instrumentation_scope.name in self.scopes
+
+        return self.inner.export([self._span(s) if wall(s) else s for s in spans])
+
+    def shutdown(self) -> None:
+        pass  # the run's telemetry owns the inner exporter
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class SimServerBackend(VllmSleepBackend):
+    """Starts one simulator server per engine instance, cold; sleep and wake over its HTTP API."""
+
+    def __init__(self, scenario: ModelClaimScenario, *, clock: ScaledClock, tracer_provider: Any, seed: int = 0) -> None:
+        super().__init__({}, clock=clock, poll_interval_s=scenario.poll_interval_s / clock.time_scale)
+        self.scenario, self.tracer_provider, self.seed = scenario, tracer_provider, seed
+        self._servers: dict[tuple[str, int], Any] = {}
+
+    async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
+        from restorelens.serving import ServerThread
+        from restorelens.sim.app import create_app
+
+        shape = next(c for c in self.scenario.claims if c.model == action.model)
+        app = create_app(shape.preset, model_name=action.model, tracer_provider=self.tracer_provider,
+                         time_scale=self.clock.time_scale, enable_sleep_mode=True,  # type: ignore[attr-defined]
+                         start_mode="cold", seed=self.seed)
+        server = await asyncio.to_thread(ServerThread(app).start)
+        key = (action.model, action.instance_id)
+        self._servers[key] = server
+        self._instances[key] = server.url
+        ready_at_s = await poll_health(self.client, server.url, self.clock, interval_s=self.poll_interval_s,
+                                       timeout_s=self.start_timeout_s)
+        return EngineAnswer(ready_at_s, server.url)
+
+    async def stop(self, action: StopEngine, now_s: float) -> None:
+        server = self._servers.pop((action.model, action.instance_id), None)
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+        await super().stop(action, now_s)
+
+    async def close(self) -> None:
+        for key in list(self._servers):
+            await asyncio.to_thread(self._servers.pop(key).stop)
+        await super().close()
+
+
+class DeferredStartRouter:
+    """The lifecycle router with its start (placing and starting engines) put off until ``begin()``.
+
+    The gate's lifespan calls ``start()``, which only notes the gate's event loop; ``begin()``,
+    called from the driving thread, starts the lifecycle on that loop. So a cold-start scenario's
+    engine starts right before the first request instead of when the gate's server came up.
+    Everything else is the wrapped router's.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._begun = False
+
+    def models(self) -> Any:
+        return self.inner.models()
+
+    def route(self, model: str, now_s: float, trigger: Any = None) -> Any:
+        return self.inner.route(model, now_s, trigger)
+
+    def request_started(self, model: str, now_s: float) -> None:
+        self.inner.request_started(model, now_s)
+
+    def request_finished(self, model: str, now_s: float) -> None:
+        self.inner.request_finished(model, now_s)
+
+    def register_metrics(self, registry: Any) -> None:
+        self.inner.register_metrics(registry)
+
+    def routes(self) -> Any:
+        return self.inner.routes()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    async def stop(self) -> None:
+        if self._begun:
+            await self.inner.stop()
+
+    def begin(self, timeout_s: float = 10.0) -> None:
+        if self._loop is None:
+            raise RestorelensError("the gate has not started: its lifespan did not run")
+        asyncio.run_coroutine_threadsafe(self.inner.start(), self._loop).result(timeout_s)
+        self._begun = True
+
+
+async def _set_up(gate_url: str, token: str, scenario: ModelClaimScenario, clock: ScaledClock) -> float:
+    """Bring the deployment into the scenario's state through the gate's endpoints; returns t0."""
+    director = SetupDirector(scenario)
+    limit_s = clock.now_s() + SETUP_LIMIT_S
+    async with httpx.AsyncClient(base_url=gate_url, timeout=10.0) as http:
+        while (t0_s := director.t0_s()) is None:  # at least one status: "not-started" takes t0 from it
+            if clock.now_s() > limit_s:
+                raise RestorelensError(f"{scenario.name}: the deployment did not reach its starting state")
+            status = (await http.get("/modelclaim/status")).json()
+            director.observe({m["model"]: (m["phase"], m["since_s"]) for m in status["models"]}, clock.now_s())
+            due_s = director.sleep_due_s()
+            if due_s is not None and clock.now_s() >= due_s:
+                answer = await http.post(f"/modelclaim/models/{scenario.model}/sleep",
+                                         headers={"authorization": f"Bearer {token}"})
+                if answer.status_code != 202:
+                    raise RestorelensError(f"{scenario.name}: sleeping {scenario.model} answered {answer.status_code}")
+                director.sleep_sent = True
+            await asyncio.sleep(STATUS_POLL_S)
+    await clock.sleep(t0_s - clock.now_s())
+    return t0_s
+
+
+async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: ModelClaimScenario, labels: RunLabels,
+                providers: ServiceProviders, clock: ScaledClock, on_t0: Any,
+                started: list[Any]) -> tuple[float, list[RequestResult]]:
+    """Start the gate, set the deployment up, then send the scenario's requests; returns t0 and results.
+
+    The client exists before the gate starts, so a scenario that starts with the lifecycle
+    (cold start) sends its first request right after the gate's lifespan started the lifecycle.
+    """
+    from restorelens.loadgen.client import TracedClient
+    from restorelens.loadgen.virtual_modelclaim import modelclaim_client_request
+
+    policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, deadline_s=scenario.deadline_s,
+                         seed=labels.seed or 0)
+    async with TracedClient(gate.url, policy=policy, tracer_provider=providers.client, clock=clock,
+                            sleep=clock.sleep) as client:
+        await asyncio.to_thread(gate.start)
+        started.append(gate)
+        await asyncio.to_thread(router.begin)
+        t0_s = await _set_up(gate.url, token, scenario, clock)
+        on_t0()
+
+        async def one(arrival: Any) -> RequestResult:
+            await clock.sleep(t0_s + arrival.at_s - clock.now_s())
+            return await client.request(modelclaim_client_request(scenario, arrival, labels))
+
+        return t0_s, list(await asyncio.gather(*(one(a) for a in scenario.arrivals)))
+
+
+def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
+                        time_scale: float = 1.0) -> Any:
+    from restorelens.gate.app import create_gate_app
+    from restorelens.gate.modelclaim_config import build_core
+    from restorelens.gate.modelclaim_router import ModelClaimRouter
+    from restorelens.gate.modelclaim_spans import ModelClaimSpans
+    from restorelens.gate.settings import GateSettings
+    from restorelens.loadgen.runner import SERVICE_NAMES, RunReport
+    from restorelens.serving import ServerThread
+    from restorelens.telemetry import build_tracer_provider
+
+    clock = ScaledClock(time_scale)
+    owned: list[Any] = []
+    if time_scale != 1 and providers.exporter is not None:
+        rescaled = RescaledExporter(providers.exporter, clock.start_s, time_scale)
+        owned = [build_tracer_provider(SERVICE_NAMES[key], rescaled) for key in ("client", "gate", "engine")]
+        providers = ServiceProviders(*owned, exporter=providers.exporter)
+    table = deployment_table(scenario)
+    token = secrets.token_urlsafe(24)
+    core, _ = build_core(table)
+    backend = SimServerBackend(scenario, clock=clock, tracer_provider=providers.engine, seed=seed)
+    router = DeferredStartRouter(
+        ModelClaimRouter(core, backend, clock=clock, tracer_provider=providers.gate, admin_token=token))
+    # Lifecycle spans are recorded from t0 on (as in virtual time): the setup's own cold starts are
+    # the deployment's history, not wake episodes of the scenario.
+    spans = [listener for listener in core.listeners if isinstance(listener, ModelClaimSpans)]
+    for listener in spans:
+        listener.core = core
+        core.listeners.remove(listener)
+    settings = GateSettings(policy="fcfs", modelclaim=table, admin_token=token)
+    labels = RunLabels(scenario.name, scenario.workload_name, seed, run_id)
+    gate = ServerThread(create_gate_app(settings, tracer_provider=providers.gate, router=router, clock=clock))
+    started: list[Any] = []
+    try:
+        t0_s, results = asyncio.run(_play(gate, router, token, scenario, labels, providers, clock,
+                                          lambda: core.listeners.extend(spans), started))
+    finally:
+        for server in started:
+            server.stop()  # the lifespan stops the router, which stops every engine it started
+        for provider in owned:
+            provider.shutdown()
+    ordered = tuple(sorted(results, key=lambda r: r.start_s))
+    return RunReport(scenario.name, scenario.arm, seed, "live", run_id, max(r.end_s for r in ordered) - t0_s, ordered,
+                     time_scale=time_scale, t0_s=t0_s)
