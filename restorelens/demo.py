@@ -1,0 +1,158 @@
+"""``restorelens demo``: every part on loopback, every scenario time-scaled, then the report.
+
+A collector receiver (OTLP/HTTP into a DuckDB file) starts first. Each scenario then runs live
+against its own servers on 127.0.0.1, all exporting to that one collector:
+
+- Balanced and Long-context MoFlux protocols (the ``lend`` arm): the simulated engine behind the
+  gate with the lending policy, driven by the retrying client;
+- the four ModelClaim wake paths (in place, make room, move, cold start): the gate with the
+  lifecycle router and two simulated models' engines (started, slept and woken through their
+  sleep API), driven by the same client.
+
+Then every span is flushed, the collector stops (its writer commits), the analysis report is
+printed and, unless told otherwise, the dashboard is served on the store until Ctrl-C. Every
+server is stopped on the way out, whatever ends the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from restorelens.errors import RestorelensError, SettingError
+
+__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "serve_dashboard"]
+
+#: Fits every scenario (about 700 protocol seconds) into ~75 s of wall time plus start-ups.
+DEFAULT_TIME_SCALE = 10.0
+#: Protocol seconds of each scenario, for the progress bar (MoFlux: 105 s; wakes: setup + wake).
+PROTOCOL_S = {
+    "moflux-balanced": 105.0, "moflux-long-context": 105.0, "modelclaim-in-place": 90.0,
+    "modelclaim-make-room": 215.0, "modelclaim-move": 140.0, "modelclaim-cold-start": 55.0,
+}
+
+
+@dataclass
+class DemoResult:
+    db: Path
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+
+def prepare_db(db: str | None) -> Path:
+    """The store to write: ``db`` (must not exist yet) or a new file in a fresh temporary folder."""
+    if db is None:
+        return Path(tempfile.mkdtemp(prefix="restorelens-demo-")) / "spans.duckdb"
+    path = Path(db).resolve()
+    if path.exists():
+        raise SettingError("--db", f"{path} exists already; the demo writes a new store")
+    if not path.parent.is_dir():
+        raise SettingError("--db", f"folder {path.parent} does not exist")
+    return path
+
+
+@contextlib.contextmanager
+def collector(db: Path) -> Iterator[str]:
+    """A collector receiver on a free loopback port; yields its OTLP/HTTP traces endpoint."""
+    from restorelens.collector import create_receiver_app
+    from restorelens.serving import ServerThread
+
+    with ServerThread(create_receiver_app(str(db))) as server:
+        yield f"{server.url}/v1/traces"
+
+
+def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
+                   on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
+    """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
+    from restorelens.loadgen.record import SAMPLE_SCENARIOS
+    from restorelens.loadgen.runner import RunTelemetry, run_live
+    from restorelens.loadgen.scenarios import get_scenario
+
+    summaries = []
+    with RunTelemetry("otlp", endpoint=endpoint) as telemetry:
+        for name, arm in SAMPLE_SCENARIOS:
+            on_progress(name, 0.0)
+            report = run_live(get_scenario(name, arm), seed, telemetry.providers, f"demo-{name}", time_scale=time_scale)
+            summaries.append(report.summary())
+            on_progress(name, PROTOCOL_S.get(name, 0.0))
+    return summaries  # leaving RunTelemetry flushed every span into the collector
+
+
+def print_report(db: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+    """Render the analysis report of ``db``; returns the sections (polars frames)."""
+    from restorelens.analysis import Analysis
+    from restorelens.analysis.report import build_report, render
+
+    with Analysis.open(db, materialize=True) as analysis:
+        sections = build_report(analysis)
+    echo(render(sections, "table"))
+    return sections
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def serve_dashboard(db: Path, echo: Callable[[str], None], *, port: int | None = None) -> None:
+    """Run ``restorelens dashboard --db DB`` until Ctrl-C (or until it exits), then stop it."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "restorelens", "dashboard", "--db", str(db), "--port", str(port)]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    echo(f"dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)")
+    try:
+        code = process.wait()
+        if code != 0:
+            raise RestorelensError(f"the dashboard exited with status {code}")
+    except KeyboardInterrupt:
+        echo("stopping the dashboard")
+    finally:
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_demo(db: str | None, *, time_scale: float, seed: int, dashboard: bool,
+             echo: Callable[[str], None], progress: Any = None) -> DemoResult:
+    """The whole demo; ``progress`` is a rich ``Progress`` (or None for plain lines)."""
+    path = prepare_db(db)
+    echo(f"spans go to {path} (live servers on 127.0.0.1, time x{time_scale:g})")
+    started = time.monotonic()
+    with collector(path) as endpoint:
+        if progress is None:
+            summaries = play_scenarios(endpoint, time_scale=time_scale, seed=seed,
+                                       on_progress=lambda name, done: echo(f"  {name}: {'done' if done else 'running'}"))
+        else:
+            total = sum(PROTOCOL_S.values())
+            task = progress.add_task("scenarios", total=total)
+            with progress:
+                def update(name: str, done_s: float) -> None:
+                    progress.update(task, advance=done_s, description=f"{name} ({'done' if done_s else 'running'})")
+
+                summaries = play_scenarios(endpoint, time_scale=time_scale, seed=seed, on_progress=update)
+    echo(f"{len(summaries)} scenarios played in {time.monotonic() - started:.0f} s; report:")
+    print_report(path, echo)
+    if dashboard:
+        serve_dashboard(path, echo)
+    else:
+        echo(f"store: {path}  (restorelens dashboard --db {path})")
+    return DemoResult(path, summaries)
+

@@ -1,0 +1,39 @@
+"""``restorelens demo`` end to end through the CLI: real servers on loopback, a real collector and store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from restorelens.analysis import Analysis
+from restorelens.cli import cli
+from restorelens.spans import WAKE_PATHS
+
+
+def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path: Path) -> None:
+    db = tmp_path / "demo.duckdb"
+    result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--time-scale", "40", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "6 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
+    for path in WAKE_PATHS:
+        assert path in out
+    with Analysis.open(db) as analysis:
+        lending = analysis.lending_episodes()
+        wakes = analysis.wake_episodes()
+        requests = analysis.requests()
+    assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
+    assert sorted(wakes["wake_path"].to_list()) == sorted(WAKE_PATHS)
+    assert all(wakes["served"].to_list()) and not any(wakes["censored"].to_list())
+    # every request of every scenario reached the store with its client, gate and engine spans
+    assert requests.height > 50 and requests.filter(requests["reached_engine"]).height > 50
+
+
+def test_an_existing_store_is_refused_in_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "old.duckdb"
+    db.write_bytes(b"")
+    result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--db", str(db)])
+    assert result.exit_code != 0
+    assert "--db" in result.output and "exists already" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
