@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
+
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.decode_proto import decode_traces_proto
 from restorelens.collector.fast_jsonl import read_collector_jsonl
@@ -70,16 +72,24 @@ def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]
     return unique
 
 
-def _load_fast(store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary) -> bool:
-    """Load a Collector-shaped JSON-lines file column-wise, in one transaction; False if unsupported."""
+def _load_fast(
+    store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary, *, skip_existing: bool
+) -> bool | None:
+    """Load a Collector-shaped JSON-lines file column-wise, in one transaction.
+
+    True when loaded, False when the file needs the lenient decoder, None when ``skip_existing`` is
+    off and some span was already stored (nothing was written: redo it with ``skip_existing``).
+    """
     try:
         with open_stream(path, on_bytes) as (stream, is_json), store.transaction() as con:
             if not is_json:
                 return False
             loaded = total = 0
             for table in read_collector_jsonl(stream):
-                loaded += store.insert_table(con, table)
+                loaded += store.insert_table(con, table, skip_existing=skip_existing)
                 total += table.num_rows
+    except duckdb.ConstraintException:
+        return None
     except Exception as exc:  # Unsupported, or anything else: the lenient decoder redoes it and says why
         log.debug("%s: lenient decoder (%s)", path, exc)
         return False
@@ -130,8 +140,15 @@ def load_paths(
 
         for path in files:
             file_start = done_bytes
-            if fast and _load_fast(store, path, on_bytes, summary):
-                continue
+            if fast:
+                # New spans go in by plain insert (half the CPU of a per-row key check); a file
+                # holding spans already stored is read again with the check.
+                outcome = _load_fast(store, path, on_bytes, summary, skip_existing=False)
+                if outcome is None:
+                    done_bytes = file_start
+                    outcome = _load_fast(store, path, on_bytes, summary, skip_existing=True)
+                if outcome:
+                    continue
             done_bytes = file_start  # the slow path reads the file again
             for payload in read_payloads(path, on_bytes):
                 where = f"{path}:{payload.number}"

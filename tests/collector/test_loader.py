@@ -134,3 +134,39 @@ def test_progress_reaches_the_total_bytes(tmp_path: Path) -> None:
 def test_a_glob_that_matches_nothing_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no files match"):
         load_paths([str(tmp_path / "*.jsonl")], tmp_path / "t.duckdb")
+
+
+def _collector_line(first: int, count: int) -> str:
+    """One TracesData line in the Collector's exact output shape (the Arrow fast path takes it)."""
+    spans = [
+        {"traceId": "ab" * 16, "spanId": f"{i + 1:016x}", "name": f"s{i}", "kind": 2,
+         "startTimeUnixNano": str(1000 + i), "endTimeUnixNano": str(2000 + i),
+         "attributes": [{"key": "i", "value": {"intValue": str(i)}}], "status": {}}
+        for i in range(first, first + count)
+    ]
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]}) + "\n"
+
+
+def test_a_fast_path_file_overlapping_stored_spans_counts_each_exactly_and_keeps_the_first(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(_collector_line(0, 10))
+    (tmp_path / "b.jsonl").write_text(_collector_line(5, 10).replace('"name": "s', '"name": "b'))
+    db = tmp_path / "t.duckdb"
+    seen: list[tuple[int, int]] = []
+    first = load_paths([tmp_path / "a.jsonl"], db)
+    # The plain insert of b.jsonl meets stored spans, rolls back and is redone with the key check.
+    second = load_paths([tmp_path / "b.jsonl"], db, progress=lambda done, total: seen.append((done, total)))
+    assert (first.loaded, first.duplicate) == (10, 0)
+    assert (second.loaded, second.duplicate, second.errors) == (5, 5, [])
+    assert seen[-1] == ((tmp_path / "b.jsonl").stat().st_size,) * 2
+    names = [name for (name,) in _rows(db, 'select "SpanName" from otel_traces order by "Timestamp"')]
+    assert names == [f"s{i}" for i in range(10)] + [f"b{i}" for i in range(10, 15)]
+
+
+def test_the_fast_path_stores_exactly_what_the_lenient_decoder_stores(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(_collector_line(0, 7) + _collector_line(3, 9))
+    fast = load_paths([tmp_path / "a.jsonl"], tmp_path / "fast.duckdb")
+    lenient = load_paths([tmp_path / "a.jsonl"], tmp_path / "lenient.duckdb", fast=False)
+    assert (fast.loaded, fast.duplicate) == (lenient.loaded, lenient.duplicate) == (12, 4)
+    sql = 'select * from otel_traces order by "SpanId"'
+    assert _rows(tmp_path / "fast.duckdb", sql) == _rows(tmp_path / "lenient.duckdb", sql)

@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from restorelens.collector.rows import ARROW_SCHEMA
+from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.rows import ARROW_SCHEMA, SpanRows
 from restorelens.collector.schema import COLUMNS
 from restorelens.collector.store import SpanStore, StoreBusy, open_read_only, store_spans
 from restorelens.errors import InputError
@@ -109,3 +110,30 @@ def test_a_reader_in_another_process_waits_for_release_and_blocks_the_writer_mea
         assert store.insert_traces_data(doc).duplicate == 1
     finally:
         store.close()
+
+
+def _doc(names_by_span_id: dict[int, str]) -> dict[str, object]:
+    spans = [
+        {"traceId": "ab" * 16, "spanId": f"{i:016x}", "name": name, "startTimeUnixNano": str(i), "status": {}}
+        for i, name in names_by_span_id.items()
+    ]
+    return {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+
+
+def _rows_of(doc: dict[str, object]) -> SpanRows:
+    rows = SpanRows()
+    decode_traces_json(doc, rows)
+    return rows
+
+
+def test_a_group_meeting_stored_spans_is_redone_with_exact_counts_per_batch(tmp_path: Path) -> None:
+    with SpanStore(tmp_path / "t.duckdb") as store:
+        assert store.insert_batches([_rows_of(_doc({1: "a", 2: "a"}))]) == [(2, 0)]
+        # One plain insert for the group fails on span 2; the redo goes batch by batch, first copy wins.
+        group = [_doc({3: "b"}), _doc({2: "c", 4: "c"}), _doc({4: "d", 5: "d"}), _doc({})]
+        assert store.insert_batches([_rows_of(d) for d in group]) == [(1, 0), (1, 1), (1, 1), (0, 0)]
+        names = store.connection().execute('select "SpanName" from otel_traces order by "Timestamp"').fetchall()
+        assert [n for (n,) in names] == ["a", "a", "b", "c", "d"]
+        # A group of new spans goes in whole.
+        assert store.insert_batches([_rows_of(_doc({6: "e"})), _rows_of(_doc({7: "e"}))]) == [(1, 0), (1, 0)]
+        assert store.count() == 7
