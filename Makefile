@@ -22,6 +22,11 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The embedded default: collector, simulated engines, gate + lifecycle, client scenarios on
+# loopback, then the report and the dashboard. DEMO_ARGS=--no-dashboard for scripts.
+demo: $(STAMP)
+	$(BIN)/python -m restorelens demo $(DEMO_ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
