@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from .proxy import ProxyEndpoint, UpstreamTable
 from .retry_hint import RetryHint
 from .routing import ModelRouter
 from .settings import GateSettings
+from .upstream_transport import UpstreamTransport
 
 __all__ = ["create_gate_app"]
 
@@ -37,19 +37,14 @@ def _error(status: int, message: str, error_type: str, headers: dict[str, str] |
     return JSONResponse({"error": {"message": message, "type": error_type, "code": status}}, status, headers=headers)
 
 
-def _build_client(settings: GateSettings, tracer_provider: TracerProvider | None) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=settings.max_connections, max_keepalive_connections=settings.max_connections)
-    # TCP_NODELAY: httpcore writes headers and body separately; with Nagle on, the body waits for
-    # the engine's delayed ACK (~40 ms on Linux) on every request.
-    nodelay = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay)
+def _build_transport(settings: GateSettings, tracer_provider: TracerProvider | None) -> httpx.AsyncBaseTransport:
+    transport: httpx.AsyncBaseTransport = UpstreamTransport(max_connections=settings.max_connections)
     if settings.tracing:
         from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
 
         # Per-transport instrumentation: no global patching, spans go to this gate's provider.
         transport = AsyncOpenTelemetryTransport(transport, tracer_provider=tracer_provider)
-    timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
-    return httpx.AsyncClient(transport=transport, timeout=timeout)
+    return transport
 
 
 def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
@@ -91,13 +86,16 @@ def create_gate_app(
         listeners=[emitter],
         on_waiter_granted=wake,
     )
-    client = _build_client(settings, tracer_provider)
+    transport = _build_transport(settings, tracer_provider)
+    timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
+    client = httpx.AsyncClient(transport=transport, timeout=timeout)  # /v1/models; the proxy calls the transport
     upstreams = UpstreamTable(settings.upstream_urls())
     proxy = ProxyEndpoint(
         settings=settings,
         admission=admission,
         emitter=emitter,
-        client=client,
+        transport=transport,
+        timeout=timeout,
         upstreams=upstreams,
         clock=clock,
         router=router,

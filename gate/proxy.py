@@ -2,7 +2,7 @@
 
 Per request: read and parse the body (400 on bad JSON, before anything else), route by model (the
 static upstream table, or the ``ModelRouter`` for lifecycle-managed models), ask ``Admission`` for a
-grant (wait on a future while queued), forward through the pooled, instrumented httpx client and
+grant (wait on a future while queued), forward through the pooled, instrumented httpx transport and
 stream the answer back chunk by chunk. A watcher on ``receive()`` notices a client disconnect while
 queued or streaming. The grant, the router's started/finished pair and the span are each closed in
 one ``finally``: every grant is released exactly once however the request ends.
@@ -42,9 +42,11 @@ TRAFFIC_CLASS_HEADER = b"x-traffic-class"
 REQUEST_ID_HEADER = b"x-request-id"
 RETRY_AFTER_MS_HEADER = b"x-restorelens-retry-after-ms"
 _HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-     "transfer-encoding", "upgrade", "host", "content-length"}
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+     b"transfer-encoding", b"upgrade", b"host", b"content-length"}
 )
+_HOP_BY_HOP_ANSWER = _HOP_BY_HOP - {b"content-length"}
+_URL_CACHE_SIZE = 256
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -95,7 +97,8 @@ class ProxyEndpoint:
         settings: GateSettings,
         admission: Admission,
         emitter: GateSpans,
-        client: httpx.AsyncClient,
+        transport: httpx.AsyncBaseTransport,
+        timeout: httpx.Timeout,
         upstreams: UpstreamTable,
         clock: Clock,
         router: ModelRouter | None,
@@ -105,7 +108,9 @@ class ProxyEndpoint:
         self.settings = settings
         self.admission = admission
         self.emitter = emitter
-        self.client = client
+        self.transport = transport
+        self.timeout_extension = timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}
         self.upstreams = upstreams
         self.clock = clock
         self.router = router
@@ -270,28 +275,39 @@ class ProxyEndpoint:
         self, scope: Scope, send: Send, headers: list[tuple[bytes, bytes]], body: bytes, upstream: str,
         span: Span,
     ) -> int:
-        url = upstream + scope["path"]
+        target = upstream + scope["path"]
         if scope.get("query_string"):
-            url += "?" + scope["query_string"].decode("latin-1")
-        out_headers = [(k, v) for k, v in headers if k.decode("latin-1") not in _HOP_BY_HOP]
-        request = self.client.build_request(scope["method"], url, headers=out_headers, content=body)
+            target += "?" + scope["query_string"].decode("latin-1")
+        url = self._urls.get(target)
+        if url is None:
+            url = httpx.URL(target)  # parsing is costly; the targets are few
+            if len(self._urls) < _URL_CACHE_SIZE:
+                self._urls[target] = url
+        # Straight to the (instrumented) transport: AsyncClient.send would add default headers,
+        # cookies, auth and redirect handling a proxy must not apply.
+        request = httpx.Request(
+            scope["method"], url, headers=[(k, v) for k, v in headers if k not in _HOP_BY_HOP], content=body,
+            extensions={"timeout": self.timeout_extension},
+        )
         try:
             with trace.use_span(span, end_on_exit=False) if self.tracing else _nullcontext():
-                response = await self.client.send(request, stream=True)
+                response = await self.transport.handle_async_request(request)
         except httpx.TimeoutException:
             self.upstream_errors["timeout"] += 1
             raise _Answer(504, "upstream engine timed out", "upstream_timeout") from None
         except httpx.TransportError as exc:
             self.upstream_errors["refused"] += 1
             raise _Answer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
         try:
             self.emitter.first_byte(span, self.clock.now_s())
             await send({
                 "type": "http.response.start",
                 "status": response.status_code,
-                "headers": [(k, v) for k, v in response.headers.raw if k.decode("latin-1").lower() not in _HOP_BY_HOP - {"content-length"}],
+                "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP_ANSWER],
             })
-            async for chunk in response.aiter_raw():
+            async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
         except httpx.HTTPError as exc:
@@ -299,7 +315,7 @@ class ProxyEndpoint:
             self.upstream_errors["broken"] += 1
             span.set_attribute(S.ATTR_ERROR_TYPE, type(exc).__name__)
         finally:
-            await response.aclose()
+            await stream.aclose()
         return response.status_code
 
     @staticmethod
