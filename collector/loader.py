@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.fast_jsonl import read_collector_jsonl
 from restorelens.collector.files import open_stream, read_payloads
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
@@ -159,14 +159,14 @@ def load_paths(
                 mark = len(rows.rows)
                 try:
                     if payload.data is not None:
-                        decode_traces_proto(payload.data, rows, f"{where}: ")
+                        decode_traces_proto_columns(payload.data, rows, f"{where}: ")
                     else:
                         decode_traces_json(payload.parsed, rows, f"{where}: ")
                 except PayloadError as exc:
                     del rows.rows[mark:]
                     summary.malformed += 1
                     summary.add_error(f"{where}: {exc}")
-                if len(rows.rows) >= batch_spans:
+                if len(rows) >= batch_spans:
                     flush()
         flush()
     return summary

@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.writer import Overloaded, StoreWriter
@@ -81,7 +81,7 @@ def _success(media_type: str, rows: SpanRows) -> Response:
 def _decode(media_type: str, body: bytes) -> SpanRows:
     rows = SpanRows()
     if media_type == PROTOBUF:
-        decode_traces_proto(body, rows)
+        decode_traces_proto_columns(body, rows)
         return rows
     try:
         parsed = json.loads(body)

@@ -1,9 +1,9 @@
 """Span rows in ``otel_traces`` column order, the conversions they share, and their Arrow form.
 
-Decoders (``decode_json``, ``decode_proto``) append one tuple per span to a :class:`SpanRows`;
-the store inserts the Arrow table it builds. Values follow the newest ClickHouse exporter:
-SpanKind ``Server``/``Client``/..., StatusCode ``Unset``/``Ok``/``Error``, lower-case hex IDs
-('' when absent) and every attribute value as a string.
+Decoders append to a :class:`SpanRows`: ``decode_json`` and ``decode_proto`` one tuple per span,
+``proto_columns`` a whole Arrow table; the store inserts the Arrow table it builds. Values follow
+the newest ClickHouse exporter: SpanKind ``Server``/``Client``/..., StatusCode
+``Unset``/``Ok``/``Error``, lower-case hex IDs ('' when absent) and every attribute value as a string.
 """
 
 from __future__ import annotations
@@ -89,23 +89,37 @@ def compact_json(value: Any) -> str:
 
 @dataclass
 class SpanRows:
-    """Spans accumulated as row tuples, plus the reasons spans were rejected."""
+    """Spans accumulated as row tuples or ready Arrow tables (in arrival order), plus rejections."""
 
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    tables: list[pa.Table] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.rows) + sum(t.num_rows for t in self.tables)
 
     def reject(self, where: str, reason: str) -> None:
         self.rejected += 1
         if len(self.errors) < MAX_ERRORS:
             self.errors.append(f"{where}: {reason}" if where else reason)
 
-    def to_arrow(self) -> pa.Table:
-        if not self.rows:
-            return ARROW_SCHEMA.empty_table()
+    def add_table(self, table: pa.Table) -> None:
+        """Append spans already in ``ARROW_SCHEMA`` form, after the rows so far (order decides duplicates)."""
+        if self.rows:
+            self.tables.append(self._rows_to_arrow())
+            self.rows = []
+        self.tables.append(table)
+
+    def _rows_to_arrow(self) -> pa.Table:
         columns = list(zip(*self.rows, strict=True))
         arrays = [pa.array(col, type=f.type) for col, f in zip(columns, ARROW_SCHEMA, strict=True)]
         return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+    def to_arrow(self) -> pa.Table:
+        pieces = [t for t in self.tables if t.num_rows]
+        if self.rows:
+            pieces.append(self._rows_to_arrow())
+        if not pieces:
+            return ARROW_SCHEMA.empty_table()
+        return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)

@@ -22,7 +22,7 @@ import duckdb
 import pyarrow as pa
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.decode_proto import decode_traces_proto
+from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.schema import TABLE, create_schema
 from restorelens.errors import InputError, RestorelensError
@@ -208,7 +208,7 @@ class SpanStore:
         if isinstance(obj, dict):
             decode_traces_json(obj, rows)
         else:
-            decode_traces_proto(obj, rows)
+            decode_traces_proto_columns(obj, rows)
         return self.insert_rows(rows)
 
     def count(self) -> int:

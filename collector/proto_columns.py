@@ -1,0 +1,265 @@
+"""Decode OTLP protobuf straight into Arrow columns: the receiver's and the loader's protobuf path.
+
+The span-by-span decoder (``decode_proto``) builds a 22-tuple per span and a dict per attribute
+list, and Arrow then converts those Python objects again; on the receiver that was most of the CPU.
+Here one walk over the parsed message appends each value to its column's list: attribute lists
+become flat key/value lists plus offsets (a MAP array without a dict per span reaching Arrow),
+events and links become flat columns plus per-span offsets, and the resource and scope values are
+built once per resource or scope and repeated with ``take``. Rows, rejections and reasons are
+exactly those of ``decode_proto`` (``tests/collector/test_proto_columns.py`` checks it on
+generated messages), which stays as the readable statement of the mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from restorelens.collector.decode_proto import (
+    _enum,
+    _id,
+    _nanos,
+    parse_traces_proto,
+    proto_value_to_str,
+)
+from restorelens.collector.rows import (
+    ARROW_SCHEMA,
+    KIND_NAMES,
+    MAX_TIMESTAMP_NS,
+    STATUS_NAMES,
+    SpanRejected,
+    SpanRows,
+    double_to_str,
+)
+
+__all__ = ["decode_traces_proto_columns"]
+
+_ZERO_TRACE_ID = bytes(16)
+_ZERO_SPAN_ID = bytes(8)
+_N_KINDS = len(KIND_NAMES)
+_N_STATUSES = len(STATUS_NAMES)
+_MAP_TYPE = ARROW_SCHEMA.field("SpanAttributes").type
+
+
+def _attributes(kvs: Any) -> dict[str, str]:
+    """Like ``decode_proto._attributes`` with the common scalar cases inlined (same strings)."""
+    attrs: dict[str, str] = {}
+    for kv in kvs:
+        value = kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            attrs[kv.key] = value.string_value
+        elif which == "int_value":
+            attrs[kv.key] = str(value.int_value)
+        elif which == "double_value":
+            attrs[kv.key] = double_to_str(value.double_value)
+        elif which == "bool_value":
+            attrs[kv.key] = "true" if value.bool_value else "false"
+        else:
+            attrs[kv.key] = proto_value_to_str(value)
+    return attrs
+
+
+class _Maps:
+    """A growing MAP<VARCHAR, VARCHAR> column: flat keys and values, one offset per map."""
+
+    __slots__ = ("keys", "offsets", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.values: list[str] = []
+        self.offsets: list[int] = [0]
+
+    def append(self, attrs: dict[str, str]) -> None:
+        if attrs:
+            self.keys.extend(attrs)
+            self.values.extend(attrs.values())
+        self.offsets.append(len(self.keys))
+
+    def to_arrow(self) -> pa.Array:
+        return pa.MapArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            pa.array(self.keys, pa.string()),
+            pa.array(self.values, pa.string()),
+            type=_MAP_TYPE,
+        )
+
+
+class _Columns:
+    """Per-column lists of the spans decoded so far (see ``rows.ARROW_SCHEMA`` for the order)."""
+
+    def __init__(self) -> None:
+        self.start: list[int] = []
+        self.trace_id: list[str] = []
+        self.span_id: list[str] = []
+        self.parent_id: list[str] = []
+        self.trace_state: list[str] = []
+        self.name: list[str] = []
+        self.kind: list[str] = []
+        self.resource: list[int] = []  # index into resource_maps / service_names
+        self.scope: list[int] = []  # index into scope_names / scope_versions
+        self.attributes = _Maps()
+        self.duration: list[int] = []
+        self.status_code: list[str] = []
+        self.status_message: list[str] = []
+        self.event_offsets: list[int] = [0]
+        self.event_time: list[int] = []
+        self.event_name: list[str] = []
+        self.event_attributes = _Maps()
+        self.link_offsets: list[int] = [0]
+        self.link_trace_id: list[str] = []
+        self.link_span_id: list[str] = []
+        self.link_trace_state: list[str] = []
+        self.link_attributes = _Maps()
+        self.resource_maps = _Maps()
+        self.service_names: list[str] = []
+        self.scope_names: list[str] = []
+        self.scope_versions: list[str] = []
+
+    def to_arrow(self) -> pa.Table:
+        resource = pa.array(self.resource, pa.int32())
+        scope = pa.array(self.scope, pa.int32())
+        event_offsets = pa.array(self.event_offsets, pa.int32())
+        link_offsets = pa.array(self.link_offsets, pa.int32())
+        string = pa.string()
+        timestamp = pa.timestamp("ns")
+
+        def events(values: pa.Array) -> pa.Array:
+            return pa.ListArray.from_arrays(event_offsets, values)
+
+        def links(values: pa.Array) -> pa.Array:
+            return pa.ListArray.from_arrays(link_offsets, values)
+
+        columns = [
+            pa.array(self.start, timestamp),
+            pa.array(self.trace_id, string),
+            pa.array(self.span_id, string),
+            pa.array(self.parent_id, string),
+            pa.array(self.trace_state, string),
+            pa.array(self.name, string),
+            pa.array(self.kind, string),
+            pc.take(pa.array(self.service_names, string), resource),
+            pc.take(self.resource_maps.to_arrow(), resource),
+            pc.take(pa.array(self.scope_names, string), scope),
+            pc.take(pa.array(self.scope_versions, string), scope),
+            self.attributes.to_arrow(),
+            pa.array(self.duration, pa.uint64()),
+            pa.array(self.status_code, string),
+            pa.array(self.status_message, string),
+            events(pa.array(self.event_time, timestamp)),
+            events(pa.array(self.event_name, string)),
+            events(self.event_attributes.to_arrow()),
+            links(pa.array(self.link_trace_id, string)),
+            links(pa.array(self.link_span_id, string)),
+            links(pa.array(self.link_trace_state, string)),
+            links(self.link_attributes.to_arrow()),
+        ]
+        return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _hex(data: bytes, n_bytes: int, zero: bytes, what: str) -> str:
+    if len(data) == n_bytes and data != zero:
+        return data.hex()
+    return _id(data, n_bytes, what, True)  # raises SpanRejected with decode_proto's reason
+
+
+def _append_span(cols: _Columns, span: Any, resource_index: int, scope_index: int) -> None:
+    """Append one span to every column, or raise SpanRejected having appended nothing.
+
+    Checks run in the order ``decode_proto._span_row`` evaluates them, so the reason given for a
+    span with several problems is the same.
+    """
+    start = span.start_time_unix_nano
+    end = span.end_time_unix_nano
+    if start > MAX_TIMESTAMP_NS:
+        _nanos(start, "start_time_unix_nano")
+    if end > MAX_TIMESTAMP_NS:
+        _nanos(end, "end_time_unix_nano")
+    trace_id = _hex(span.trace_id, 16, _ZERO_TRACE_ID, "trace_id")
+    span_id = _hex(span.span_id, 8, _ZERO_SPAN_ID, "span_id")
+    parent = span.parent_span_id
+    parent_id = parent.hex() if len(parent) == 8 else _id(parent, 8, "parent_span_id", False)
+    kind = span.kind
+    kind_name = KIND_NAMES[kind] if 0 <= kind < _N_KINDS else _enum(kind, KIND_NAMES, "kind")
+    attrs = _attributes(span.attributes)
+    status = span.status
+    code = status.code
+    code_name = STATUS_NAMES[code] if 0 <= code < _N_STATUSES else _enum(code, STATUS_NAMES, "status.code")
+    events = span.events
+    if events:
+        event_times = [e.time_unix_nano for e in events]
+        for time_ns in event_times:
+            if time_ns > MAX_TIMESTAMP_NS:
+                _nanos(time_ns, "event time_unix_nano")
+        event_names = [e.name for e in events]
+        event_attrs = [_attributes(e.attributes) for e in events]
+    links = span.links
+    if links:
+        link_trace_ids = [_hex(link.trace_id, 16, _ZERO_TRACE_ID, "link trace_id") for link in links]
+        link_span_ids = [_hex(link.span_id, 8, _ZERO_SPAN_ID, "link span_id") for link in links]
+        link_states = [link.trace_state for link in links]
+        link_attrs = [_attributes(link.attributes) for link in links]
+
+    # Everything is valid: from here on nothing raises, so the columns stay aligned.
+    cols.start.append(start)
+    cols.trace_id.append(trace_id)
+    cols.span_id.append(span_id)
+    cols.parent_id.append(parent_id)
+    cols.trace_state.append(span.trace_state)
+    cols.name.append(span.name)
+    cols.kind.append(kind_name)
+    cols.resource.append(resource_index)
+    cols.scope.append(scope_index)
+    cols.attributes.append(attrs)
+    cols.duration.append(end - start if end > start else 0)
+    cols.status_code.append(code_name)
+    cols.status_message.append(status.message)
+    if events:
+        cols.event_time.extend(event_times)
+        cols.event_name.extend(event_names)
+        for one in event_attrs:
+            cols.event_attributes.append(one)
+    cols.event_offsets.append(len(cols.event_time))
+    if links:
+        cols.link_trace_id.extend(link_trace_ids)
+        cols.link_span_id.extend(link_span_ids)
+        cols.link_trace_state.extend(link_states)
+        for one in link_attrs:
+            cols.link_attributes.append(one)
+    cols.link_offsets.append(len(cols.link_trace_id))
+
+
+def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") -> None:
+    """Append the spans of a parsed protobuf message (or its serialized bytes) to ``out`` as one table.
+
+    Raises PayloadError when the bytes are not an ExportTraceServiceRequest (nothing is appended);
+    a span that cannot be stored is rejected alone, with the reason ``decode_proto`` would give.
+    """
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        message = parse_traces_proto(bytes(message))
+    cols = _Columns()
+    for i, rs in enumerate(message.resource_spans):
+        try:
+            res_attrs = _attributes(rs.resource.attributes)
+            resource_error = ""
+        except (SpanRejected, RecursionError) as exc:
+            res_attrs, resource_error = {}, f"resource: {exc}"
+        resource_index = len(cols.service_names)
+        cols.resource_maps.append(res_attrs)
+        cols.service_names.append(res_attrs.get("service.name", ""))
+        for j, ss in enumerate(rs.scope_spans):
+            scope_index = len(cols.scope_names)
+            scope = ss.scope
+            cols.scope_names.append(scope.name)
+            cols.scope_versions.append(scope.version)
+            for k, span in enumerate(ss.spans):
+                try:
+                    if resource_error:
+                        raise SpanRejected(resource_error)
+                    _append_span(cols, span, resource_index, scope_index)
+                except (SpanRejected, RecursionError) as exc:
+                    out.reject(f"{where}resource_spans[{i}].scope_spans[{j}].spans[{k}]", str(exc))
+    if cols.start:
+        out.add_table(cols.to_arrow())
