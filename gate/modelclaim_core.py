@@ -20,8 +20,6 @@ Behaviour (AIBrix ModelClaim semantics, ``reference/engines.md`` §1):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-
 from opentelemetry.trace import SpanContext
 
 from restorelens.errors import RestorelensError
@@ -30,10 +28,17 @@ from restorelens.gate.modelclaim_actions import (
     LifecycleListener,
     SleepEngine,
     StartEngine,
-    StateInterval,
     StopEngine,
     WakeEngine,
-    WakeRecord,
+)
+from restorelens.gate.modelclaim_claim import (
+    OP_SLEEPING,
+    OP_STARTING,
+    OP_WAKING,
+    ClaimState,
+    ClaimStatus,
+    EngineInstance,
+    WakeInProgress,
 )
 from restorelens.gate.modelclaim_phases import (
     ACTIVATING,
@@ -61,70 +66,10 @@ __all__ = ["RESTART_BACKOFF_S", "WAKE_WAIT_LIMIT_S", "ClaimControlError", "Claim
 
 RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
 WAKE_WAIT_LIMIT_S = 300.0
-_STARTING, _WAKING, _SLEEPING = "starting", "waking", "sleeping"
-_INSTANCE_POD = object()
 
 
 class ClaimControlError(RestorelensError):
     """A control request cannot be honoured in the model's current state."""
-
-
-@dataclass(slots=True)
-class _Instance:
-    id: int
-    pod: str
-    gpus: tuple[GpuSlot, ...]
-    url: str | None = None
-    asleep: bool = False
-    crashed: bool = False
-
-
-@dataclass(slots=True)
-class _Wake:
-    requested_s: float
-    triggers: list[SpanContext] = field(default_factory=list)
-    path: str = "cold-start"
-    pod: str = ""
-    room_found_s: float | None = None
-    wake_called_s: float | None = None
-    from_pod: str | None = None
-    neighbours: list[str] = field(default_factory=list)
-    waiting_on: str | None = None
-
-
-@dataclass(slots=True)
-class _Claim:
-    spec: ClaimSpec
-    held_back: str | None
-    phase: str = SCHEDULING
-    reason: str = REASON_NOT_PLACED
-    pod: str | None = None
-    since_s: float = 0.0
-    instance: _Instance | None = None
-    op: str | None = None
-    inflight: int = 0
-    idle_since_s: float = 0.0
-    wake: _Wake | None = None
-    restarts: int = 0
-    restart_at_s: float | None = None
-    sleep_refused_idle_since_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimStatus:
-    """A read-only view of one model, for the status endpoint and metrics."""
-
-    model: str
-    phase: str
-    reason: str
-    since_s: float
-    pod: str | None
-    gpus: tuple[int, ...]
-    upstream_url: str | None
-    in_flight: int
-    idle_since_s: float
-    restarts: int
-    wake_path: str | None
 
 
 class ModelClaimCore:
@@ -152,7 +97,7 @@ class ModelClaimCore:
         self.restart_backoff_s = tuple(restart_backoff_s)
         self.wake_wait_limit_s = wake_wait_limit_s
         self.host_ram_refusals = 0
-        self._claims = {spec.model: _Claim(spec, held_back_reason(spec, pods)) for spec in claims}
+        self._claims = {spec.model: ClaimState(spec, held_back_reason(spec, pods)) for spec in claims}
         self._next_instance_id = 1
         self._now_s = float("-inf")
         self._started = False
@@ -163,21 +108,7 @@ class ModelClaimCore:
         return list(self._claims)
 
     def status(self, model: str) -> ClaimStatus:
-        c = self._claims[model]
-        inst = c.instance
-        return ClaimStatus(
-            model=model,
-            phase=c.phase,
-            reason=c.reason,
-            since_s=c.since_s,
-            pod=c.pod,
-            gpus=tuple(s.index for s in inst.gpus) if inst else (),
-            upstream_url=inst.url if inst else None,
-            in_flight=c.inflight,
-            idle_since_s=c.idle_since_s,
-            restarts=c.restarts,
-            wake_path=c.wake.path if c.wake and c.wake.room_found_s is not None else None,
-        )
+        return self._claims[model].status()
 
     def next_deadline_s(self) -> float | None:
         """The earliest future time at which ``advance`` has something to do, or None."""
@@ -192,11 +123,11 @@ class ModelClaimCore:
         if claim is None:
             return UnknownModel(model), []
         actions = self._tick(now_s)
-        if self._routable(claim):
+        if claim.routable:
             assert claim.instance is not None
             return Routed(claim.instance.url or ""), actions
         if claim.held_back is None and claim.phase != FAILED:
-            self._want_wake(claim, now_s, trigger)
+            claim.want_wake(now_s, trigger)
             actions += self._reconcile(now_s)
         return self.answers.answer(model, claim.phase, claim.reason), actions
 
@@ -223,9 +154,9 @@ class ModelClaimCore:
         """The backend reported the instance ready at ``ready_at_s``; the core observes it at ``now_s``."""
         claim = self._claims[model]
         inst = claim.instance
-        if inst is None or inst.id != instance_id or claim.op not in (_STARTING, _WAKING):
+        if inst is None or inst.id != instance_id or claim.op not in (OP_STARTING, OP_WAKING):
             return self._tick(now_s)
-        if claim.op == _WAKING:
+        if claim.op == OP_WAKING:
             self.ledger.free_host(model, self.pods[inst.pod].node_name)
         claim.op = None
         inst.asleep = False
@@ -233,14 +164,14 @@ class ModelClaimCore:
             inst.url = url
         claim.idle_since_s = now_s
         claim.sleep_refused_idle_since_s = None
-        self._finish_wake(claim, now_s, "ready", ready_s=ready_at_s if ready_at_s is not None else now_s)
-        self._set_state(claim, ACTIVE, MODEL_CLAIM_ACTIVE, now_s)
+        claim.finish_wake(now_s, "ready", self.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
+        claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, self.listeners)
         return self._tick(now_s)
 
     def on_engine_slept(self, model: str, instance_id: int, now_s: float) -> list[Action]:
         claim = self._claims[model]
         inst = claim.instance
-        if inst is None or inst.id != instance_id or claim.op != _SLEEPING:
+        if inst is None or inst.id != instance_id or claim.op != OP_SLEEPING:
             return self._tick(now_s)
         claim.op = None
         inst.asleep = True
@@ -255,20 +186,20 @@ class ModelClaimCore:
         inst = claim.instance
         if inst is None or inst.id != instance_id or inst.crashed:
             return self._tick(now_s)
-        if claim.op in (_STARTING, _WAKING):
-            self._finish_wake(claim, now_s, "failed", error=error)
+        if claim.op in (OP_STARTING, OP_WAKING):
+            claim.finish_wake(now_s, "failed", self.listeners, error=error)
         claim.op = None
         inst.crashed, inst.asleep, inst.url = True, False, None
         self.ledger.free_host(model, self.pods[inst.pod].node_name)
         self._release_waiters(model)
         if claim.restarts < len(self.restart_backoff_s):
             claim.restart_at_s = now_s + self.restart_backoff_s[claim.restarts]
-            self._set_state(claim, LOADING, REASON_ENGINE_FAILED, now_s)
+            claim.set_state(LOADING, REASON_ENGINE_FAILED, now_s, self.listeners)
         else:
-            self._finish_wake(claim, now_s, "failed", error=error)
+            claim.finish_wake(now_s, "failed", self.listeners, error=error)
             self.ledger.release(model, inst.gpus)
             claim.instance = None
-            self._set_state(claim, FAILED, REASON_ENGINE_FAILED, now_s, pod=None)
+            claim.set_state(FAILED, REASON_ENGINE_FAILED, now_s, self.listeners, pod=None)
         return self._tick(now_s)
 
     # --- control -------------------------------------------------------------------------------
@@ -279,15 +210,15 @@ class ModelClaimCore:
         if claim.held_back is not None or claim.phase == FAILED:
             raise ClaimControlError(f"model {model} is {claim.phase} ({claim.reason}); it cannot be woken")
         actions = self._tick(now_s)
-        if not self._routable(claim):
-            self._want_wake(claim, now_s, None)
+        if not claim.routable:
+            claim.want_wake(now_s, None)
         return actions + self._reconcile(now_s)
 
     def sleep(self, model: str, now_s: float) -> list[Action]:
         """Sleep an Active model now, whatever its idle time; refused while requests are in flight."""
         claim = self._claims[model]
         actions = self._tick(now_s)
-        if not self._routable(claim):
+        if not claim.routable:
             raise ClaimControlError(f"model {model} is {claim.phase} ({claim.reason}), not Active")
         if claim.inflight:
             raise ClaimControlError(f"model {model} has {claim.inflight} requests in flight")
@@ -302,7 +233,7 @@ class ModelClaimCore:
         if claim.phase != FAILED:
             raise ClaimControlError(f"model {model} is {claim.phase}, not Failed")
         claim.restarts = 0
-        self._set_state(claim, SCHEDULING, REASON_NOT_PLACED, now_s, pod=None)
+        claim.set_state(SCHEDULING, REASON_NOT_PLACED, now_s, self.listeners, pod=None)
         return self._tick(now_s)
 
     def start(self, now_s: float) -> list[Action]:
@@ -311,7 +242,7 @@ class ModelClaimCore:
         for claim in self._claims.values():
             claim.since_s = now_s
             if claim.held_back is not None:
-                self._set_state(claim, PENDING, claim.held_back, now_s, pod=None)
+                claim.set_state(PENDING, claim.held_back, now_s, self.listeners, pod=None)
         return self._tick(now_s)
 
     def shutdown(self, now_s: float) -> list[Action]:
@@ -321,28 +252,18 @@ class ModelClaimCore:
             inst = claim.instance
             if inst is not None and not inst.crashed:
                 actions.append(StopEngine(model, inst.id, inst.pod))
-            self._finish_wake(claim, now_s, "stopped")
+            claim.finish_wake(now_s, "stopped", self.listeners)
             if inst is not None:
                 self.ledger.release(model, inst.gpus)
                 self.ledger.free_host(model, self.pods[inst.pod].node_name)
             claim.instance, claim.op = None, None
-            self._emit_interval(claim, now_s)
+            claim.close_interval(now_s, self.listeners)
             claim.since_s = now_s
         self._now_s = max(self._now_s, now_s)
         self._started = False
         return actions
 
     # --- internals -----------------------------------------------------------------------------
-
-    def _routable(self, claim: _Claim) -> bool:
-        inst = claim.instance
-        return inst is not None and not inst.asleep and not inst.crashed and claim.op is None
-
-    def _want_wake(self, claim: _Claim, now_s: float, trigger: SpanContext | None) -> None:
-        if claim.wake is None:
-            claim.wake = _Wake(requested_s=now_s)
-        if trigger is not None and not claim.wake.triggers:
-            claim.wake.triggers.append(trigger)
 
     def _tick(self, now_s: float) -> list[Action]:
         self._now_s = max(self._now_s, now_s)
@@ -361,7 +282,7 @@ class ModelClaimCore:
                 break
         return actions
 
-    def _step(self, claim: _Claim, now_s: float, actions: list[Action]) -> bool:
+    def _step(self, claim: ClaimState, now_s: float, actions: list[Action]) -> bool:
         if claim.held_back is not None or claim.phase == FAILED or claim.op is not None:
             return False
         inst = claim.instance
@@ -388,7 +309,7 @@ class ModelClaimCore:
             return False
         return self._wake_sleeping(claim, now_s, actions)
 
-    def _idle_sleep_due(self, claim: _Claim, now_s: float) -> bool:
+    def _idle_sleep_due(self, claim: ClaimState, now_s: float) -> bool:
         after_s = self.policy.sleep_after_s
         return (
             after_s is not None
@@ -398,13 +319,13 @@ class ModelClaimCore:
             and now_s >= claim.idle_since_s + after_s
         )
 
-    def _place(self, claim: _Claim, now_s: float, actions: list[Action]) -> bool:
+    def _place(self, claim: ClaimState, now_s: float, actions: list[Action]) -> bool:
         for pod in self.candidate_pods(claim.spec):
             gpus = self.ledger.find_gpus(claim.spec, pod)
             if gpus is not None:
                 self._start_instance(claim, pod.name, gpus, now_s, actions, path="cold-start")
                 return True
-        self._set_state(claim, SCHEDULING, REASON_NOT_PLACED, now_s, pod=None)
+        claim.set_state(SCHEDULING, REASON_NOT_PLACED, now_s, self.listeners, pod=None)
         return False
 
     def candidate_pods(self, spec: ClaimSpec) -> list[Pod]:
@@ -413,22 +334,22 @@ class ModelClaimCore:
         return [self.pods[name] for name in spec.pods if name in self.pods]
 
     def _start_instance(
-        self, claim: _Claim, pod: str, gpus: tuple[GpuSlot, ...], now_s: float, actions: list[Action], *, path: str
+        self, claim: ClaimState, pod: str, gpus: tuple[GpuSlot, ...], now_s: float, actions: list[Action], *, path: str
     ) -> None:
         model = claim.spec.model
-        inst = _Instance(self._next_instance_id, pod, gpus)
+        inst = EngineInstance(self._next_instance_id, pod, gpus)
         self._next_instance_id += 1
-        claim.instance, claim.op = inst, _STARTING
+        claim.instance, claim.op = inst, OP_STARTING
         self.ledger.charge(model, gpus, claim.spec.per_gpu_bytes)
-        wake = claim.wake or _Wake(requested_s=now_s)
+        wake = claim.wake or WakeInProgress(requested_s=now_s)
         claim.wake = wake
         wake.path, wake.pod = path, pod
         wake.room_found_s = wake.wake_called_s = now_s
         actions.append(StartEngine(model, inst.id, pod, tuple(s.index for s in gpus)))
         reason = REASON_MOVING if path == "move" else REASON_ENGINE_STARTING
-        self._set_state(claim, LOADING, reason, now_s, pod=pod)
+        claim.set_state(LOADING, reason, now_s, self.listeners, pod=pod)
 
-    def _sleep(self, claim: _Claim, now_s: float) -> SleepEngine | None:
+    def _sleep(self, claim: ClaimState, now_s: float) -> SleepEngine | None:
         inst = claim.instance
         assert inst is not None
         node = self.pods[inst.pod].node_name
@@ -436,11 +357,11 @@ class ModelClaimCore:
             if not self.ledger.host_room(node, claim.spec.weight_bytes):
                 return None
             self.ledger.hold_host(claim.spec.model, node, claim.spec.weight_bytes)
-        claim.op = _SLEEPING
-        self._set_state(claim, SLEEPING, REASON_ENGINE_SLEEPING, now_s)
+        claim.op = OP_SLEEPING
+        claim.set_state(SLEEPING, REASON_ENGINE_SLEEPING, now_s, self.listeners)
         return SleepEngine(claim.spec.model, inst.id, inst.pod, self.sleep_level)
 
-    def _wake_sleeping(self, claim: _Claim, now_s: float, actions: list[Action]) -> bool:
+    def _wake_sleeping(self, claim: ClaimState, now_s: float, actions: list[Action]) -> bool:
         inst, wake, model = claim.instance, claim.wake, claim.spec.model
         assert inst is not None and wake is not None
         if wake.waiting_on is not None:
@@ -454,9 +375,9 @@ class ModelClaimCore:
             if wake.room_found_s is None:
                 wake.room_found_s = now_s
             wake.wake_called_s = now_s
-            claim.op = _WAKING
+            claim.op = OP_WAKING
             actions.append(WakeEngine(model, inst.id, inst.pod))
-            self._set_state(claim, ACTIVATING, REASON_ENGINE_SLEEPING, now_s)
+            claim.set_state(ACTIVATING, REASON_ENGINE_SLEEPING, now_s, self.listeners)
             return True
         if plan.neighbour is not None:
             neighbour = self._claims[plan.neighbour]
@@ -465,7 +386,7 @@ class ModelClaimCore:
                 actions.append(action)
                 wake.waiting_on = plan.neighbour
                 wake.neighbours.append(plan.neighbour)
-                self._set_state(claim, SLEEPING, REASON_WAITING_FOR_ROOM, now_s)
+                claim.set_state(SLEEPING, REASON_WAITING_FOR_ROOM, now_s, self.listeners)
                 return True
         if plan.move_to is not None:
             pod, gpus = plan.move_to
@@ -476,10 +397,10 @@ class ModelClaimCore:
             self._start_instance(claim, pod, gpus, now_s, actions, path="move")
             return True
         if now_s >= wake.requested_s + self.wake_wait_limit_s:
-            self._finish_wake(claim, now_s, "timed_out", error=f"no room within {self.wake_wait_limit_s:g} s")
-            self._set_state(claim, SLEEPING, REASON_ENGINE_SLEEPING, now_s)
+            claim.finish_wake(now_s, "timed_out", self.listeners, error=f"no room within {self.wake_wait_limit_s:g} s")
+            claim.set_state(SLEEPING, REASON_ENGINE_SLEEPING, now_s, self.listeners)
             return False
-        self._set_state(claim, SLEEPING, REASON_WAITING_FOR_ROOM, now_s)
+        claim.set_state(SLEEPING, REASON_WAITING_FOR_ROOM, now_s, self.listeners)
         return False
 
     def _release_waiters(self, model: str) -> None:
@@ -487,7 +408,7 @@ class ModelClaimCore:
             if other.wake is not None and other.wake.waiting_on == model:
                 other.wake.waiting_on = None
 
-    def _deadlines(self, claim: _Claim) -> list[float]:
+    def _deadlines(self, claim: ClaimState) -> list[float]:
         if claim.held_back is not None or claim.phase == FAILED or claim.op is not None:
             return []
         inst = claim.instance
@@ -512,47 +433,7 @@ class ModelClaimCore:
                 due.append(other.idle_since_s + make_room_s)
         return due
 
-    def _finish_wake(self, claim: _Claim, now_s: float, outcome: str, *, ready_s: float | None = None,
-                     error: str = "") -> None:
-        wake = claim.wake
-        if wake is None:
-            return
-        claim.wake = None
-        record = WakeRecord(
-            model=claim.spec.model,
-            path=wake.path,
-            pod=wake.pod or (claim.pod or ""),
-            requested_s=wake.requested_s,
-            end_s=now_s,
-            outcome=outcome,
-            room_found_s=wake.room_found_s,
-            wake_called_s=wake.wake_called_s,
-            ready_s=ready_s,
-            observed_s=now_s if outcome == "ready" else None,
-            from_pod=wake.from_pod,
-            neighbour=",".join(wake.neighbours) or None,
-            triggers=tuple(wake.triggers),
-            error=error,
-        )
-        for listener in self.listeners:
-            listener.on_wake_finished(record)
-
-    def _set_state(self, claim: _Claim, phase: str, reason: str, now_s: float, *, pod: object = _INSTANCE_POD) -> None:
-        new_pod = (claim.instance.pod if claim.instance else None) if pod is _INSTANCE_POD else pod
-        assert new_pod is None or isinstance(new_pod, str)
-        if (phase, reason, new_pod) == (claim.phase, claim.reason, claim.pod):
-            return
-        self._emit_interval(claim, now_s)
-        claim.phase, claim.reason, claim.pod, claim.since_s = phase, reason, new_pod, now_s  # type: ignore[assignment]
-
-    def _emit_interval(self, claim: _Claim, now_s: float) -> None:
-        if now_s <= claim.since_s:
-            return
-        interval = StateInterval(claim.spec.model, claim.phase, claim.reason, claim.pod, claim.since_s, now_s)
-        for listener in self.listeners:
-            listener.on_state_interval(interval)
-
     # --- views for the room planner, status and metrics ----------------------------------------
 
-    def claims_view(self) -> Mapping[str, _Claim]:
+    def claims_view(self) -> Mapping[str, ClaimState]:
         return self._claims
