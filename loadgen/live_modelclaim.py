@@ -13,20 +13,18 @@ Time: ``time_scale`` X runs everything X times faster. Client, gate and lifecycl
 ``ScaledClock``, so their spans, the Retry-After they exchange (10 s waits 10/X real seconds) and
 the lifecycle's stamps are protocol seconds. The simulator divides its modelled durations by X
 and stamps wall time, and so does the httpx instrumentation (each ``POST`` attempt span); those
-spans are mapped back to protocol time (``RescaledExporter``) so every service's spans share one
-timeline and the analysis decomposes them as in virtual time.
+spans are mapped back to protocol time (``protocol_time.ProtocolTimeline``, shared with the MoFlux
+live runner) so every service's spans share one timeline and the analysis decomposes them as in
+virtual time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from restorelens.errors import RestorelensError
 from restorelens.gate.modelclaim_actions import StartEngine, StopEngine
@@ -34,58 +32,18 @@ from restorelens.gate.modelclaim_backends import EngineAnswer
 from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend, poll_health
 from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
 from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
+from restorelens.loadgen.protocol_time import ProtocolTimeline
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.timebase import ScaledClock
 from restorelens.loadgen.virtual_moflux import ServiceProviders
-from restorelens.spans import VLLM_LLM_REQUEST_ATTRIBUTES
 
-__all__ = ["DeferredStartRouter", "RescaledExporter", "SimServerBackend", "run_live_modelclaim"]
+__all__ = ["DeferredStartRouter", "SimServerBackend", "run_live_modelclaim"]
 
 #: Real seconds between status polls during the setup.
 STATUS_POLL_S = 0.02
-#: Instrumentation scopes whose spans carry wall-clock times (the SDK's clock, not ours).
-WALL_CLOCK_SCOPES = frozenset({"opentelemetry.instrumentation.httpx", "restorelens.sim"})
 #: Protocol seconds the setup may take before the run is abandoned.
 SETUP_LIMIT_S = 900.0
-_LATENCY_KEYS = frozenset(k for k in VLLM_LLM_REQUEST_ATTRIBUTES if k.startswith("gen_ai.latency."))
-
-
-class RescaledExporter(SpanExporter):
-    """Maps spans stamped in compressed wall time onto the protocol timeline, then exports them.
-
-    Spans of ``scopes`` (wall-stamped) are rescaled: a wall time t becomes ``origin_s + (t -
-    origin_s) * time_scale`` (``ScaledClock``'s own map) and vLLM's latency attributes (seconds)
-    are multiplied by ``time_scale``; spans already stamped with the scaled clock pass unchanged.
-    """
-
-    def __init__(self, inner: SpanExporter, origin_s: float, time_scale: float,
-                 scopes: frozenset[str] = WALL_CLOCK_SCOPES) -> None:
-        self.inner, self.origin_ns, self.time_scale, self.scopes = inner, int(origin_s * 1e9), time_scale, scopes
-
-    def _ns(self, t_ns: int | None) -> int | None:
-        return None if t_ns is None else self.origin_ns + round((t_ns - self.origin_ns) * self.time_scale)
-
-    def _span(self, span: ReadableSpan) -> ReadableSpan:
-        attributes = {k: (v * self.time_scale if k in _LATENCY_KEYS and isinstance(v, int | float) else v)
-                      for k, v in (span.attributes or {}).items()}
-        events = [Event(e.name, e.attributes, self._ns(e.timestamp)) for e in span.events]
-        return ReadableSpan(name=span.name, context=span.context, parent=span.parent, resource=span.resource,
-                            attributes=attributes, events=events, links=span.links, kind=span.kind,
-                            status=span.status, start_time=self._ns(span.start_time), end_time=self._ns(span.end_time),
-                            instrumentation_scope=span.instrumentation_scope)
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        def wall(span: ReadableSpan) -> bool:
-            return span.instrumentation_scope is not None and span.instrumentation_scope.name in self.scopes
-
-        return self.inner.export([self._span(s) if wall(s) else s for s in spans])
-
-    def shutdown(self) -> None:
-        pass  # the run's telemetry owns the inner exporter
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
 
 
 class SimServerBackend(VllmSleepBackend):
@@ -227,16 +185,11 @@ def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: Serv
     from restorelens.gate.modelclaim_router import ModelClaimRouter
     from restorelens.gate.modelclaim_spans import ModelClaimSpans
     from restorelens.gate.settings import GateSettings
-    from restorelens.loadgen.runner import SERVICE_NAMES, RunReport
+    from restorelens.loadgen.runner import RunReport
     from restorelens.serving import ServerThread
-    from restorelens.telemetry import build_tracer_provider
 
-    clock = ScaledClock(time_scale)
-    owned: list[Any] = []
-    if time_scale != 1 and providers.exporter is not None:
-        rescaled = RescaledExporter(providers.exporter, clock.start_s, time_scale)
-        owned = [build_tracer_provider(SERVICE_NAMES[key], rescaled) for key in ("client", "gate", "engine")]
-        providers = ServiceProviders(*owned, exporter=providers.exporter)
+    timeline = ProtocolTimeline(providers, time_scale)
+    clock, providers = timeline.clock, timeline.providers
     table = deployment_table(scenario)
     token = secrets.token_urlsafe(24)
     core, _ = build_core(table)
@@ -259,8 +212,7 @@ def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: Serv
     finally:
         for server in started:
             server.stop()  # the lifespan stops the router, which stops every engine it started
-        for provider in owned:
-            provider.shutdown()
+        timeline.close()
     ordered = tuple(sorted(results, key=lambda r: r.start_s))
     return RunReport(scenario.name, scenario.arm, seed, "live", run_id, max(r.end_s for r in ordered) - t0_s, ordered,
                      time_scale=time_scale, t0_s=t0_s)

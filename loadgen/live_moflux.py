@@ -1,34 +1,42 @@
 """The MoFlux scenario live: the simulator and the gate on loopback, the traced client driving them.
 
-Real servers (``restorelens.serving.ServerThread``), real HTTP, real time. ``time_scale`` X
-compresses the run: arrivals come X times sooner, the simulator divides every modelled duration by
-X and the gate's queue timeout shrinks with them, so a 105-s protocol takes ~105/X s and each
-request meets the same relative timing. Span times are real (compressed) times.
+Real servers (``restorelens.serving.ServerThread``), real HTTP. ``time_scale`` X compresses the
+run: the client and the gate read a ``ScaledClock`` (X times faster than the wall), so arrivals
+come X times sooner in real time while the gate's queue timeout and Retry-After estimates stay in
+protocol seconds; the simulator divides every modelled duration by X. A 105-s protocol takes
+~105/X real seconds and each request meets the same relative timing.
+
+Every span lands on the protocol timeline (``protocol_time.ProtocolTimeline``, as in the
+ModelClaim live runner): client and gate stamp the scaled clock, the simulator's and the httpx
+instrumentation's wall-stamped spans are mapped onto it. So request latencies, lending episodes
+and the policy summary of a live run read in protocol seconds at any scale, comparable with the
+virtual run of the same scenario; what remains is the real loopback round trips, magnified X times.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Any
 
 from restorelens.loadgen.client import TracedClient
+from restorelens.loadgen.protocol_time import ProtocolTimeline
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
+from restorelens.loadgen.timebase import ScaledClock
 from restorelens.loadgen.virtual_moflux import ServiceProviders
 
 __all__ = ["run_live_moflux"]
 
 
 async def _drive(gate_url: str, scenario: Any, workload: Any, labels: RunLabels, providers: ServiceProviders,
-                 time_scale: float) -> list[RequestResult]:
+                 clock: ScaledClock) -> list[RequestResult]:
     policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, seed=labels.seed or 0)
-    async with TracedClient(gate_url, policy=policy, tracer_provider=providers.client) as client:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+    async with TracedClient(gate_url, policy=policy, tracer_provider=providers.client, clock=clock,
+                            sleep=clock.sleep) as client:
+        t0_s = clock.now_s()
 
         async def one(at_s: float, request: Any) -> RequestResult:
-            await asyncio.sleep(max(0.0, start + at_s / time_scale - loop.time()))
+            await clock.sleep(t0_s + at_s - clock.now_s())
             return await client.request(request)
 
         tasks = [one(at_s, request) for at_s, request in workload.requests(labels, stream=scenario.stream)]
@@ -44,13 +52,15 @@ def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_i
 
     workload = scenario.workload(seed)
     labels = RunLabels(scenario.name, workload.name, seed, run_id)
-    engine_app = create_app(scenario.engine_config(seed), model_name=workload.model, tracer_provider=providers.engine,
-                            time_scale=time_scale, seed=seed)
-    with ServerThread(engine_app) as engine:
-        settings = scenario.gate_settings(engine.url, workload.model)
-        settings = dataclasses.replace(settings, wait_timeout_s=settings.wait_timeout_s / time_scale)
-        with ServerThread(create_gate_app(settings, tracer_provider=providers.gate)) as gate:
-            results = asyncio.run(_drive(gate.url, scenario, workload, labels, providers, time_scale))
+    # closed after the servers stopped: the gate emits its lending periods on shutdown
+    with ProtocolTimeline(providers, time_scale) as timeline:
+        engine_app = create_app(scenario.engine_config(seed), model_name=workload.model,
+                                tracer_provider=timeline.providers.engine, time_scale=time_scale, seed=seed)
+        with ServerThread(engine_app) as engine:
+            settings = scenario.gate_settings(engine.url, workload.model)
+            gate_app = create_gate_app(settings, tracer_provider=timeline.providers.gate, clock=timeline.clock)
+            with ServerThread(gate_app) as gate:
+                results = asyncio.run(_drive(gate.url, scenario, workload, labels, timeline.providers, timeline.clock))
     return RunReport(scenario.name, scenario.arm, seed, "live", run_id, workload.duration_s,
                      tuple(sorted(results, key=lambda r: r.start_s)), workload.slo.ttft_s, workload.slo.e2e_s,
                      time_scale=time_scale)

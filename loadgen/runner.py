@@ -120,7 +120,8 @@ class RunReport:
     results: tuple[RequestResult, ...] = field(repr=False)
     slo_ttft_s: float = 5.0
     slo_e2e_s: float = 30.0
-    #: Live runs compressed X times: result times are real seconds, reported in protocol seconds.
+    #: Live runs compressed X times (for the mode label): every result time is in protocol seconds,
+    #: live runs included (their clients read a ``ScaledClock``).
     time_scale: float = 1.0
     #: ModelClaim runs: when the first request went out (the wake episode's t0).
     t0_s: float | None = None
@@ -133,8 +134,8 @@ class RunReport:
         outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
         interactive = [r for r in self.results if r.traffic_class == "interactive"]
         x = self.time_scale
-        good = sum(r.meets_slo(self.slo_ttft_s / x, self.slo_e2e_s / x) for r in interactive)
-        ttfts = [r.ttft_s * x for r in interactive if r.ttft_s is not None]
+        good = sum(r.meets_slo(self.slo_ttft_s, self.slo_e2e_s) for r in interactive)
+        ttfts = [r.ttft_s for r in interactive if r.ttft_s is not None]
         batch_ok = sum(1 for r in self.results if r.traffic_class == "batch" and r.outcome == "ok")
         return {
             "scenario": self.scenario,
@@ -166,7 +167,6 @@ class RunReport:
             "outcomes": dict(sorted(Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results).items())),
             "first_request_statuses": list(first.statuses),
             "first_retry_after_s": hint,
-            # ModelClaim runs keep protocol time on every clock (live: ScaledClock), so no rescaling here
             "success_attempt_s": None if success is None else round(success.start_s - t0, 3),
             "first_token_s": None if first.first_chunk_s is None else round(first.first_chunk_s - t0, 3),
         }

@@ -39,8 +39,17 @@ class MofluxScenario:
     max_attempts: int = 1
     #: Only arrivals before this many seconds (None: the whole protocol); for smoke runs.
     until_s: float | None = None
+    #: Live, a request's times differ from virtual time by real costs virtual time does not have:
+    #: four loopback hops (client -> gate -> engine and back), the gate's and the engine's event
+    #: loops, and the knock-on of a late request on the engine's steps (up to ~0.3 real seconds on
+    #: a busy 2-core machine, as for the wake scenarios), magnified by the time scale.
+    live_slack_real_s: float = 0.3
 
     kind = "moflux"
+
+    def live_tolerance_s(self, time_scale: float = 1.0) -> float:
+        """How far (protocol seconds) a live run's times may be from the virtual run's."""
+        return self.live_slack_real_s * time_scale
 
     def with_arm(self, arm: str | None) -> MofluxScenario:
         if arm is None:
