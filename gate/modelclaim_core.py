@@ -20,6 +20,7 @@ Behaviour (AIBrix ModelClaim semantics, ``reference/engines.md`` §1):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+
 from opentelemetry.trace import SpanContext
 
 from restorelens.errors import RestorelensError
@@ -40,14 +41,12 @@ from restorelens.gate.modelclaim_claim import (
     EngineInstance,
     WakeInProgress,
 )
+from restorelens.gate.modelclaim_engine_reports import RESTART_BACKOFF_S, engine_failed, engine_ready, engine_slept
 from restorelens.gate.modelclaim_phases import (
     ACTIVATING,
-    ACTIVE,
     FAILED,
     LOADING,
-    MODEL_CLAIM_ACTIVE,
     PENDING,
-    REASON_ENGINE_FAILED,
     REASON_ENGINE_SLEEPING,
     REASON_ENGINE_STARTING,
     REASON_MOVING,
@@ -64,7 +63,6 @@ from restorelens.gate.routing import RouteAnswer, Routed, UnknownModel
 
 __all__ = ["RESTART_BACKOFF_S", "WAKE_WAIT_LIMIT_S", "ClaimControlError", "ClaimStatus", "ModelClaimCore"]
 
-RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
 WAKE_WAIT_LIMIT_S = 300.0
 
 
@@ -152,54 +150,16 @@ class ModelClaimCore:
         self, model: str, instance_id: int, now_s: float, *, ready_at_s: float | None = None, url: str | None = None
     ) -> list[Action]:
         """The backend reported the instance ready at ``ready_at_s``; the core observes it at ``now_s``."""
-        claim = self._claims[model]
-        inst = claim.instance
-        if inst is None or inst.id != instance_id or claim.op not in (OP_STARTING, OP_WAKING):
-            return self._tick(now_s)
-        if claim.op == OP_WAKING:
-            self.ledger.free_host(model, self.pods[inst.pod].node_name)
-        claim.op = None
-        inst.asleep = False
-        if url is not None:
-            inst.url = url
-        claim.idle_since_s = now_s
-        claim.sleep_refused_idle_since_s = None
-        claim.finish_wake(now_s, "ready", self.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
-        claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, self.listeners)
+        engine_ready(self, self._claims[model], instance_id, now_s, ready_at_s=ready_at_s, url=url)
         return self._tick(now_s)
 
     def on_engine_slept(self, model: str, instance_id: int, now_s: float) -> list[Action]:
-        claim = self._claims[model]
-        inst = claim.instance
-        if inst is None or inst.id != instance_id or claim.op != OP_SLEEPING:
-            return self._tick(now_s)
-        claim.op = None
-        inst.asleep = True
-        if self.policy.no_wake_reserve_while_asleep:
-            self.ledger.charge(model, inst.gpus, claim.spec.sleeping_footprint_bytes)
-        self._release_waiters(model)
+        engine_slept(self, self._claims[model], instance_id)
         return self._tick(now_s)
 
     def on_engine_failed(self, model: str, instance_id: int, now_s: float, error: str = "") -> list[Action]:
         """The instance died or an operation on it failed: restart with backoff, then Failed."""
-        claim = self._claims[model]
-        inst = claim.instance
-        if inst is None or inst.id != instance_id or inst.crashed:
-            return self._tick(now_s)
-        if claim.op in (OP_STARTING, OP_WAKING):
-            claim.finish_wake(now_s, "failed", self.listeners, error=error)
-        claim.op = None
-        inst.crashed, inst.asleep, inst.url = True, False, None
-        self.ledger.free_host(model, self.pods[inst.pod].node_name)
-        self._release_waiters(model)
-        if claim.restarts < len(self.restart_backoff_s):
-            claim.restart_at_s = now_s + self.restart_backoff_s[claim.restarts]
-            claim.set_state(LOADING, REASON_ENGINE_FAILED, now_s, self.listeners)
-        else:
-            claim.finish_wake(now_s, "failed", self.listeners, error=error)
-            self.ledger.release(model, inst.gpus)
-            claim.instance = None
-            claim.set_state(FAILED, REASON_ENGINE_FAILED, now_s, self.listeners, pod=None)
+        engine_failed(self, self._claims[model], instance_id, now_s, error)
         return self._tick(now_s)
 
     # --- control -------------------------------------------------------------------------------
@@ -402,11 +362,6 @@ class ModelClaimCore:
             return False
         claim.set_state(SLEEPING, REASON_WAITING_FOR_ROOM, now_s, self.listeners)
         return False
-
-    def _release_waiters(self, model: str) -> None:
-        for other in self._claims.values():
-            if other.wake is not None and other.wake.waiting_on == model:
-                other.wake.waiting_on = None
 
     def _deadlines(self, claim: ClaimState) -> list[float]:
         if claim.held_back is not None or claim.phase == FAILED or claim.op is not None:

@@ -1,0 +1,95 @@
+"""What the core does with the backend's reports on an engine instance: ready, slept, failed.
+
+Each report names the instance it is about. A report about an instance the claim no longer runs, or
+one that does not match the operation in progress, is stale and changes nothing (the core still
+reconciles at its time).
+
+- ready: the start or wake is done. The claim goes Active, the wake ends ``ready`` with the
+  backend's ready time, and the level-1 sleep's weights leave host RAM.
+- slept: the engine is asleep. Without the wake reserve its GPUs are charged only the sleeping
+  footprint, and a wake waiting for this neighbour's room may go on.
+- failed (a crash, or a failed start, wake or sleep): the instance restarts on the same GPUs after
+  2, 4, 8, 16 and 32 s (``RESTART_BACKOFF_S``); once that budget is spent the claim is Failed and
+  its GPUs are released.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from restorelens.gate.modelclaim_claim import OP_SLEEPING, OP_STARTING, OP_WAKING, ClaimState
+from restorelens.gate.modelclaim_phases import (
+    ACTIVE,
+    FAILED,
+    LOADING,
+    MODEL_CLAIM_ACTIVE,
+    REASON_ENGINE_FAILED,
+)
+
+if TYPE_CHECKING:
+    from restorelens.gate.modelclaim_core import ModelClaimCore
+
+__all__ = ["RESTART_BACKOFF_S", "engine_failed", "engine_ready", "engine_slept"]
+
+RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
+
+
+def engine_ready(
+    core: ModelClaimCore, claim: ClaimState, instance_id: int, now_s: float, *, ready_at_s: float | None,
+    url: str | None,
+) -> None:
+    """The instance was ready at ``ready_at_s`` (by the backend's account); the core observes it at ``now_s``."""
+    inst = claim.current_instance(instance_id)
+    if inst is None or claim.op not in (OP_STARTING, OP_WAKING):
+        return
+    if claim.op == OP_WAKING:
+        core.ledger.free_host(claim.spec.model, core.pods[inst.pod].node_name)
+    claim.op = None
+    inst.asleep = False
+    if url is not None:
+        inst.url = url
+    claim.idle_since_s = now_s
+    claim.sleep_refused_idle_since_s = None
+    claim.finish_wake(now_s, "ready", core.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
+    claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, core.listeners)
+
+
+def engine_slept(core: ModelClaimCore, claim: ClaimState, instance_id: int) -> None:
+    inst = claim.current_instance(instance_id)
+    if inst is None or claim.op != OP_SLEEPING:
+        return
+    claim.op = None
+    inst.asleep = True
+    if core.policy.no_wake_reserve_while_asleep:
+        core.ledger.charge(claim.spec.model, inst.gpus, claim.spec.sleeping_footprint_bytes)
+    _release_waiters(core, claim.spec.model)
+
+
+def engine_failed(core: ModelClaimCore, claim: ClaimState, instance_id: int, now_s: float, error: str) -> None:
+    """The instance died or an operation on it failed: restart after the next backoff, or Failed."""
+    inst = claim.current_instance(instance_id)
+    if inst is None or inst.crashed:
+        return
+    model = claim.spec.model
+    if claim.op in (OP_STARTING, OP_WAKING):
+        claim.finish_wake(now_s, "failed", core.listeners, error=error)
+    claim.op = None
+    inst.crashed, inst.asleep, inst.url = True, False, None
+    core.ledger.free_host(model, core.pods[inst.pod].node_name)
+    _release_waiters(core, model)
+    if claim.restarts < len(core.restart_backoff_s):
+        claim.restart_at_s = now_s + core.restart_backoff_s[claim.restarts]
+        claim.set_state(LOADING, REASON_ENGINE_FAILED, now_s, core.listeners)
+    else:
+        # A wake wanted while no start or wake ran (say, during the failed sleep) cannot happen now.
+        claim.finish_wake(now_s, "failed", core.listeners, error=error)
+        core.ledger.release(model, inst.gpus)
+        claim.instance = None
+        claim.set_state(FAILED, REASON_ENGINE_FAILED, now_s, core.listeners, pod=None)
+
+
+def _release_waiters(core: ModelClaimCore, model: str) -> None:
+    # The neighbour ``model`` is no longer being slept: a wake that waited on it decides again.
+    for other in core.claims_view().values():
+        if other.wake is not None and other.wake.waiting_on == model:
+            other.wake.waiting_on = None
