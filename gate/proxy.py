@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import uuid
+import random
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
-from opentelemetry import trace
-from opentelemetry.trace import Span
+from opentelemetry import context, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from restorelens import spans as S
@@ -47,6 +48,7 @@ _HOP_BY_HOP = frozenset(
 )
 _HOP_BY_HOP_ANSWER = _HOP_BY_HOP - {b"content-length"}
 _URL_CACHE_SIZE = 256
+_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -111,6 +113,7 @@ class ProxyEndpoint:
         self.transport = transport
         self.timeout_extension = timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
+        self._ids = random.Random()  # its own generator: a seeded global `random` must not repeat ids
         self.upstreams = upstreams
         self.clock = clock
         self.router = router
@@ -119,23 +122,46 @@ class ProxyEndpoint:
         self.waiters = waiters
         self.upstream_errors: dict[str, int] = {"refused": 0, "timeout": 0, "broken": 0}
 
+    def _request_headers(self, headers: list[tuple[bytes, bytes]]) -> tuple[str, str, Context | None]:
+        """(request id, traffic class, the caller's trace context) in one pass over the headers."""
+        request_id = traffic_class = b""
+        carrier: dict[str, str] = {}
+        for name, value in headers:  # uvicorn gives lower-case names
+            if name == REQUEST_ID_HEADER:
+                request_id = value
+            elif name == TRAFFIC_CLASS_HEADER:
+                traffic_class = value
+            elif name in _TRACE_HEADERS:
+                carrier[name.decode("latin-1")] = value.decode("latin-1")
+        parent = _PROPAGATOR.extract(carrier) if carrier and self.tracing else None
+        return (
+            request_id.decode("latin-1") or f"{self._ids.getrandbits(128):032x}",
+            traffic_class.decode("latin-1") or self.settings.default_traffic_class,
+            parent,
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = scope["headers"]
-        header = {k: v for k, v in headers if k in (TRAFFIC_CLASS_HEADER, REQUEST_ID_HEADER)}
-        request_id = header.get(REQUEST_ID_HEADER, b"").decode("latin-1") or uuid.uuid4().hex
-        traffic_class = header.get(TRAFFIC_CLASS_HEADER, b"").decode("latin-1") or self.settings.default_traffic_class
+        request_id, traffic_class, parent = self._request_headers(scope["headers"])
         now_s = self.clock.now_s()
-        parent = _PROPAGATOR.extract({k.decode("latin-1"): v.decode("latin-1") for k, v in headers}) if self.tracing else None
-        span = self.emitter.start_request(request_id, traffic_class, now_s, parent=parent)
+        early: _Answer | _ClientGone | None = None
+        payload: dict[str, Any] = {}
+        body = b""
+        try:
+            body = await self._read_body(receive)
+            payload = self._parse(body, traffic_class)
+        except (_Answer, _ClientGone) as exc:
+            early = exc
+        model = payload.get("model")
+        # Started once the model is known (one attribute write less); the start time is the arrival.
+        span = self.emitter.start_request(
+            request_id, traffic_class, now_s, model=model if isinstance(model, str) else None, parent=parent
+        )
         status: int | None = None
         work: asyncio.Task[int] | None = None
         watcher: asyncio.Task[None] | None = None
         try:
-            body = await self._read_body(receive)
-            payload = self._parse(body, traffic_class)
-            model = payload.get("model")
-            if isinstance(model, str):
-                span.set_attribute(S.ATTR_GEN_AI_REQUEST_MODEL, model)
+            if early is not None:
+                raise early
             upstream = self._route(model, span, now_s)
             # Admission and forwarding run in a child task that a disconnect cancels wherever it
             # waits (queue, upstream, a slow stream); after the body, receive() only says disconnect.
@@ -173,7 +199,7 @@ class ProxyEndpoint:
         grant: Grant | None = None
         routed_model: str | None = None
         try:
-            grant = await self._admit(request_id, traffic_class, span)
+            grant = await self._admit(request_id, traffic_class, span, upstream)
             if self.router is not None and model in self.router_models:
                 routed_model = model
                 self.router.request_started(model, self.clock.now_s())
@@ -181,7 +207,6 @@ class ProxyEndpoint:
             if priority is not None:
                 payload["priority"] = priority
                 body = json.dumps(payload).encode()
-            span.set_attribute(S.ATTR_GATE_UPSTREAM, upstream)
             return await self._forward(scope, send, scope["headers"], body, upstream, span)
         finally:
             end_s = self.clock.now_s()
@@ -239,7 +264,7 @@ class ProxyEndpoint:
         status = 400 if self.router is not None else 404
         raise _Answer(status, f"model {model!r} is not served by this gate", "model_not_found")
 
-    async def _admit(self, request_id: str, traffic_class: str, span: Span) -> Grant:
+    async def _admit(self, request_id: str, traffic_class: str, span: Span, upstream: str) -> Grant:
         decision = self.admission.request(request_id, traffic_class, self.clock.now_s())
         if isinstance(decision, Waiter):
             decision = await self._wait(decision)
@@ -252,7 +277,7 @@ class ProxyEndpoint:
                 if header is not None:
                     extra.append((b"retry-after", header.encode()))
             raise _Answer(429, f"{traffic_class} request not admitted ({decision.reason})", "admission_rejected", extra)
-        self.emitter.granted(span, decision)
+        self.emitter.granted(span, decision, upstream=upstream)
         return decision
 
     async def _wait(self, waiter: Waiter) -> Grant | Rejection:
@@ -289,15 +314,21 @@ class ProxyEndpoint:
             scope["method"], url, headers=[(k, v) for k, v in headers if k not in _HOP_BY_HOP], content=body,
             extensions={"timeout": self.timeout_extension},
         )
+        # The gate span is the current span while the instrumented transport opens its attempt span.
+        token = context.attach(trace.set_span_in_context(span)) if self.tracing else None
         try:
-            with trace.use_span(span, end_on_exit=False) if self.tracing else _nullcontext():
-                response = await self.transport.handle_async_request(request)
-        except httpx.TimeoutException:
+            response = await self.transport.handle_async_request(request)
+        except httpx.TimeoutException as exc:
             self.upstream_errors["timeout"] += 1
+            _record_failure(span, exc)
             raise _Answer(504, "upstream engine timed out", "upstream_timeout") from None
         except httpx.TransportError as exc:
             self.upstream_errors["refused"] += 1
+            _record_failure(span, exc)
             raise _Answer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+        finally:
+            if token is not None:
+                context.detach(token)
         stream = response.stream
         assert isinstance(stream, httpx.AsyncByteStream)
         try:
@@ -324,9 +355,7 @@ class ProxyEndpoint:
             pass
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def _record_failure(span: Span, exc: BaseException) -> None:
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
