@@ -4,7 +4,8 @@ A small discrete-event loop: engine completions (ready, slept) are queued at the
 in-process engines give, and the core's own deadlines (idle sleeps, restarts, room, give-ups) are
 honoured in time order. ``advance_to(t)`` processes everything due up to ``t``; the caller moves
 its clock and calls ``route`` / ``request_started`` / ``request_finished`` at the times requests
-happen. The loadgen's experiment loop can use this directly, or copy its few lines.
+happen, and ``sleep`` / ``wake`` / ``restart`` for an operator's control calls. The loadgen's
+experiment loop can use this directly, or copy its few lines.
 
 Readiness observation: with ``poll_interval_s=None`` the lifecycle learns readiness from the
 backend's answer (observed = ready). With a poll interval it learns it at the first poll at or
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from opentelemetry.trace import SpanContext
 
 from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
-from restorelens.gate.modelclaim_backends import InProcessBackend
+from restorelens.gate.modelclaim_backends import EngineAnswer, InProcessBackend
 from restorelens.gate.modelclaim_core import ModelClaimCore
 from restorelens.gate.routing import RouteAnswer
 
@@ -59,6 +60,23 @@ class VirtualLifecycle:
         self.advance_to(now_s)
         self._perform(self.core.request_finished(model, now_s), now_s)
 
+    # --- an operator's control calls (POST /modelclaim/models/M/sleep|wake|restart live) ---------
+
+    def sleep(self, model: str, now_s: float) -> None:
+        """Sleep an Active model now; ``ClaimControlError`` when its state forbids it (nothing done then)."""
+        self.advance_to(now_s)
+        self._perform(self.core.sleep(model, now_s), now_s)
+
+    def wake(self, model: str, now_s: float) -> None:
+        """Wake (or place and start) a model as a request would, without a request."""
+        self.advance_to(now_s)
+        self._perform(self.core.wake(model, now_s), now_s)
+
+    def restart(self, model: str, now_s: float) -> None:
+        """Give a Failed model a fresh restart budget and place it again."""
+        self.advance_to(now_s)
+        self._perform(self.core.restart(model, now_s), now_s)
+
     def fail(self, model: str, now_s: float, error: str = "crashed") -> None:
         """The model's current engine instance crashes at ``now_s``."""
         self.advance_to(now_s)
@@ -68,7 +86,8 @@ class VirtualLifecycle:
             self._perform(self.core.on_engine_failed(model, inst.id, now_s, error), now_s)
 
     def next_event_s(self) -> float | None:
-        times = [t for t in (self._events[0][0] if self._events else None, self.core.next_deadline_s()) if t is not None]
+        first_event_s = self._events[0][0] if self._events else None
+        times = [t for t in (first_event_s, self.core.next_deadline_s()) if t is not None]
         return min(times) if times else None
 
     def advance_to(self, now_s: float, *, max_events: int = 100_000) -> None:
@@ -104,23 +123,24 @@ class VirtualLifecycle:
     def _perform(self, actions: list[Action], now_s: float) -> None:
         for action in actions:
             self.performed.append((now_s, action))
-            if isinstance(action, StartEngine | WakeEngine):
-                if isinstance(action, StartEngine):
-                    answer = self.backend.perform_start(action, now_s)
-                else:
-                    answer = self.backend.perform_wake(action, now_s)
-                ready_s = answer.ready_at_s
-
-                def ready(t: float, a: Action = action, r: float = ready_s, url: str | None = answer.url) -> list[Action]:
-                    return self.core.on_engine_ready(a.model, a.instance_id, t, ready_at_s=r, url=url)
-
-                self._at(self._observed_s(now_s, ready_s), ready)
+            if isinstance(action, StartEngine):
+                self._observe_ready(action, self.backend.perform_start(action, now_s), now_s)
+            elif isinstance(action, WakeEngine):
+                self._observe_ready(action, self.backend.perform_wake(action, now_s), now_s)
             elif isinstance(action, SleepEngine):
-                done_s = self.backend.perform_sleep(action, now_s)
-
-                def slept(t: float, a: Action = action) -> list[Action]:
-                    return self.core.on_engine_slept(a.model, a.instance_id, t)
-
-                self._at(done_s, slept)
+                self._report_slept(action, self.backend.perform_sleep(action, now_s))
             elif isinstance(action, StopEngine):
                 self.backend.perform_stop(action, now_s)
+
+    def _observe_ready(self, action: StartEngine | WakeEngine, answer: EngineAnswer, called_s: float) -> None:
+        def ready(t: float) -> list[Action]:
+            return self.core.on_engine_ready(action.model, action.instance_id, t, ready_at_s=answer.ready_at_s,
+                                             url=answer.url)
+
+        self._at(self._observed_s(called_s, answer.ready_at_s), ready)
+
+    def _report_slept(self, action: SleepEngine, done_s: float) -> None:
+        def slept(t: float) -> list[Action]:
+            return self.core.on_engine_slept(action.model, action.instance_id, t)
+
+        self._at(done_s, slept)
