@@ -12,7 +12,25 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["PARAMETERISED", "PUBLIC_VIEWS", "SHARED_LAYERS", "VIEW_LAYERS", "Query", "load_query"]
+from restorelens.spans import (
+    SPAN_CLIENT_REQUEST,
+    SPAN_GATE_REQUEST,
+    SPAN_GATE_RESTORE,
+    SPAN_HTTP_POST,
+    SPAN_LLM_REQUEST,
+    SPAN_MODELCLAIM_STATE,
+    SPAN_MODELCLAIM_WAKE,
+)
+
+__all__ = [
+    "DRIVING_SPANS",
+    "PARAMETERISED",
+    "PUBLIC_VIEWS",
+    "SHARED_LAYERS",
+    "VIEW_LAYERS",
+    "Query",
+    "load_query",
+]
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
 VIEW_LAYERS = (
@@ -34,6 +52,26 @@ VIEW_LAYERS = (
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
                  "request_attempts")
+
+#: Layer -> the span name each of its rows comes from: a store without such spans gives an empty
+#: layer, so it can be answered without computing the layers under it (e.g. no wake spans, no
+#: wake episodes, whatever the requests cost). Exact: every row of the layer is one span of that
+#: name (or, for ``request_attempts`` / ``attempts`` / ``requests``, joined under one).
+DRIVING_SPANS = {
+    "typed_client_requests": SPAN_CLIENT_REQUEST,
+    "typed_http_attempts": SPAN_HTTP_POST,
+    "typed_gate_requests": SPAN_GATE_REQUEST,
+    "typed_engine_requests": SPAN_LLM_REQUEST,
+    "typed_gate_restores": SPAN_GATE_RESTORE,
+    "typed_model_wakes": SPAN_MODELCLAIM_WAKE,
+    "gate_requests": SPAN_GATE_REQUEST,
+    "request_attempts": SPAN_CLIENT_REQUEST,
+    "attempts": SPAN_CLIENT_REQUEST,
+    "requests": SPAN_CLIENT_REQUEST,
+    "lending_episodes": SPAN_GATE_RESTORE,
+    "wake_episodes": SPAN_MODELCLAIM_WAKE,
+    "lifecycle_intervals": SPAN_MODELCLAIM_STATE,
+}
 
 #: Layers meant for users (the rest are internal building blocks).
 PUBLIC_VIEWS = ("requests", "attempts", "lending_episodes", "wake_episodes", "lifecycle_intervals")
@@ -66,3 +104,4 @@ def load_query(name: str) -> Query:
         doc_lines.append(line[2:].strip())
     parameters = tuple(dict.fromkeys(_PARAMETER.findall(sql)))
     return Query(name=name, sql=sql, doc="\n".join(doc_lines), parameters=parameters)
+

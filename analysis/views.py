@@ -20,7 +20,13 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from restorelens.analysis.queries import PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, load_query
+from restorelens.analysis.queries import (
+    DRIVING_SPANS,
+    PUBLIC_VIEWS,
+    SHARED_LAYERS,
+    VIEW_LAYERS,
+    load_query,
+)
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 
@@ -51,8 +57,10 @@ class Analysis:
     """The decomposition views over one DuckDB connection holding ``otel_traces``.
 
     ``materialize=True`` computes the layers that several views share (``SHARED_LAYERS``) once
-    into temporary tables, faster when many views are read (a report, a dashboard); the default
-    registers plain views, computed when read (cheapest when one view is read once).
+    into temporary tables, faster when many views are read (a report); the default registers
+    plain views, computed when read (cheapest when a view is read once: a view computes only the
+    columns it needs). Either way, a view whose driving span (``DRIVING_SPANS``) is absent from
+    the store is answered empty without computing anything under it.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False) -> None:
@@ -60,10 +68,25 @@ class Analysis:
         self.slo = slo or Slo()
         self.materialize = materialize
         self._summary_materialized_for: Slo | None = None
+        self._span_present: dict[str, bool] = {}
         self._drop_layers()
         for name in VIEW_LAYERS:
             kind = "table" if materialize and name in SHARED_LAYERS else "view"
             con.execute(f"create temp {kind} {name} as {load_query(name).sql}")
+
+    def _has_spans(self, span_name: str) -> bool:
+        """Whether the store holds any span named ``span_name`` (a scan of one column, stopped early)."""
+        if span_name not in self._span_present:
+            rows = self.con.execute(
+                f'select exists (select 1 from {TABLE} where "SpanName" = $name)', {"name": span_name}
+            ).fetchall()
+            self._span_present[span_name] = bool(rows[0][0])
+        return self._span_present[span_name]
+
+    def _is_empty(self, name: str) -> bool:
+        """True when layer ``name`` has no rows because the store holds none of its driving spans."""
+        span_name = DRIVING_SPANS.get(name)
+        return span_name is not None and not self._has_spans(span_name)
 
     def _drop_layers(self) -> None:
         """Drop layers a previous ``Analysis`` on this connection registered (as views or tables)."""
@@ -118,6 +141,9 @@ class Analysis:
         """Any registered layer by name (``VIEW_LAYERS``), e.g. ``"gate_requests"``."""
         if name not in VIEW_LAYERS:
             raise SettingError("view", f"unknown view {name!r}; valid: {', '.join(VIEW_LAYERS)}")
+        if self._is_empty(name):
+            # planned but not run: the same columns and types, no rows
+            return self._frame(f"select * from {name} limit 0")
         return self._frame(f"select * from {name}")
 
     def requests(self) -> pl.DataFrame:

@@ -28,9 +28,9 @@ clients as (
 
 ),
 
-attempts as (
+posts as (
 
-    select * from request_attempts
+    select * from typed_http_attempts
 
 ),
 
@@ -46,7 +46,7 @@ joined as (
         coalesce(
             gates.engine_first_token_ns,
             gates.upstream_first_byte_ns,
-            attempts.client_first_chunk_ns
+            clients.first_chunk_ns
         ) as first_token_ns,
         clients.workload,
         clients.seed,
@@ -57,14 +57,16 @@ joined as (
         on restores.returning_key = gates.span_key
         and restores.returning_trace_id = gates.trace_id
         and restores.returning_span_id = gates.span_id
-    left join attempts
-        on gates.parent_key = attempts.span_key
-        and gates.trace_id = attempts.trace_id
-        and gates.parent_span_id = attempts.span_id
+    -- the client's attempt that reached the gate, and the client request above it: only the
+    -- client's first chunk and labels are needed, not the whole attempt history
+    left join posts
+        on gates.parent_key = posts.span_key
+        and gates.trace_id = posts.trace_id
+        and gates.parent_span_id = posts.span_id
     left join clients
-        on attempts.parent_key = clients.span_key
-        and attempts.trace_id = clients.trace_id
-        and attempts.client_span_id = clients.span_id
+        on posts.parent_key = clients.span_key
+        and posts.trace_id = clients.trace_id
+        and posts.parent_span_id = clients.span_id
 
 ),
 

@@ -82,6 +82,25 @@ def test_materialised_layers_give_the_same_frames_as_views() -> None:
     assert Analysis(con).attempts().height == 6
 
 
+def test_a_view_without_its_driving_spans_is_empty_with_the_computed_columns() -> None:
+    # requests but no wake, restore or state spans: those views are answered without running them
+    without = Traces()
+    trace = without.new_trace()
+    client = without.client_request(trace, 0.0, 1.0, request_id="plain")
+    without.attempt(trace, client, 0.0, 1.0, status=200)
+    with_wakes = Traces()
+    wakes(with_wakes, {"in-place": [1.0]})
+    with_wakes.gate_restore(0.0, 1.0, link=None)
+    with_wakes.model_state(0.0, 1.0, phase="Sleeping", reason="EngineSleeping")
+
+    short, computed = Analysis(without.store()), Analysis(with_wakes.store())
+    assert short.requests().height == 1
+    for name in ("wake_episodes", "lending_episodes", "lifecycle_intervals", "typed_model_wakes"):
+        assert short.view(name).height == 0
+        assert computed.view(name).height == 1
+        assert short.view(name).schema == computed.view(name).schema
+
+
 def test_open_is_read_only_and_leaves_the_store_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "spans.duckdb"
     traces = Traces()
