@@ -202,8 +202,7 @@ def build_router(
     health_interval_s = _number(table.get("health_interval_s", 2.0), f"{ROOT}.health_interval_s", minimum=0.01)
     backends = {}
     for i, (model, raw) in enumerate(raw_claims.items()):
-        spec = next(c for c in core.claims_view().values() if c.spec.model == model).spec
-        backends[model] = _backend(raw, spec, f"{ROOT}.claims[{i}]", options)
+        backends[model] = _backend(raw, core.claims_view()[model].spec, f"{ROOT}.claims[{i}]", options)
     return ModelClaimRouter(
         core, BackendByModel(backends), clock=clock, tracer_provider=tracer_provider, admin_token=admin_token,
         health_interval_s=health_interval_s,

@@ -11,8 +11,9 @@ engines that cannot free enough would only cost their users a wake, so the plann
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from restorelens.gate.modelclaim_claim import ClaimState
 from restorelens.gate.modelclaim_placement import GpuSlot
 
 if TYPE_CHECKING:
@@ -28,10 +29,12 @@ class RoomPlan:
     move_to: tuple[str, tuple[GpuSlot, ...]] | None = None
 
 
-def _qualifies(core: ModelClaimCore, other: Any, gpus: set[GpuSlot], now_s: float) -> bool:
-    inst = other.instance
-    if inst is None or inst.asleep or inst.crashed or other.op is not None or other.inflight or other.wake:
+def _qualifies(core: ModelClaimCore, other: ClaimState, gpus: set[GpuSlot], now_s: float) -> bool:
+    """``other`` may be slept to make room: awake and unused, on one of ``gpus``, idle long enough."""
+    if not other.routable or other.inflight or other.wake:
         return False
+    inst = other.instance
+    assert inst is not None  # routable
     if not gpus & set(inst.gpus):
         return False
     if now_s < other.idle_since_s + core.policy.sleep_to_make_room_after_s:
@@ -40,9 +43,10 @@ def _qualifies(core: ModelClaimCore, other: Any, gpus: set[GpuSlot], now_s: floa
     return core.sleep_level != 1 or core.ledger.host_room(node, other.spec.weight_bytes)
 
 
-def plan_room(core: ModelClaimCore, claim: Any, now_s: float) -> RoomPlan:
+def plan_room(core: ModelClaimCore, claim: ClaimState, now_s: float) -> RoomPlan:
     """The next step for ``claim`` (asleep, wanting a wake) at ``now_s``."""
     spec, inst = claim.spec, claim.instance
+    assert inst is not None
     need = spec.per_gpu_bytes
     free = {slot: core.ledger.free_bytes(slot, excluding=spec.model) for slot in inst.gpus}
     if all(b >= need for b in free.values()):

@@ -35,6 +35,7 @@ from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine
 from restorelens.gate.modelclaim_backends import EngineBackend
 from restorelens.gate.modelclaim_core import ClaimControlError, ModelClaimCore
 from restorelens.gate.modelclaim_metrics import ModelClaimMetrics
+from restorelens.gate.modelclaim_phases import ACTIVE
 from restorelens.gate.modelclaim_spans import ModelClaimSpans
 from restorelens.gate.routing import RouteAnswer
 
@@ -155,7 +156,7 @@ class ModelClaimRouter:
                 {"model": s.model, "phase": s.phase, "reason": s.reason, "since_s": s.since_s, "pod": s.pod,
                  "gpus": list(s.gpus), "upstream_url": s.upstream_url, "in_flight": s.in_flight,
                  "idle_since_s": s.idle_since_s, "restarts": s.restarts, "wake_path": s.wake_path,
-                 "retry_after_s": None if s.phase == "Active" else self.core.answers.retry_after_s(s.reason)}
+                 "retry_after_s": None if s.phase == ACTIVE else self.core.answers.retry_after_s(s.reason)}
                 for s in models
             ],
             "gpus": gpus,
@@ -266,8 +267,7 @@ class ModelClaimRouter:
     async def _check_health(self) -> None:
         with self._lock:
             active = [
-                (m, c.instance.id) for m, c in self.core.claims_view().items()
-                if c.instance is not None and not c.instance.crashed and c.op is None and not c.instance.asleep
+                (m, c.instance.id) for m, c in self.core.claims_view().items() if c.routable  # type: ignore[union-attr]
             ]
         for model, instance_id in active:
             if not await self.backend.alive(model, instance_id):
