@@ -59,6 +59,7 @@ class EngineMetrics:
         self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens.").labels(**labels)
         self._success = counter("vllm:request_success", "Count of successfully processed requests.", ("finished_reason",))
         self._labels = labels
+        self._success_by_reason: dict[str, Counter] = {}
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, names, buckets=buckets, registry=self.registry)
@@ -86,7 +87,12 @@ class EngineMetrics:
         decode.observe(record.decode_time_s)
         self._prompt_tokens.inc(record.prompt_tokens)
         self._generation_tokens.inc(record.completion_tokens)
-        self._success.labels(**self._labels, finished_reason=record.finish_reason).inc()
+        success = self._success_by_reason.get(record.finish_reason)
+        if success is None:  # labels() parses its arguments on every call: keep the child per reason
+            success = self._success_by_reason[record.finish_reason] = self._success.labels(
+                **self._labels, finished_reason=record.finish_reason
+            )
+        success.inc()
 
     def render(self) -> bytes:
         total = self.core.num_preemptions_total

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _quote  # what json.dumps does to a str
 from typing import Any
 
 from restorelens.sim.config import EngineConfig
@@ -17,7 +18,9 @@ from restorelens.sim.config import EngineConfig
 __all__ = [
     "ApiError",
     "ParsedRequest",
+    "chat_body",
     "chat_response",
+    "completion_body",
     "completion_response",
     "error_body",
     "parse_request",
@@ -239,6 +242,50 @@ def completion_response(
         ],
         "usage": usage(prompt_tokens, completion_tokens),
     }
+
+
+def completion_body(
+    response_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int, finish_reason: str
+) -> bytes:
+    """``completion_response`` serialised compactly, from a template (no dict, no generic encoder)."""
+    return (
+        f'{{"id":{_quote(response_id)},"object":"text_completion","created":{created:d},"model":{_quote(model)},'
+        f'"choices":[{{"index":0,"text":{_quoted_text(completion_tokens)},"logprobs":null,'
+        f'"finish_reason":{_quote(finish_reason)},"stop_reason":null}}],{_usage_json(prompt_tokens, completion_tokens)}}}'
+    ).encode()
+
+
+def chat_body(
+    response_id: str, created: int, model: str, prompt_tokens: int, completion_tokens: int, finish_reason: str
+) -> bytes:
+    """``chat_response`` serialised compactly, from a template."""
+    return (
+        f'{{"id":{_quote(response_id)},"object":"chat.completion","created":{created:d},"model":{_quote(model)},'
+        f'"choices":[{{"index":0,"message":{{"role":"assistant","content":{_quoted_text(completion_tokens)},"tool_calls":[]}},'
+        f'"logprobs":null,"finish_reason":{_quote(finish_reason)},"stop_reason":null}}],'
+        f'{_usage_json(prompt_tokens, completion_tokens)}}}'
+    ).encode()
+
+
+def _usage_json(prompt_tokens: int, completion_tokens: int) -> str:
+    return (
+        f'"usage":{{"prompt_tokens":{prompt_tokens:d},"total_tokens":{prompt_tokens + completion_tokens:d},'
+        f'"completion_tokens":{completion_tokens:d}}}'
+    )
+
+
+def _quoted_text(num_tokens: int) -> str:
+    """The filler text of ``num_tokens`` tokens as a JSON string; the common lengths are cached."""
+    if num_tokens < _TEXT_CACHE_TOKENS:
+        cached = _QUOTED_TEXTS.get(num_tokens)
+        if cached is None:
+            cached = _QUOTED_TEXTS[num_tokens] = _quote(completion_text(num_tokens))
+        return cached
+    return _quote(completion_text(num_tokens))
+
+
+_TEXT_CACHE_TOKENS = 4096
+_QUOTED_TEXTS: dict[int, str] = {}
 
 
 def chat_response(

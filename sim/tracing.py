@@ -46,6 +46,16 @@ REQUEST_PARAM_ATTRIBUTES: dict[str, str] = {
 }
 
 
+_FINISH_REASONS_JSON: dict[str, str] = {}
+
+
+def _finish_reasons_json(reason: str) -> str:
+    encoded = _FINISH_REASONS_JSON.get(reason)
+    if encoded is None:
+        encoded = _FINISH_REASONS_JSON[reason] = json.dumps([reason])
+    return encoded
+
+
 def emit_llm_request_span(
     tracer: Tracer,
     record: RequestRecord,
@@ -71,7 +81,7 @@ def emit_llm_request_span(
         ATTR_LATENCY_TIME_IN_MODEL_INFERENCE: record.inference_time_s,
         ATTR_GEN_AI_REQUEST_ID: record.request_id,
         # vLLM writes the list as a JSON string, not as an OTel array attribute.
-        ATTR_GEN_AI_RESPONSE_FINISH_REASONS: json.dumps([record.finish_reason]),
+        ATTR_GEN_AI_RESPONSE_FINISH_REASONS: _finish_reasons_json(record.finish_reason),
     }
     if model is not None:
         attributes[ATTR_GEN_AI_RESPONSE_MODEL] = model
