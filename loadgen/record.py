@@ -1,7 +1,8 @@
 """Record the sample traces: every demo scenario in virtual time, as OTLP JSON lines.
 
 ``python -m restorelens.loadgen.record sample_traces/`` writes one file per scenario: the Balanced
-and Long-context MoFlux protocols under the lending arm, and the four ModelClaim wake paths. Runs
+and Long-context MoFlux protocols under the lending arm and under the static arm (the study's
+comparison, same seed, so the policy summary has a pair), and the four ModelClaim wake paths. Runs
 are virtual (timestamps from the fixed virtual epoch), ids come from a seeded generator and spans
 are exported one at a time in emission order, so the files are byte-identical on every machine
 and every regeneration.
@@ -14,12 +15,15 @@ from pathlib import Path
 
 from restorelens.errors import RestorelensError
 
-__all__ = ["SAMPLE_SCENARIOS", "record_samples"]
+__all__ = ["SAMPLE_SCENARIOS", "record_samples", "sample_file_name", "sample_run_name"]
 
-#: (scenario, arm) pairs the demo plays and the sample traces hold.
+#: (scenario, arm) pairs the demo plays and the sample traces hold. Each MoFlux workload runs
+#: under the lending arm and its baseline, static floors without lending (MoFlux's comparison).
 SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
     ("moflux-balanced", "lend"),
+    ("moflux-balanced", "static"),
     ("moflux-long-context", "lend"),
+    ("moflux-long-context", "static"),
     ("modelclaim-in-place", None),
     ("modelclaim-make-room", None),
     ("modelclaim-move", None),
@@ -27,8 +31,13 @@ SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
 )
 
 
+def sample_run_name(scenario: str, arm: str | None) -> str:
+    """The scenario with its arm, if it has one: a file's stem and a run id's tail."""
+    return f"{scenario}-{arm}" if arm else scenario
+
+
 def sample_file_name(scenario: str, arm: str | None) -> str:
-    return f"{scenario}-{arm}.jsonl" if arm else f"{scenario}.jsonl"
+    return f"{sample_run_name(scenario, arm)}.jsonl"
 
 
 def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
@@ -42,7 +51,7 @@ def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
         path = folder / sample_file_name(name, arm)
         path.unlink(missing_ok=True)
         with RunTelemetry("file", path=path, batch=False, id_seed=seed * 1000 + index) as telemetry:
-            run_virtual(get_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{name}")
+            run_virtual(get_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{sample_run_name(name, arm)}")
         written.append(path)
     return written
 

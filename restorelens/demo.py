@@ -3,8 +3,9 @@
 A collector receiver (OTLP/HTTP into a DuckDB file) starts first. Each scenario then runs live
 against its own servers on 127.0.0.1, all exporting to that one collector:
 
-- Balanced and Long-context MoFlux protocols (the ``lend`` arm): the simulated engine behind the
-  gate with the lending policy, driven by the retrying client;
+- Balanced and Long-context MoFlux protocols, each under the ``lend`` arm and its baseline
+  ``static`` (same seed, so the policy summary pairs them): the simulated engine behind the gate,
+  driven by the retrying client;
 - the four ModelClaim wake paths (in place, make room, move, cold start): the gate with the
   lifecycle router and two simulated models' engines (started, slept and woken through their
   sleep API), driven by the same client.
@@ -32,9 +33,9 @@ from restorelens.errors import RestorelensError, SettingError
 
 __all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "serve_dashboard"]
 
-#: Fits every scenario (about 700 protocol seconds) into ~75 s of wall time plus start-ups.
+#: Fits every scenario (about 920 protocol seconds) into ~92 s of wall time plus start-ups.
 DEFAULT_TIME_SCALE = 10.0
-#: Protocol seconds of each scenario, for the progress bar (MoFlux: 105 s; wakes: setup + wake).
+#: Protocol seconds of each scenario (any arm), for the progress bar (MoFlux: 105 s; wakes: setup + wake).
 PROTOCOL_S = {
     "moflux-balanced": 105.0, "moflux-long-context": 105.0, "modelclaim-in-place": 90.0,
     "modelclaim-make-room": 215.0, "modelclaim-move": 140.0, "modelclaim-cold-start": 55.0,
@@ -72,18 +73,27 @@ def collector(db: Path) -> Iterator[str]:
 def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
                    on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
     """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
-    from restorelens.loadgen.record import SAMPLE_SCENARIOS
+    from restorelens.loadgen.record import SAMPLE_SCENARIOS, sample_run_name
     from restorelens.loadgen.runner import RunTelemetry, run_live
     from restorelens.loadgen.scenarios import get_scenario
 
     summaries = []
     with RunTelemetry("otlp", endpoint=endpoint) as telemetry:
         for name, arm in SAMPLE_SCENARIOS:
-            on_progress(name, 0.0)
-            report = run_live(get_scenario(name, arm), seed, telemetry.providers, f"demo-{name}", time_scale=time_scale)
+            run_name = sample_run_name(name, arm)
+            on_progress(run_name, 0.0)
+            report = run_live(get_scenario(name, arm), seed, telemetry.providers, f"demo-{run_name}",
+                              time_scale=time_scale)
             summaries.append(report.summary())
-            on_progress(name, PROTOCOL_S.get(name, 0.0))
+            on_progress(run_name, PROTOCOL_S.get(name, 0.0))
     return summaries  # leaving RunTelemetry flushed every span into the collector
+
+
+def total_protocol_s() -> float:
+    """Protocol seconds of every scenario the demo plays."""
+    from restorelens.loadgen.record import SAMPLE_SCENARIOS
+
+    return sum(PROTOCOL_S.get(name, 0.0) for name, _ in SAMPLE_SCENARIOS)
 
 
 def print_report(db: Path, echo: Callable[[str], None]) -> dict[str, Any]:
@@ -141,7 +151,7 @@ def run_demo(db: str | None, *, time_scale: float, seed: int, dashboard: bool,
             summaries = play_scenarios(endpoint, time_scale=time_scale, seed=seed,
                                        on_progress=lambda name, done: echo(f"  {name}: {'done' if done else 'running'}"))
         else:
-            total = sum(PROTOCOL_S.values())
+            total = total_protocol_s()
             task = progress.add_task("scenarios", total=total)
             with progress:
                 def update(name: str, done_s: float) -> None:

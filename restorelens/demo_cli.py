@@ -12,16 +12,18 @@ __all__ = ["COMMANDS", "demo"]
 @click.option("--db", default=None, type=click.Path(dir_okay=False),
               help="Store to create (must not exist). Default: spans.duckdb in a fresh temporary folder.")
 @click.option("--time-scale", type=click.FloatRange(min=1, max=100), default=10.0, show_default=True,
-              help="Speed-up over real time of every scenario (10 plays them all in about 1.5 minutes).")
+              help="Speed-up over real time of every scenario (10 plays them all in about 1.5 minutes); "
+                   "every figure stays in protocol seconds.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload seed.")
 def demo(no_dashboard: bool, db: str | None, time_scale: float, seed: int) -> None:
     """Run every part on 127.0.0.1 and show what "capacity restored" really took.
 
-    Starts a collector (OTLP/HTTP into a DuckDB file), then plays, live and time-scaled: a Balanced
-    and a Long-context MoFlux lending protocol (simulated engine behind the gate's lend policy) and
-    a wake through each ModelClaim path (in place, make room, move, cold start: the gate's
-    lifecycle driver over two simulated models). Prints the decomposition report, then serves the
-    dashboard on the store until Ctrl-C (--no-dashboard: exit after the report).
+    Starts a collector (OTLP/HTTP into a DuckDB file), then plays, live and time-scaled: the
+    Balanced and the Long-context MoFlux protocol, each under the gate's lend policy and its static
+    baseline (simulated engine behind the gate), and a wake through each ModelClaim path (in place,
+    make room, move, cold start: the gate's lifecycle driver over two simulated models). Prints the
+    decomposition report, then serves the dashboard on the store until Ctrl-C (--no-dashboard: exit
+    after the report).
     """
     import sys
 

@@ -79,6 +79,22 @@ def test_lending_episodes_appear_for_both_workloads(analysis: Any) -> None:
     assert by_workload["long-context"] > by_workload["balanced"] > 0
 
 
+def test_each_workload_pairs_the_lending_arm_with_its_static_baseline(analysis: Any) -> None:
+    summary = analysis.policy_summary()
+    moflux = summary.filter(summary["workload"].is_in(["balanced", "long-context"]))
+    assert sorted(moflux.select("workload", "policy").rows()) == [
+        ("balanced", "lend"), ("balanced", "static"), ("long-context", "lend"), ("long-context", "static")]
+    # one 105-s protocol per run, in (virtual) protocol seconds: requests span most of it
+    assert all(60 < w < 130 for w in moflux["window_s"].to_list())
+    paired = analysis.paired_differences()
+    pairs = {(r["workload"], r["policy"], r["baseline"]): r for r in paired.iter_rows(named=True)}
+    assert {("balanced", "lend", "static"), ("long-context", "lend", "static")} <= set(pairs)
+    # the same load in both arms: Balanced borrows idle interactive slots, so lending completes the
+    # borrow-phase batch work sooner and the run's window is shorter (MoFlux's batch goodput gain)
+    balanced = pairs[("balanced", "lend", "static")]
+    assert balanced["batch_borrow_goodput_diff_rps"] > 0
+
+
 def test_span_ids_are_unique_and_every_parent_resolves_within_its_trace() -> None:
     found = sample_spans()
     ids = Counter((s["traceId"], s["spanId"]) for s in found)

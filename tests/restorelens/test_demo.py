@@ -16,14 +16,25 @@ def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path
     result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--time-scale", "40", "--db", str(db)])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "6 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
+    assert "8 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
+    assert "Paired differences" in out and "no data" not in out
     for path in WAKE_PATHS:
         assert path in out
     with Analysis.open(db) as analysis:
         lending = analysis.lending_episodes()
         wakes = analysis.wake_episodes()
         requests = analysis.requests()
+        summary = analysis.policy_summary()
+        paired = analysis.paired_differences()
     assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
+    assert set(lending["policy"].to_list()) == {"lend"}
+    # both arms of both workloads, paired; figures in protocol seconds although the run took 40x less
+    moflux = summary.filter(summary["workload"].is_in(["balanced", "long-context"]))
+    assert sorted(moflux.select("workload", "policy").rows()) == [
+        ("balanced", "lend"), ("balanced", "static"), ("long-context", "lend"), ("long-context", "static")]
+    assert all(60 < w < 130 for w in moflux["window_s"].to_list())
+    assert {("balanced", "lend", "static"), ("long-context", "lend", "static")} <= set(
+        paired.select("workload", "policy", "baseline").rows())
     assert sorted(wakes["wake_path"].to_list()) == sorted(WAKE_PATHS)
     assert all(wakes["served"].to_list()) and not any(wakes["censored"].to_list())
     # every request of every scenario reached the store with its client, gate and engine spans
