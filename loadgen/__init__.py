@@ -47,6 +47,8 @@ _EXPORTS: dict[str, str] = {
     "TracedClient": "client",
     "VirtualModelClaimRun": "virtual_modelclaim",
     "VirtualMofluxRun": "virtual_moflux",
+    "WAKE_PHASE": "modelclaim_scenarios",
+    "WAKE_WORKLOAD": "modelclaim_scenarios",
     "Workload": "workloads",
     "approx_tokens": "prompts",
     "decompose": "probe",

@@ -26,16 +26,23 @@ from restorelens.errors import SettingError
 from restorelens.loadgen.workloads import Arrival
 
 __all__ = [
-    "MODELCLAIM_SCENARIOS",
     "ClaimShape",
     "ExpectedWake",
+    "MODELCLAIM_SCENARIOS",
     "ModelClaimScenario",
     "ModelClaimSetup",
+    "WAKE_PHASE",
+    "WAKE_WORKLOAD",
     "expected_wake",
     "get_modelclaim_scenario",
 ]
 
 GIB = 2**30
+#: How the wake scenarios' requests are labelled (``restore.workload``, ``restore.arrival_phase``).
+#: They measure a wake, not a policy: the gate in front of the lifecycle admits first come, first
+#: served (``gate.policy`` fcfs, truthfully), but they are no MoFlux arm (docs/demo.md).
+WAKE_WORKLOAD = "modelclaim"
+WAKE_PHASE = "wake"
 WAKE_MODEL = "llama-3-8b"
 NEIGHBOUR_MODEL = "qwen2.5-1.5b"
 GPU_BYTES = 24 * GIB
@@ -101,7 +108,7 @@ class ModelClaimScenario:
 
     @property
     def workload_name(self) -> str:
-        return "modelclaim"
+        return WAKE_WORKLOAD
 
     def with_arm(self, arm: str | None) -> ModelClaimScenario:
         if arm not in (None, "lifecycle"):
@@ -111,8 +118,8 @@ class ModelClaimScenario:
 
 def _arrivals(name: str) -> tuple[Arrival, ...]:
     return (
-        Arrival(0.0, f"{name}-first", "interactive", "wake", 400, 16),
-        Arrival(2.0, f"{name}-second", "interactive", "wake", 400, 16),
+        Arrival(0.0, f"{name}-first", "interactive", WAKE_PHASE, 400, 16),
+        Arrival(2.0, f"{name}-second", "interactive", WAKE_PHASE, 400, 16),
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 from restorelens import spans as S
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
-from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, expected_wake
+from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, WAKE_PHASE, WAKE_WORKLOAD, expected_wake
 from restorelens.loadgen.record import SAMPLE_SCENARIOS, record_samples, sample_file_name
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -93,6 +93,18 @@ def test_each_workload_pairs_the_lending_arm_with_its_static_baseline(analysis: 
     # borrow-phase batch work sooner and the run's window is shorter (MoFlux's batch goodput gain)
     balanced = pairs[("balanced", "lend", "static")]
     assert balanced["batch_borrow_goodput_diff_rps"] > 0
+
+
+def test_wake_requests_are_labelled_as_wakes_and_pair_with_no_policy_arm(analysis: Any) -> None:
+    requests = analysis.requests()
+    wake = requests.filter(requests["scenario"].is_in(list(MODELCLAIM_SCENARIOS)))
+    assert wake.height == 2 * len(MODELCLAIM_SCENARIOS)
+    # the gate's admission in front of the lifecycle really is fcfs; the workload and phase say "a wake"
+    assert set(wake.select("workload", "arrival_phase", "policy").rows()) == {(WAKE_WORKLOAD, WAKE_PHASE, "fcfs")}
+    assert WAKE_PHASE not in set(requests.filter(~requests["scenario"].is_in(list(MODELCLAIM_SCENARIOS)))
+                                 ["arrival_phase"].to_list())
+    paired = analysis.paired_differences()
+    assert WAKE_WORKLOAD not in set(paired["workload"].to_list())
 
 
 def test_span_ids_are_unique_and_every_parent_resolves_within_its_trace() -> None:
