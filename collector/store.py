@@ -1,10 +1,11 @@
 """The durable span store: one DuckDB file holding ``otel_traces``, idempotent on (TraceId, SpanId).
 
 DuckDB lets one process write a file, and while it has the file open no other process may open it,
-not even read-only. So the writer holds its connection only while it has work
-(:meth:`SpanStore.release` closes it between batches) and readers use :func:`open_read_only`, which
-retries while the file is locked and should be closed promptly. Each insert is one transaction:
-once it returns, DuckDB has committed it to its write-ahead log.
+not even read-only. So readers use :func:`open_read_only`, which retries while the file is locked,
+asks the writer to let go by touching ``<db>.read-request``, and should be closed promptly; the
+writer (``writer.StoreWriter``) closes its connection (:meth:`SpanStore.release`) when asked, when
+idle, and periodically. Each insert is one transaction: once it returns, DuckDB has committed it to
+its write-ahead log.
 """
 
 from __future__ import annotations
@@ -27,9 +28,20 @@ from restorelens.collector.rows import SpanRows
 from restorelens.collector.schema import TABLE, create_schema
 from restorelens.errors import InputError, RestorelensError
 
-__all__ = ["InsertResult", "SpanStore", "StoreBusy", "connect", "open_read_only", "store_spans"]
+__all__ = [
+    "InsertResult",
+    "SpanStore",
+    "StoreBusy",
+    "connect",
+    "open_read_only",
+    "read_request_path",
+    "read_requested",
+    "store_spans",
+]
 
 DEFAULT_LOCK_TIMEOUT_S = 10.0
+#: A read request older than this is ignored (its reader got in, gave up or crashed).
+READ_REQUEST_FRESH_S = 1.0
 _POLL_S = 0.01
 
 
@@ -52,17 +64,49 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
     return "Could not set lock" in text or "different configuration" in text
 
 
+def read_request_path(path: str | os.PathLike[str]) -> Path:
+    """The file a waiting reader touches to ask the writer to let go of ``path``."""
+    return Path(f"{path}.read-request")
+
+
+def read_requested(path: str | os.PathLike[str], *, within_s: float = READ_REQUEST_FRESH_S) -> bool:
+    """Whether a reader has asked for ``path`` in the last ``within_s`` (a crashed reader's request expires)."""
+    try:
+        touched = read_request_path(path).stat().st_mtime
+    except OSError:
+        return False
+    return time.time() - touched < within_s
+
+
+def _ask_for_release(path: str | os.PathLike[str]) -> bool:
+    try:
+        read_request_path(path).touch()
+    except OSError:  # a read-only directory: the writer's periodic release still lets us in
+        return False
+    return True
+
+
 def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open ``path``, retrying while another process holds it; StoreBusy after ``timeout_s``."""
+    """Open ``path``, retrying while another process holds it; StoreBusy after ``timeout_s``.
+
+    A reader kept out asks the writer to let go (see :func:`read_requested`) on every retry.
+    """
     deadline = time.monotonic() + timeout_s
+    asked = False
     while True:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
+            con = duckdb.connect(str(path), read_only=read_only)
         except (duckdb.IOException, duckdb.ConnectionException) as exc:
             if not _is_lock_conflict(exc):
                 raise InputError(str(path), f"cannot open the DuckDB file: {exc}") from None
             if time.monotonic() >= deadline:
                 raise StoreBusy(f"{path}: in use by another process for over {timeout_s:g} s ({exc})") from None
+            if read_only:
+                asked = _ask_for_release(path) or asked
+        else:
+            if asked:
+                read_request_path(path).unlink(missing_ok=True)
+            return con
         time.sleep(_POLL_S)
 
 
@@ -71,8 +115,9 @@ def open_read_only(
 ) -> duckdb.DuckDBPyConnection:
     """A read-only connection to a span store that a receiver may be writing; close it soon.
 
-    Use as ``with open_read_only(db) as con: ...``. Waits (up to ``timeout_s``) for the writer to
-    release the file between batches.
+    Use as ``with open_read_only(db) as con: ...``. While the writer holds the file this asks it to
+    let go (it does so before its next commit, or within ~50 ms when idle) and waits up to
+    ``timeout_s``.
     """
     if not Path(path).is_file():
         raise InputError(str(path), "no such span store (run `restorelens collect` or `restorelens load` first)")

@@ -1,12 +1,14 @@
 """One writer thread per span store: group commit, bounded backlog, and a file other processes can open.
 
 Receiver requests submit decoded rows and wait for the commit; the thread inserts everything waiting
-in one transaction (so 100 small requests cost one commit, not 100). Between groups it releases the
-DuckDB file when idle for ``idle_release_s``, and after holding it for ``max_hold_s`` under steady
-load it lets go for ``reader_window_s`` so a reader retrying :func:`open_read_only` gets in. While a
-reader holds the file, inserts wait up to ``lock_timeout_s`` and then fail with StoreBusy (the
-receiver answers 503 + Retry-After); submissions beyond ``max_pending_spans`` are refused at once
-(429 + Retry-After), which bounds memory.
+in one transaction (so 100 small requests cost one commit, not 100). Opening and closing the DuckDB
+file costs about as much CPU as inserting a 512-span batch, so the thread keeps it open while it
+has work and lets go only when a reader asks (``open_read_only`` touches ``<db>.read-request``;
+checked before each group and every ``poll_s`` while idle), after ``idle_release_s`` without work,
+and for ``reader_window_s`` after holding it ``max_hold_s`` under steady load (for readers that
+cannot ask). While a reader holds the file, inserts wait up to ``lock_timeout_s`` and then fail
+with StoreBusy (the receiver answers 503 + Retry-After); submissions beyond ``max_pending_spans``
+are refused at once (429 + Retry-After), which bounds memory.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from concurrent.futures import Future
 
 from restorelens.collector.rows import SpanRows
-from restorelens.collector.store import SpanStore
+from restorelens.collector.store import SpanStore, read_requested
 
 __all__ = ["Overloaded", "StoreWriter"]
 
@@ -39,13 +41,15 @@ class StoreWriter:
         *,
         max_pending_spans: int = 200_000,
         lock_timeout_s: float = 5.0,
-        idle_release_s: float = 0.05,
-        max_hold_s: float = 1.0,
+        idle_release_s: float = 1.0,
+        max_hold_s: float = 5.0,
         reader_window_s: float = 0.05,
         max_group_spans: int = 50_000,
+        poll_s: float = 0.05,
     ) -> None:
         self.max_pending_spans = max_pending_spans
         self.idle_release_s = idle_release_s
+        self.poll_s = poll_s
         self.max_hold_s = max_hold_s
         self.reader_window_s = reader_window_s
         self.max_group_spans = max_group_spans
@@ -87,13 +91,18 @@ class StoreWriter:
             self._thread = None
         self._store.close()
 
+    def _reader_waiting(self) -> bool:
+        return self._store.path != ":memory:" and read_requested(self._store.path)
+
     def _next_group(self) -> tuple[list[tuple[SpanRows, Future[tuple[int, int]]]], bool]:
-        timeout = self.idle_release_s if self._store.is_open else None
-        try:
-            first = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            self._store.release()
-            return [], False
+        idle_since = time.monotonic()
+        while True:
+            try:
+                first = self._queue.get(timeout=self.poll_s if self._store.is_open else None)
+                break
+            except queue.Empty:
+                if self._reader_waiting() or time.monotonic() - idle_since >= self.idle_release_s:
+                    self._store.release()
         if first is _STOP:
             return [], True
         group = [first]
@@ -117,7 +126,9 @@ class StoreWriter:
             group, stop = self._next_group()
             if not group:
                 continue
-            if self._store.is_open and time.monotonic() - self._opened_at > self.max_hold_s:
+            if self._store.is_open and (
+                time.monotonic() - self._opened_at > self.max_hold_s or self._reader_waiting()
+            ):
                 self._store.release()
                 time.sleep(self.reader_window_s)
             was_open = self._store.is_open
