@@ -53,14 +53,17 @@ def _error(status: int, message: str, error_type: str, headers: dict[str, str] |
     return JSONResponse({"error": {"message": message, "type": error_type, "code": status}}, status, headers=headers)
 
 
-def _build_transport(settings: GateSettings, tracer_provider: TracerProvider | None) -> httpx.AsyncBaseTransport:
-    transport: httpx.AsyncBaseTransport = UpstreamTransport(max_connections=settings.max_connections)
-    if settings.tracing:
-        from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
+def _build_transport(
+    settings: GateSettings, tracer_provider: TracerProvider | None
+) -> tuple[httpx.AsyncBaseTransport, UpstreamTransport]:
+    """(the transport requests go through, the connection pool under it)."""
+    pool = UpstreamTransport(max_connections=settings.max_connections)
+    if not settings.tracing:
+        return pool, pool
+    from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
 
-        # Per-transport instrumentation: no global patching, spans go to this gate's provider.
-        transport = AsyncOpenTelemetryTransport(transport, tracer_provider=tracer_provider)
-    return transport
+    # Per-transport instrumentation: no global patching, spans go to this gate's provider.
+    return AsyncOpenTelemetryTransport(pool, tracer_provider=tracer_provider), pool
 
 
 def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
@@ -102,7 +105,7 @@ def create_gate_app(
         listeners=[emitter],
         on_waiter_granted=wake,
     )
-    transport = _build_transport(settings, tracer_provider)
+    transport, pool = _build_transport(settings, tracer_provider)
     timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
     client = httpx.AsyncClient(transport=transport, timeout=timeout)  # /v1/models; the proxy calls the transport
     upstreams = UpstreamTable(settings.upstream_urls())
@@ -111,6 +114,7 @@ def create_gate_app(
         admission=admission,
         emitter=emitter,
         transport=transport,
+        upstream=pool,
         timeout=timeout,
         upstreams=upstreams,
         clock=clock,

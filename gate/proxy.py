@@ -32,6 +32,7 @@ from .gate_spans import GateSpans
 from .retry_hint import retry_after_header
 from .routing import ModelRouter, NotReady, Routed
 from .settings import ANY_MODEL, GateSettings
+from .upstream_transport import Origin, UpstreamTransport, origin_of, request_bytes
 
 __all__ = ["ProxyEndpoint", "UpstreamTable", "error_body"]
 
@@ -100,6 +101,7 @@ class ProxyEndpoint:
         admission: Admission,
         emitter: GateSpans,
         transport: httpx.AsyncBaseTransport,
+        upstream: UpstreamTransport,
         timeout: httpx.Timeout,
         upstreams: UpstreamTable,
         clock: Clock,
@@ -110,7 +112,9 @@ class ProxyEndpoint:
         self.settings = settings
         self.admission = admission
         self.emitter = emitter
-        self.transport = transport
+        self.transport = transport  # the instrumented one when tracing
+        self.upstream = upstream  # the pool itself: the untraced path skips httpx's request/response models
+        self._raw_routes: dict[str, tuple[Origin, bytes, bytes]] = {}
         self.timeout_extension = timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
         self._ids = random.Random()  # its own generator: a seeded global `random` must not repeat ids
@@ -303,21 +307,14 @@ class ProxyEndpoint:
         target = upstream + scope["path"]
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
-        url = self._urls.get(target)
-        if url is None:
-            url = httpx.URL(target)  # parsing is costly; the targets are few
-            if len(self._urls) < _URL_CACHE_SIZE:
-                self._urls[target] = url
-        # Straight to the (instrumented) transport: AsyncClient.send would add default headers,
-        # cookies, auth and redirect handling a proxy must not apply.
-        request = httpx.Request(
-            scope["method"], url, headers=[(k, v) for k, v in headers if k not in _HOP_BY_HOP], content=body,
-            extensions={"timeout": self.timeout_extension},
-        )
-        # The gate span is the current span while the instrumented transport opens its attempt span.
-        token = context.attach(trace.set_span_in_context(span)) if self.tracing else None
+        out_headers = [(k, v) for k, v in headers if k not in _HOP_BY_HOP]
         try:
-            response = await self.transport.handle_async_request(request)
+            if self.tracing:
+                status, answer_headers, stream = await self._send_traced(scope["method"], target, out_headers, body, span)
+            else:
+                origin, raw_path, host = self._route_bytes(target)
+                data = request_bytes(scope["method"].encode("ascii"), raw_path, host, out_headers, body)
+                status, answer_headers, stream = await self.upstream.exchange(origin, data, self.timeout_extension)
         except httpx.TimeoutException as exc:
             self.upstream_errors["timeout"] += 1
             _record_failure(span, exc)
@@ -326,17 +323,12 @@ class ProxyEndpoint:
             self.upstream_errors["refused"] += 1
             _record_failure(span, exc)
             raise _Answer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
-        finally:
-            if token is not None:
-                context.detach(token)
-        stream = response.stream
-        assert isinstance(stream, httpx.AsyncByteStream)
         try:
             self.emitter.first_byte(span, self.clock.now_s())
             await send({
                 "type": "http.response.start",
-                "status": response.status_code,
-                "headers": [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP_ANSWER],
+                "status": status,
+                "headers": [(k, v) for k, v in answer_headers if k.lower() not in _HOP_BY_HOP_ANSWER],
             })
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -347,7 +339,44 @@ class ProxyEndpoint:
             span.set_attribute(S.ATTR_ERROR_TYPE, type(exc).__name__)
         finally:
             await stream.aclose()
-        return response.status_code
+        return status
+
+    async def _send_traced(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes, span: Span
+    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
+        """Through the instrumented transport, which makes the attempt span and sends its traceparent.
+
+        Straight to the transport: AsyncClient.send would add default headers, cookies, auth and
+        redirect handling a proxy must not apply.
+        """
+        request = httpx.Request(method, self._url(target), headers=headers, content=body, extensions={"timeout": self.timeout_extension})
+        # The gate span is the current span while the instrumented transport opens its attempt span.
+        token = context.attach(trace.set_span_in_context(span))
+        try:
+            response = await self.transport.handle_async_request(request)
+        finally:
+            context.detach(token)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        return response.status_code, response.headers.raw, stream
+
+    def _url(self, target: str) -> httpx.URL:
+        url = self._urls.get(target)
+        if url is None:
+            url = httpx.URL(target)  # parsing is costly; the targets are few
+            if len(self._urls) < _URL_CACHE_SIZE:
+                self._urls[target] = url
+        return url
+
+    def _route_bytes(self, target: str) -> tuple[Origin, bytes, bytes]:
+        """(origin, request target, Host header) for an upstream URL; cached like the URLs."""
+        route = self._raw_routes.get(target)
+        if route is None:
+            url = self._url(target)
+            route = (origin_of(url), url.raw_path, url.netloc)
+            if len(self._raw_routes) < _URL_CACHE_SIZE:
+                self._raw_routes[target] = route
+        return route
 
     @staticmethod
     async def _watch_disconnect(receive: Receive) -> None:

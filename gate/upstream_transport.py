@@ -20,11 +20,11 @@ import socket
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 import httptools
 import httpx
 
-__all__ = ["UpstreamTransport"]
+__all__ = ["Origin", "UpstreamTransport", "origin_of", "request_bytes"]
 
 #: Idle connections older than this are closed, not reused: uvicorn (vLLM, the simulator) closes
 #: keep-alive connections after 5 s idle, and reusing one at that moment races the close.
@@ -138,7 +138,7 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
         return chunk
 
-    async def wait(self, timeout_s: float | None, request: httpx.Request) -> None:
+    async def wait(self, timeout_s: float | None, request: httpx.Request | None) -> None:
         """Until something arrives (bytes, the end, an error) or ``timeout_s`` passes."""
         loop = asyncio.get_running_loop()
         waiter = self._waiter = loop.create_future()
@@ -171,7 +171,9 @@ def _time_out(waiter: asyncio.Future[None]) -> None:
 class _ResponseStream(httpx.AsyncByteStream):
     """The answer body as it arrives; the connection goes back to the pool once it is complete."""
 
-    def __init__(self, pool: UpstreamTransport, connection: _Connection, read_timeout_s: float | None, request: httpx.Request) -> None:
+    def __init__(
+        self, pool: UpstreamTransport, connection: _Connection, read_timeout_s: float | None, request: httpx.Request | None
+    ) -> None:
         self._pool = pool
         self._connection: _Connection | None = connection
         self._read_timeout_s = read_timeout_s
@@ -228,10 +230,18 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, float | None] = request.extensions.get("timeout") or {}
-        read_timeout_s = timeouts.get("read")
-        url = request.url
-        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
         data = _serialize(request, await _body(request))
+        status, headers, stream = await self.exchange(origin_of(request.url), data, timeouts, request)
+        return httpx.Response(status, headers=headers, stream=stream, extensions={"http_version": b"HTTP/1.1"})
+
+    async def exchange(
+        self, origin: Origin, data: bytes, timeouts: Mapping[str, float | None], request: httpx.Request | None = None
+    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
+        """Send one serialised request (``request_bytes``) to ``origin``; (status, raw headers, body stream).
+
+        The proxy's path when tracing is off: no httpx Request/Response objects at all.
+        """
+        read_timeout_s = timeouts.get("read")
         for attempt in (1, 2):
             connection = await self._check_out(origin, timeouts, request, reuse=attempt == 1)
             try:
@@ -249,12 +259,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
                 connection.close()
                 self._check_in(connection)
                 raise
-            return httpx.Response(
-                connection.status,
-                headers=connection.headers,
-                stream=_ResponseStream(self, connection, read_timeout_s, request),
-                extensions={"http_version": b"HTTP/1.1"},
-            )
+            return connection.status, connection.headers, _ResponseStream(self, connection, read_timeout_s, request)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
@@ -267,7 +272,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
     # --- the pool -------------------------------------------------------------------------------
 
     async def _check_out(
-        self, origin: Origin, timeouts: dict[str, float | None], request: httpx.Request, *, reuse: bool
+        self, origin: Origin, timeouts: Mapping[str, float | None], request: httpx.Request | None, *, reuse: bool
     ) -> _Connection:
         if self._closed:
             raise RuntimeError("the upstream transport is closed")
@@ -283,7 +288,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         await self._reserve(timeouts.get("pool"), request)
         return await self._connect(origin, timeouts.get("connect"), request)
 
-    async def _reserve(self, timeout_s: float | None, request: httpx.Request) -> None:
+    async def _reserve(self, timeout_s: float | None, request: httpx.Request | None) -> None:
         """Count one more open connection, waiting (up to the pool timeout) while at the cap."""
         if self._open >= self.max_connections:
             self._evict_one_idle()
@@ -304,7 +309,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
             if waiter in self._slot_waiters:
                 self._slot_waiters.remove(waiter)
 
-    async def _connect(self, origin: Origin, timeout_s: float | None, request: httpx.Request) -> _Connection:
+    async def _connect(self, origin: Origin, timeout_s: float | None, request: httpx.Request | None) -> _Connection:
         scheme, host, port = origin
         loop = asyncio.get_running_loop()
         use_ssl = None
@@ -359,6 +364,20 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         if oldest is not None:
             oldest.pop(0).close()
             self._forget()
+
+
+def origin_of(url: httpx.URL) -> Origin:
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+def request_bytes(method: bytes, target: bytes, host: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> bytes:
+    """An HTTP/1.1 request with a Content-Length body; ``headers`` must hold no Host, Content-Length
+    or Transfer-Encoding (the proxy strips them as hop-by-hop)."""
+    lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
+    for name, value in headers:
+        lines += [name, b": ", value, b"\r\n"]
+    lines += [b"content-length: ", str(len(body)).encode("ascii"), b"\r\n\r\n", body]
+    return b"".join(lines)
 
 
 async def _body(request: httpx.Request) -> bytes:

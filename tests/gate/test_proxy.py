@@ -285,3 +285,19 @@ def test_live_restore_span_matches_what_the_client_saw(serve_asgi, tracer_provid
     assert b2_grant < events[S.EVENT_BORROWED_DRAINED] <= b2.end_time
     assert events[S.EVENT_BORROWED_DRAINED] > i1.end_time
     assert client_seen["i1"] < client_seen["b2"]
+
+
+def test_untraced_gate_forwards_streams_and_maps_faults(serve_asgi, engine) -> None:
+    """tracing=False takes the raw path (no httpx models): same answers as the traced one."""
+    gate = start_gate(serve_asgi, engine.url, tracing=False, policy="priority", upstream_timeout_s=0.1)
+    body = {"model": "tiny", "prompt": "x", "max_tokens": 3, "stream": True}
+    with httpx.stream("POST", gate.url + "/v1/completions?x=1", json=body, headers={"x-traffic-class": "batch"}) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        assert [line for line in response.iter_lines() if line.startswith("data:")][-1] == "data: [DONE]"
+    assert engine.seen[-1]["priority"] == 10 and engine.seen[-1]["traceparent"] is None
+    plain = httpx.post(gate.url + "/v1/chat/completions", json={"model": "tiny", "max_tokens": 2})
+    assert plain.status_code == 200 and plain.text.count("data:") == 3
+    assert httpx.post(gate.url + "/v1/completions", json={"model": "boom"}).status_code == 500
+    slow = httpx.post(gate.url + "/v1/completions", json={"model": "slow", "prompt": "x"})
+    assert slow.status_code == 504 and slow.json()["error"]["type"] == "upstream_timeout"
+    assert gate_state(gate, TOKEN)["in_flight_own"] == {"interactive": 0, "batch": 0}

@@ -261,3 +261,25 @@ def test_connection_cap_makes_requests_wait_for_a_free_slot() -> None:
                 await transport.aclose()
 
     asyncio.run(scenario())
+
+
+def test_exchange_sends_prepared_bytes_without_httpx_models() -> None:
+    from restorelens.gate.upstream_transport import origin_of, request_bytes
+
+    async def scenario() -> None:
+        engine = Engine(answer_ok)
+        async with engine as url:
+            transport = UpstreamTransport()
+            target = httpx.URL(url + "/v1/completions?a=1")
+            data = request_bytes(b"POST", target.raw_path, target.netloc, [(b"x-request-id", b"r2")], b"{}")
+            for _ in range(2):
+                status, headers, stream = await transport.exchange(origin_of(target), data, {"read": 5.0})
+                assert status == 200 and (b"content-type", b"application/json") in headers
+                assert b"".join([chunk async for chunk in stream]) == b'{"ok":true}'
+                await stream.aclose()
+            assert engine.connections == 1
+            assert engine.requests[0].startswith(b"POST /v1/completions?a=1 HTTP/1.1\r\nhost: 127.0.0.1:")
+            assert engine.requests[0].endswith(b"x-request-id: r2\r\ncontent-length: 2\r\n\r\n{}")
+            await transport.aclose()
+
+    asyncio.run(scenario())
