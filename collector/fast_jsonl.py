@@ -33,42 +33,56 @@ _VALUE = pa.struct(
     [("stringValue", pa.string()), ("intValue", pa.string()), ("doubleValue", pa.float64()), ("boolValue", pa.bool_())]
 )
 _KVS = pa.list_(pa.struct([("key", pa.string()), ("value", _VALUE)]))
+_COUNT = pa.int64()  # flags and dropped*Count: read so that they are expected fields, then unused
+_EVENT = pa.struct(
+    [("timeUnixNano", pa.string()), ("name", pa.string()), ("attributes", _KVS), ("droppedAttributesCount", _COUNT)]
+)
+_LINK = pa.struct(
+    [
+        ("traceId", pa.string()),
+        ("spanId", pa.string()),
+        ("traceState", pa.string()),
+        ("attributes", _KVS),
+        ("droppedAttributesCount", _COUNT),
+        ("flags", _COUNT),
+    ]
+)
 _SPAN = pa.struct(
     [
         ("traceId", pa.string()),
         ("spanId", pa.string()),
         ("parentSpanId", pa.string()),
         ("traceState", pa.string()),
+        ("flags", _COUNT),
         ("name", pa.string()),
         ("kind", pa.int32()),
         ("startTimeUnixNano", pa.string()),
         ("endTimeUnixNano", pa.string()),
         ("attributes", _KVS),
-        ("events", pa.list_(pa.struct([("timeUnixNano", pa.string()), ("name", pa.string()), ("attributes", _KVS)]))),
-        (
-            "links",
-            pa.list_(
-                pa.struct(
-                    [("traceId", pa.string()), ("spanId", pa.string()), ("traceState", pa.string()), ("attributes", _KVS)]
-                )
-            ),
-        ),
+        ("droppedAttributesCount", _COUNT),
+        ("events", pa.list_(_EVENT)),
+        ("droppedEventsCount", _COUNT),
+        ("links", pa.list_(_LINK)),
+        ("droppedLinksCount", _COUNT),
         ("status", pa.struct([("code", pa.int32()), ("message", pa.string())])),
     ]
 )
-_SCOPE_SPANS = pa.struct(
-    [("scope", pa.struct([("name", pa.string()), ("version", pa.string())])), ("spans", pa.list_(_SPAN))]
+_SCOPE = pa.struct(
+    [("name", pa.string()), ("version", pa.string()), ("attributes", _KVS), ("droppedAttributesCount", _COUNT)]
 )
+_SCOPE_SPANS = pa.struct([("scope", _SCOPE), ("spans", pa.list_(_SPAN)), ("schemaUrl", pa.string())])
 _RESOURCE_SPANS = pa.struct(
-    [("resource", pa.struct([("attributes", _KVS)])), ("scopeSpans", pa.list_(_SCOPE_SPANS))]
+    [
+        ("resource", pa.struct([("attributes", _KVS), ("droppedAttributesCount", _COUNT)])),
+        ("scopeSpans", pa.list_(_SCOPE_SPANS)),
+        ("schemaUrl", pa.string()),
+    ]
 )
+#: Every field the Collector writes for traces. Any other key (arrayValue, kvlistValue, bytesValue,
+#: snake_case names, legacy instrumentationLibrarySpans, fields of a newer OTLP) makes Arrow's reader
+#: fail, and the file goes to the lenient decoder, which ignores unknown fields as the spec says.
+#: (This replaced a byte scan of the file for such keys, which cost 0.6 s CPU per 62 MB.)
 _FILE_SCHEMA = pa.schema([("resourceSpans", pa.list_(_RESOURCE_SPANS))])
-# Keys whose values would be lost by the explicit schema: their presence needs the lenient decoder.
-# snake_case keys would be ignored silently too, so any key ending like one sends the file there.
-_LENIENT_ONLY = (
-    b"arrayValue", b"kvlistValue", b"bytesValue", b"deprecatedScopeSpans", b"instrumentationLibrary",
-    b'_value":', b'_id":', b'_nano":', b'_spans":', b'_state":',
-)
 
 _KIND = pa.array(KIND_NAMES)
 _STATUS = pa.array(STATUS_NAMES)
@@ -193,22 +207,15 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
-class _Peeking:
-    """A binary stream that remembers whether a lenient-only key went by (checked per block)."""
+class _Unclosed:
+    """The caller's stream as Arrow reads it: Arrow closing its file must not close the caller's stream."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
-        self._tail = b""
-        self.lenient_only: bytes | None = None
         self.closed = False
 
     def read(self, size: int = -1) -> bytes:
-        data = self._stream.read(size)
-        if self.lenient_only is None and data:
-            window = self._tail + data
-            self.lenient_only = next((key for key in _LENIENT_ONLY if key in window), None)
-            self._tail = data[-32:]
-        return data
+        return self._stream.read(size)
 
     def readable(self) -> bool:
         return True
@@ -219,18 +226,13 @@ class _Peeking:
 
 def read_collector_jsonl(stream: IO[bytes]) -> Iterator[pa.Table]:
     """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream; may raise Unsupported."""
-    peeking = _Peeking(stream)
     try:
         reader = pj.open_json(
-            pa.PythonFile(peeking, mode="r"),  # type: ignore[arg-type]
+            pa.PythonFile(_Unclosed(stream), mode="r"),  # type: ignore[arg-type]
             read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
-            parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="ignore"),
+            parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="error"),
         )
         for batch in reader:
-            if peeking.lenient_only is not None:
-                raise Unsupported(f"{peeking.lenient_only.decode()} values")
             yield _flatten(batch.column(0))
-        if peeking.lenient_only is not None:
-            raise Unsupported(f"{peeking.lenient_only.decode()} values")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, pa.ArrowIndexError) as exc:
         raise Unsupported(str(exc).splitlines()[0]) from None

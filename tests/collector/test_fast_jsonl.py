@@ -40,7 +40,7 @@ def _span(i: int, **extra: Any) -> dict[str, Any]:
 
 def test_collector_file_exporter_lines_give_identical_rows() -> None:
     text = (DATA / "collector_file_exporter.jsonl").read_text()
-    with pytest.raises(Unsupported, match="arrayValue"):  # arrays need the lenient decoder
+    with pytest.raises(Unsupported, match="unexpected field"):  # arrays need the lenient decoder
         _fast(text)
     text = text.replace(',{"key":"tags","value":{"arrayValue":{"values":[{"stringValue":"a"},{"intValue":"1"}]}}}', "")
     assert "arrayValue" not in text
@@ -66,6 +66,9 @@ def test_doubles_are_formatted_like_the_lenient_decoder() -> None:
         _span(0, startTimeUnixNano="-5"),
         _span(0, attributes=[{"key": "i", "value": {"intValue": "007"}}]),
         {"trace_id": "ab" * 16, "span_id": "cd" * 8, "start_time_unix_nano": "5"},
+        _span(0, attributes=[{"key": "b", "value": {"bytesValue": "AAE="}}]),
+        _span(0, events=[{"time_unix_nano": "7", "name": "e"}]),
+        _span(0, aFieldFromANewerOtlp=1),
     ],
 )
 def test_anything_outside_the_collector_shape_is_declined(span: dict[str, Any]) -> None:
@@ -78,3 +81,20 @@ def test_the_pretty_printed_otlp_example_gives_the_same_rows() -> None:
     rows = SpanRows()
     decode_traces_json(json.loads(text), rows)
     assert _fast(text).equals(rows.to_arrow())
+
+
+def test_every_field_the_collector_writes_is_read_by_the_fast_path() -> None:
+    span = _span(
+        0, flags=257, droppedAttributesCount=1, droppedEventsCount=2, droppedLinksCount=3,
+        events=[{"timeUnixNano": "6", "name": "e", "droppedAttributesCount": 0}],
+        links=[{"traceId": "cd" * 16, "spanId": "ef" * 8, "flags": 256, "droppedAttributesCount": 0}],
+    )
+    doc = {"resourceSpans": [{
+        "resource": {"attributes": [], "droppedAttributesCount": 0},
+        "scopeSpans": [{"scope": {"name": "s", "version": "1", "attributes": [], "droppedAttributesCount": 0},
+                        "spans": [span], "schemaUrl": "https://opentelemetry.io/schemas/1.26.0"}],
+        "schemaUrl": "https://opentelemetry.io/schemas/1.26.0",
+    }]}
+    text = json.dumps(doc)
+    fast = _fast(text)
+    assert fast.num_rows == 1 and fast.equals(_lenient(text))
