@@ -98,6 +98,9 @@ ATTR_GEN_AI_REQUEST_N = "gen_ai.request.n"
 ATTR_GEN_AI_RESPONSE_MODEL = _gen_ai.GEN_AI_RESPONSE_MODEL
 ATTR_GEN_AI_RESPONSE_FINISH_REASONS = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
 
+#: Every vLLM latency attribute starts with this (vLLM's own namespace, not a semconv one).
+VLLM_LATENCY_PREFIX = "gen_ai.latency."
+
 #: The attributes vLLM's V1 do_tracing sets on llm_request (reference/engines.md section 3).
 VLLM_LLM_REQUEST_ATTRIBUTES = (
     ATTR_LATENCY_TIME_TO_FIRST_TOKEN,
@@ -133,6 +136,11 @@ GATE_DECISIONS = ("admitted", "rejected", "not_ready", "error")
 GATE_SLOTS = ("own", "borrowed")
 OUTCOMES = ("ok", "rejected", "gave_up", "error")
 WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
+
+#: restore.arrival_phase values the analysis treats specially: batch arrivals while interactive is
+#: idle (borrow-phase goodput), and the requests of wake scenarios (not a MoFlux arm).
+ARRIVAL_PHASE_BORROW = "borrow"
+ARRIVAL_PHASE_WAKE = "wake"
 
 #: Attribute key -> the only values it may take (docs/spans.md lists them too).
 ATTRIBUTE_VALUES: dict[str, tuple[str, ...]] = {

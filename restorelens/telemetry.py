@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from restorelens.errors import SettingError
+from restorelens.errors import InputError, SettingError
 from restorelens.otlp_json import encode_traces_data
 
 __all__ = ["EXPORTER_NAMES", "JsonLinesSpanExporter", "build_tracer_provider"]
@@ -43,12 +43,20 @@ EXPORTER_NAMES = ("otlp", "file", "memory", "none")
 
 
 class JsonLinesSpanExporter(SpanExporter):
-    """Append each exported batch as one OTLP/JSON ``TracesData`` line to a file."""
+    """Append each exported batch as one OTLP/JSON ``TracesData`` line to a file.
+
+    The file is opened at once, so an unwritable path is an ``InputError`` when the component
+    starts rather than spans silently dropped later.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file: IO[str] | None = self.path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise InputError(str(self.path), f"cannot write spans here: {exc.strerror or exc}") from None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if not spans:
@@ -56,9 +64,8 @@ class JsonLinesSpanExporter(SpanExporter):
         line = json.dumps(encode_traces_data(spans), separators=(",", ":"))
         try:
             with self._lock:
-                if self._file is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._file = self.path.open("a", encoding="utf-8")
+                if self._file is None:  # exported after shutdown: nothing may be written
+                    return SpanExportResult.FAILURE
                 self._file.write(line + "\n")
                 self._file.flush()
         except OSError:

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
 from restorelens import spans
-from restorelens.errors import SettingError
+from restorelens.errors import InputError, SettingError
 from restorelens.telemetry import build_tracer_provider
 
 
@@ -96,3 +96,10 @@ def test_unknown_exporter_is_a_setting_error() -> None:
 def test_file_exporter_needs_a_path() -> None:
     with pytest.raises(SettingError, match="needs a path"):
         build_tracer_provider("svc", "file")
+
+
+def test_an_unwritable_span_file_is_an_error_at_start(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(InputError, match=r"not-a-dir/spans\.jsonl: cannot write spans here"):
+        build_tracer_provider("svc", "file", path=blocker / "spans.jsonl")
