@@ -88,22 +88,15 @@ class _Maps:
 
 
 class _Columns:
-    """Per-column lists of the spans decoded so far (see ``rows.ARROW_SCHEMA`` for the order)."""
+    """The spans decoded so far: one tuple of scalar values per span (turned into columns by a
+    single ``zip``, cheaper than twelve list appends per span), flat map and list columns with
+    offsets, and the per-resource and per-scope values that ``take`` repeats."""
 
     def __init__(self) -> None:
-        self.start: list[int] = []
-        self.trace_id: list[str] = []
-        self.span_id: list[str] = []
-        self.parent_id: list[str] = []
-        self.trace_state: list[str] = []
-        self.name: list[str] = []
-        self.kind: list[str] = []
-        self.resource: list[int] = []  # index into resource_maps / service_names
-        self.scope: list[int] = []  # index into scope_names / scope_versions
+        # (start, trace_id, span_id, parent_id, trace_state, name, kind, resource index,
+        #  scope index, duration, status code, status message)
+        self.scalars: list[tuple[Any, ...]] = []
         self.attributes = _Maps()
-        self.duration: list[int] = []
-        self.status_code: list[str] = []
-        self.status_message: list[str] = []
         self.event_offsets: list[int] = [0]
         self.event_time: list[int] = []
         self.event_name: list[str] = []
@@ -119,8 +112,10 @@ class _Columns:
         self.scope_versions: list[str] = []
 
     def to_arrow(self) -> pa.Table:
-        resource = pa.array(self.resource, pa.int32())
-        scope = pa.array(self.scope, pa.int32())
+        (start, trace_id, span_id, parent_id, trace_state, name, kind, resource_index, scope_index, duration,
+         status_code, status_message) = zip(*self.scalars, strict=True)
+        resource = pa.array(resource_index, pa.int32())
+        scope = pa.array(scope_index, pa.int32())
         event_offsets = pa.array(self.event_offsets, pa.int32())
         link_offsets = pa.array(self.link_offsets, pa.int32())
         string = pa.string()
@@ -133,21 +128,21 @@ class _Columns:
             return pa.ListArray.from_arrays(link_offsets, values)
 
         columns = [
-            pa.array(self.start, timestamp),
-            pa.array(self.trace_id, string),
-            pa.array(self.span_id, string),
-            pa.array(self.parent_id, string),
-            pa.array(self.trace_state, string),
-            pa.array(self.name, string),
-            pa.array(self.kind, string),
+            pa.array(start, timestamp),
+            pa.array(trace_id, string),
+            pa.array(span_id, string),
+            pa.array(parent_id, string),
+            pa.array(trace_state, string),
+            pa.array(name, string),
+            pa.array(kind, string),
             pc.take(pa.array(self.service_names, string), resource),
             pc.take(self.resource_maps.to_arrow(), resource),
             pc.take(pa.array(self.scope_names, string), scope),
             pc.take(pa.array(self.scope_versions, string), scope),
             self.attributes.to_arrow(),
-            pa.array(self.duration, pa.uint64()),
-            pa.array(self.status_code, string),
-            pa.array(self.status_message, string),
+            pa.array(duration, pa.uint64()),
+            pa.array(status_code, string),
+            pa.array(status_message, string),
             events(pa.array(self.event_time, timestamp)),
             events(pa.array(self.event_name, string)),
             events(self.event_attributes.to_arrow()),
@@ -177,8 +172,10 @@ def _append_span(cols: _Columns, span: Any, resource_index: int, scope_index: in
         _nanos(start, "start_time_unix_nano")
     if end > MAX_TIMESTAMP_NS:
         _nanos(end, "end_time_unix_nano")
-    trace_id = _hex(span.trace_id, 16, _ZERO_TRACE_ID, "trace_id")
-    span_id = _hex(span.span_id, 8, _ZERO_SPAN_ID, "span_id")
+    raw = span.trace_id
+    trace_id = raw.hex() if len(raw) == 16 and raw != _ZERO_TRACE_ID else _id(raw, 16, "trace_id", True)
+    raw = span.span_id
+    span_id = raw.hex() if len(raw) == 8 and raw != _ZERO_SPAN_ID else _id(raw, 8, "span_id", True)
     parent = span.parent_span_id
     parent_id = parent.hex() if len(parent) == 8 else _id(parent, 8, "parent_span_id", False)
     kind = span.kind
@@ -203,19 +200,15 @@ def _append_span(cols: _Columns, span: Any, resource_index: int, scope_index: in
         link_attrs = [_attributes(link.attributes) for link in links]
 
     # Everything is valid: from here on nothing raises, so the columns stay aligned.
-    cols.start.append(start)
-    cols.trace_id.append(trace_id)
-    cols.span_id.append(span_id)
-    cols.parent_id.append(parent_id)
-    cols.trace_state.append(span.trace_state)
-    cols.name.append(span.name)
-    cols.kind.append(kind_name)
-    cols.resource.append(resource_index)
-    cols.scope.append(scope_index)
-    cols.attributes.append(attrs)
-    cols.duration.append(end - start if end > start else 0)
-    cols.status_code.append(code_name)
-    cols.status_message.append(status.message)
+    cols.scalars.append(
+        (start, trace_id, span_id, parent_id, span.trace_state, span.name, kind_name, resource_index, scope_index,
+         end - start if end > start else 0, code_name, status.message)
+    )
+    span_attributes = cols.attributes
+    if attrs:
+        span_attributes.keys.extend(attrs)
+        span_attributes.values.extend(attrs.values())
+    span_attributes.offsets.append(len(span_attributes.keys))
     if events:
         cols.event_time.extend(event_times)
         cols.event_name.extend(event_names)
@@ -261,5 +254,5 @@ def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") ->
                     _append_span(cols, span, resource_index, scope_index)
                 except (SpanRejected, RecursionError) as exc:
                     out.reject(f"{where}resource_spans[{i}].scope_spans[{j}].spans[{k}]", str(exc))
-    if cols.start:
+    if cols.scalars:
         out.add_table(cols.to_arrow())
