@@ -161,44 +161,36 @@ class ProxyEndpoint:
             request_id, traffic_class, now_s, model=model if isinstance(model, str) else None, parent=parent
         )
         status: int | None = None
-        work: asyncio.Task[int] | None = None
-        watcher: asyncio.Task[None] | None = None
+        watch: _DisconnectWatch | None = None
         try:
             if early is not None:
                 raise early
             upstream = self._route(model, span, now_s)
-            # Admission and forwarding run in a child task that a disconnect cancels wherever it
-            # waits (queue, upstream, a slow stream); after the body, receive() only says disconnect.
-            work = asyncio.create_task(self._serve(scope, send, payload, body, model, upstream, request_id, traffic_class, span))
-            watcher = asyncio.create_task(self._watch_disconnect(receive))
-            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if not work.done():
-                work.cancel()
-                span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
-            try:
-                status = await work
-            except asyncio.CancelledError:
-                if not watcher.done():
-                    raise  # this task itself was cancelled (shutdown)
+            # Admission and forwarding run in this task; a watcher on receive() (after the body it
+            # only says disconnect) cancels it wherever it waits: queue, upstream, a slow stream.
+            watch = _DisconnectWatch(receive)
+            status = await self._serve(scope, send, payload, body, model, upstream, request_id, traffic_class, span, watch)
         except _Answer as answer:
             status = answer.status
+            if watch is not None:
+                watch.finished = True
             if answer.error_type not in ("admission_rejected", "not_ready"):
                 self.emitter.failed(span, answer.error_type, status)
             await _send_json(send, status, error_body(status, answer.message, answer.error_type), answer.headers)
         except _ClientGone:
             span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+        except asyncio.CancelledError:
+            if watch is None or not watch.absorb():
+                raise  # cancelled from outside (shutdown): _serve's finally has released the grant
+            span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
         finally:
-            if watcher is not None:
-                watcher.cancel()
-            if work is not None and not work.done():
-                # Shutdown cancelled us: let the child run its finally (it releases the grant).
-                work.cancel()
-                await asyncio.gather(work, return_exceptions=True)
+            if watch is not None:
+                watch.stop()
             self.emitter.end_request(span, request_id, self.clock.now_s(), status)
 
     async def _serve(
         self, scope: Scope, send: Send, payload: dict[str, Any], body: bytes, model: str | None, upstream: str,
-        request_id: str, traffic_class: str, span: Span,
+        request_id: str, traffic_class: str, span: Span, watch: _DisconnectWatch,
     ) -> int:
         grant: Grant | None = None
         routed_model: str | None = None
@@ -211,7 +203,7 @@ class ProxyEndpoint:
             if priority is not None:
                 payload["priority"] = priority
                 body = json.dumps(payload).encode()
-            return await self._forward(scope, send, scope["headers"], body, upstream, span)
+            return await self._forward(scope, send, scope["headers"], body, upstream, span, watch)
         finally:
             end_s = self.clock.now_s()
             if grant is not None:
@@ -302,7 +294,7 @@ class ProxyEndpoint:
 
     async def _forward(
         self, scope: Scope, send: Send, headers: list[tuple[bytes, bytes]], body: bytes, upstream: str,
-        span: Span,
+        span: Span, watch: _DisconnectWatch,
     ) -> int:
         target = upstream + scope["path"]
         if scope.get("query_string"):
@@ -332,12 +324,15 @@ class ProxyEndpoint:
             })
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            # Completing the answer makes receive() say disconnect: not a client leaving.
+            watch.finished = True
             await send({"type": "http.response.body", "body": b""})
         except httpx.HTTPError as exc:
             # Headers are gone already: the client sees a cut stream; the span says why.
             self.upstream_errors["broken"] += 1
             span.set_attribute(S.ATTR_ERROR_TYPE, type(exc).__name__)
         finally:
+            watch.finished = True
             await stream.aclose()
         return status
 
@@ -378,10 +373,37 @@ class ProxyEndpoint:
                 self._raw_routes[target] = route
         return route
 
-    @staticmethod
-    async def _watch_disconnect(receive: Receive) -> None:
+
+
+class _DisconnectWatch:
+    """Cancel the request's own task when the client disconnects before its answer is complete.
+
+    One watcher task per request instead of a second task for the work plus ``asyncio.wait`` over
+    both. ``finished`` is set before the answer's last send: completing a response also makes
+    uvicorn's ``receive()`` say disconnect, which must not cancel anything.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self.finished = False
+        self._fired = False
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+        if not self.finished:
+            self._fired = True
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """After a CancelledError: True when our disconnect caused it (and nothing else cancelled)."""
+        return self._fired and self._task.uncancel() == 0
+
+    def stop(self) -> None:
+        self._watcher.cancel()
 
 
 def _record_failure(span: Span, exc: BaseException) -> None:
