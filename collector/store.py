@@ -105,7 +105,8 @@ def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) 
                 asked = _ask_for_release(path) or asked
         else:
             if asked:
-                read_request_path(path).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    read_request_path(path).unlink(missing_ok=True)
             return con
         time.sleep(_POLL_S)
 
