@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.workloads import Arrival
+from restorelens.spans import ARRIVAL_PHASE_WAKE
 
 __all__ = [
     "ClaimShape",
@@ -42,7 +43,8 @@ GIB = 2**30
 #: They measure a wake, not a policy: the gate in front of the lifecycle admits first come, first
 #: served (``gate.policy`` fcfs, truthfully), but they are no MoFlux arm (docs/demo.md).
 WAKE_WORKLOAD = "modelclaim"
-WAKE_PHASE = "wake"
+#: Kept as this module's name for ``restorelens.spans.ARRIVAL_PHASE_WAKE`` (the analysis's side of it).
+WAKE_PHASE = ARRIVAL_PHASE_WAKE
 WAKE_MODEL = "llama-3-8b"
 NEIGHBOUR_MODEL = "qwen2.5-1.5b"
 GPU_BYTES = 24 * GIB

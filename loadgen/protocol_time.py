@@ -27,13 +27,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from restorelens.loadgen.timebase import ScaledClock
 from restorelens.loadgen.virtual_moflux import ServiceProviders
-from restorelens.spans import VLLM_LLM_REQUEST_ATTRIBUTES
+from restorelens.spans import VLLM_LATENCY_PREFIX, VLLM_LLM_REQUEST_ATTRIBUTES
 
 __all__ = ["WALL_CLOCK_SCOPES", "ProtocolTimeline", "RescaledExporter"]
 
 #: Instrumentation scopes whose spans carry wall-clock times (the SDK's clock, not ours).
 WALL_CLOCK_SCOPES = frozenset({"opentelemetry.instrumentation.httpx", "restorelens.sim"})
-_LATENCY_KEYS = frozenset(k for k in VLLM_LLM_REQUEST_ATTRIBUTES if k.startswith("gen_ai.latency."))
+_LATENCY_KEYS = frozenset(k for k in VLLM_LLM_REQUEST_ATTRIBUTES if k.startswith(VLLM_LATENCY_PREFIX))
 
 
 class RescaledExporter(SpanExporter):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from restorelens.errors import SettingError
 from restorelens.loadgen.prompts import approx_tokens, filler_prompt
 from restorelens.loadgen.request import ClientRequest, RunLabels
+from restorelens.spans import ARRIVAL_PHASE_BORROW
 
 __all__ = [
     "MOFLUX_PHASES",
@@ -157,7 +158,7 @@ def poisson_arrivals(rng: random.Random, phases: tuple[Phase, ...], traffic_clas
 
 MOFLUX_PHASES = (
     Phase("interactive-alone", 0.0, 25.0, (("interactive", 0.25),)),
-    Phase("borrow", 25.0, 60.0, (("batch", 0.75),)),
+    Phase(ARRIVAL_PHASE_BORROW, 25.0, 60.0, (("batch", 0.75),)),
     Phase("return", 60.0, 85.0, (("interactive", 0.5), ("batch", 0.75))),
     Phase("drain", 85.0, 105.0),
 )

@@ -17,7 +17,7 @@ import pytest
 from restorelens import spans as S
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
-from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, WAKE_PHASE, WAKE_WORKLOAD, expected_wake
+from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, WAKE_WORKLOAD, expected_wake
 from restorelens.loadgen.record import SAMPLE_SCENARIOS, record_samples, sample_file_name
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -100,8 +100,8 @@ def test_wake_requests_are_labelled_as_wakes_and_pair_with_no_policy_arm(analysi
     wake = requests.filter(requests["scenario"].is_in(list(MODELCLAIM_SCENARIOS)))
     assert wake.height == 2 * len(MODELCLAIM_SCENARIOS)
     # the gate's admission in front of the lifecycle really is fcfs; the workload and phase say "a wake"
-    assert set(wake.select("workload", "arrival_phase", "policy").rows()) == {(WAKE_WORKLOAD, WAKE_PHASE, "fcfs")}
-    assert WAKE_PHASE not in set(requests.filter(~requests["scenario"].is_in(list(MODELCLAIM_SCENARIOS)))
+    assert set(wake.select("workload", "arrival_phase", "policy").rows()) == {(WAKE_WORKLOAD, S.ARRIVAL_PHASE_WAKE, "fcfs")}
+    assert S.ARRIVAL_PHASE_WAKE not in set(requests.filter(~requests["scenario"].is_in(list(MODELCLAIM_SCENARIOS)))
                                  ["arrival_phase"].to_list())
     paired = analysis.paired_differences()
     assert WAKE_WORKLOAD not in set(paired["workload"].to_list())

@@ -8,6 +8,7 @@ from restorelens.errors import SettingError
 from restorelens.loadgen.prompts import approx_tokens, filler_prompt
 from restorelens.loadgen.request import RunLabels
 from restorelens.loadgen.workloads import moflux_workload
+from restorelens.spans import ARRIVAL_PHASE_BORROW
 
 SEEDS = range(300)
 
@@ -42,10 +43,10 @@ def test_phases_and_who_arrives_when() -> None:
     ("profile", "traffic_class", "phase", "rate", "span_s"),
     [
         ("balanced", "interactive", "interactive-alone", 0.25, 25.0),
-        ("balanced", "batch", "borrow", 0.75, 35.0),
+        ("balanced", "batch", ARRIVAL_PHASE_BORROW, 0.75, 35.0),
         ("balanced", "interactive", "return", 0.5, 25.0),
         ("balanced", "batch", "return", 0.75, 25.0),
-        ("long-context", "batch", "borrow", 0.15, 35.0),
+        ("long-context", "batch", ARRIVAL_PHASE_BORROW, 0.15, 35.0),
         ("long-context", "interactive", "return", 0.5, 25.0),
     ],
 )
@@ -62,7 +63,7 @@ def test_no_arrivals_while_draining_or_of_the_idle_class() -> None:
     for s in range(50):
         w = moflux_workload("long-context", s)
         assert w.count("interactive", "drain") == w.count("batch", "drain") == 0
-        assert w.count("interactive", "borrow") == 0 and w.count("batch", "interactive-alone") == 0
+        assert w.count("interactive", ARRIVAL_PHASE_BORROW) == 0 and w.count("batch", "interactive-alone") == 0
 
 
 def test_request_shapes_and_engine() -> None:
