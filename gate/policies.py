@@ -146,7 +146,7 @@ class LendPolicy(StaticPolicy):
         protected_floor = self.floors.get(protected_class, 0)
         if lendable_slots < 0 or lendable_slots > protected_floor - 1:
             raise SettingError(
-                "gate.lendable",
+                "gate.lendable_slots",
                 f"{lendable_slots} slots cannot be lent: must be between 0 and the {protected_class} "
                 f"floor minus one ({protected_floor - 1}), since at least one protected slot is never lent",
             )

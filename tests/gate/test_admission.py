@@ -208,5 +208,5 @@ def test_policy_change_stops_lending_and_loans_still_drain() -> None:
 def test_lend_policy_refuses_to_lend_the_last_protected_slot() -> None:
     from restorelens.errors import SettingError
 
-    with pytest.raises(SettingError, match="gate.lendable"):
+    with pytest.raises(SettingError, match=r"^setting gate\.lendable_slots: "):
         LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=3)

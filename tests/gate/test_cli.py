@@ -25,7 +25,7 @@ def test_check_prints_effective_settings(monkeypatch) -> None:
 def test_bad_setting_is_one_line_naming_it() -> None:
     result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--lendable", "5", "--check"])
     assert result.exit_code == 1
-    assert "gate.lendable" in result.output and "Traceback" not in result.output
+    assert "setting gate.lendable_slots:" in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
 
 
