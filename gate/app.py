@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from restorelens.clock import Clock, WallClock
-from restorelens.errors import RestorelensError
+from restorelens.errors import SettingError
 
 from .admission import Admission, Grant, Waiter
 from .gate_spans import GateSpans
@@ -49,8 +49,13 @@ class GateApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-def _error(status: int, message: str, error_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": error_type, "code": status}}, status, headers=headers)
+def _error(
+    status: int, message: str, error_type: str, headers: dict[str, str] | None = None, *, param: str | None = None
+) -> JSONResponse:
+    error: dict[str, Any] = {"message": message, "type": error_type, "code": status}
+    if param is not None:
+        error["param"] = param  # OpenAI's error shape names the offending field here
+    return JSONResponse({"error": error}, status, headers=headers)
 
 
 def _build_transport(
@@ -152,10 +157,10 @@ def create_gate_app(
         if unknown := sorted(set(change) - allowed):
             return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
         try:
-            new_settings = settings.with_changes(**change)
-            new_policy = new_settings.build_policy()
-        except (RestorelensError, TypeError, ValueError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
+            new_policy = settings.with_changes(**change).build_policy()
+        except SettingError as exc:
+            # Every field is type-checked before use, so a wrong type is this one-line 400, never a 500.
+            return _error(400, str(exc), "invalid_request_error", param=exc.setting.removeprefix("gate."))
         admission.set_policy(new_policy, clock.now_s())  # waiters it admits wake via on_waiter_granted
         emitter.policy_name = new_policy.name
         return JSONResponse(_state(admission))

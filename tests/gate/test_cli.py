@@ -32,3 +32,11 @@ def test_bad_setting_is_one_line_naming_it() -> None:
 def test_help_lists_the_gate() -> None:
     result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--help"])
     assert result.exit_code == 0 and "--lendable" in result.output and "RESTORELENS_GATE_" in result.output
+
+
+def test_non_finite_wait_timeout_is_rejected() -> None:
+    for value in ("nan", "inf", "-1"):
+        result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--wait-timeout", value, "--check"])
+        assert result.exit_code == 1, result.output
+        assert "setting gate.wait_timeout_s: expected a finite number" in result.output
+        assert len(result.output.strip().splitlines()) == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from restorelens.errors import InputError, SettingError
 from restorelens.gate.settings import GateSettings, parse_floors, parse_upstreams
@@ -56,3 +58,68 @@ def test_modelclaim_table_is_kept_for_the_lifecycle(tmp_path) -> None:
     config.write_text('[gate]\npolicy = "lend"\n[modelclaim]\nmodels = ["a"]\n')
     settings = GateSettings.load(config, environ={})  # no static upstream needed with a lifecycle
     assert settings.modelclaim == {"models": ["a"]}
+
+
+# The review's list: each wrong type used to be a raw TypeError deep in validation, or was accepted.
+WRONG_TYPES = [
+    ("port", '"abc"', "whole number"),
+    ("wait_timeout_s", '"x"', "number of seconds"),
+    ("max_body_bytes", '"big"', "whole number"),
+    ("admin_token", "5", "string"),
+    ("policy", '["lend"]', "string"),
+    ("capacity", '"3"', "whole number"),
+    ("lendable_slots", '"1"', "whole number"),
+    ("tracing", '"yes"', "true or false"),
+    ("connect_timeout_s", "true", "number of seconds"),
+    ("queue_limit", "2.5", "whole number"),
+    ("host", "5", "string"),
+    ("service_name", "3", "string"),
+    ("floors", "{interactive = true}", "whole number"),
+    ("floors", "5", "CLASS=N"),
+    ("upstreams", "5", "URL"),
+    ("upstreams", "{tiny = 5}", "URL"),
+]
+
+
+@pytest.mark.parametrize(("key", "toml_value", "expected"), WRONG_TYPES)
+def test_toml_value_of_the_wrong_type_is_a_setting_error(tmp_path, key, toml_value, expected) -> None:
+    config = tmp_path / "gate.toml"
+    upstream = "" if key == "upstreams" else 'upstreams = {tiny = "http://127.0.0.1:9"}\n'
+    config.write_text(f"[gate]\n{upstream}{key} = {toml_value}\n")
+    with pytest.raises(SettingError, match=rf"^setting gate\.{key}: expected .*{expected}.*, got ") as caught:
+        GateSettings.load(config, environ={})
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "-1"])
+def test_durations_must_be_finite_and_not_negative(raw) -> None:
+    env = {"RESTORELENS_GATE_WAIT_TIMEOUT_S": raw}
+    with pytest.raises(SettingError, match=r"gate\.wait_timeout_s: expected a finite number of seconds >= 0"):
+        GateSettings.load(environ=env, upstreams=["http://x"])
+    with pytest.raises(SettingError, match=r"gate\.connect_timeout_s"):
+        GateSettings.load(environ={}, upstreams=["http://x"], connect_timeout_s=float(raw))
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10, 10) | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["interactive", "batch", "x"]), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["policy", "floors", "lendable_slots", "capacity"]), JSON_VALUES, max_size=4))
+def test_any_admin_change_is_applied_or_a_setting_error(change) -> None:
+    """What ``POST /admin/policy`` hands over: any JSON either validates or names its field."""
+    base = GateSettings(upstreams={"*": "http://x"})
+    try:
+        new = base.with_changes(**change)
+    except SettingError as exc:
+        assert exc.setting.removeprefix("gate.") in change or exc.setting == "gate.lendable_slots"
+        return
+    new.build_policy()
+
+
+def test_lendable_error_names_the_real_setting() -> None:
+    with pytest.raises(SettingError, match=r"^setting gate\.lendable_slots: "):
+        GateSettings.load(environ={}, upstreams=["http://x"], lendable_slots=3)
