@@ -71,6 +71,10 @@ def gate(
         tracing=False if no_tracing else None,
     )
     if check:
+        if settings.modelclaim is not None:
+            from restorelens.gate.modelclaim_config import check_table
+
+            check_table(settings.modelclaim)  # what a start would refuse, without starting engines
         shown = {k: v for k, v in _as_dict(settings).items() if k != "admin_token"}
         shown["admin_token"] = "set" if settings.admin_token else None
         click.echo(json.dumps(shown, indent=2, sort_keys=True))

@@ -45,7 +45,7 @@ from restorelens.gate.modelclaim_router import ModelClaimRouter
 from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
 from restorelens.settings import require_keys
 
-__all__ = ["build_core", "build_router"]
+__all__ = ["build_core", "build_router", "check_table"]
 
 ROOT = "modelclaim"
 TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_interval_s", "health_interval_s",
@@ -194,6 +194,22 @@ def build_router(
     admin_token: str | None = None,
 ) -> ModelClaimRouter:
     """A live ``ModelClaimRouter`` from the ``[modelclaim]`` table; call ``start()`` in the app lifespan."""
+    core, backends, health_interval_s = _parse(table, clock)
+    return ModelClaimRouter(
+        core, BackendByModel(backends), clock=clock, tracer_provider=tracer_provider, admin_token=admin_token,
+        health_interval_s=health_interval_s,
+    )
+
+
+def check_table(table: Mapping[str, Any]) -> None:
+    """Validate ``[modelclaim]`` as ``build_router`` would (``SettingError`` naming the key path).
+
+    Nothing is started: backends only keep their settings until the router's ``start()``.
+    """
+    _parse(table, None)
+
+
+def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCore, dict[str, EngineBackend], float]:
     core, raw_claims = build_core(table)
     options: dict[str, Any] = {"clock": clock}
     for key in ("poll_interval_s", "start_timeout_s"):
@@ -203,7 +219,4 @@ def build_router(
     backends = {}
     for i, (model, raw) in enumerate(raw_claims.items()):
         backends[model] = _backend(raw, core.claims_view()[model].spec, f"{ROOT}.claims[{i}]", options)
-    return ModelClaimRouter(
-        core, BackendByModel(backends), clock=clock, tracer_provider=tracer_provider, admin_token=admin_token,
-        health_interval_s=health_interval_s,
-    )
+    return core, backends, health_interval_s

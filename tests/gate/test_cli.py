@@ -40,3 +40,34 @@ def test_non_finite_wait_timeout_is_rejected() -> None:
         assert result.exit_code == 1, result.output
         assert "setting gate.wait_timeout_s: expected a finite number" in result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+MODELCLAIM = """
+[gate]
+admin_token = "a-long-token"
+[modelclaim]
+policy = {{ sleepAfterSeconds = 60 }}
+{extra}
+[[modelclaim.pods]]
+name = "pod-1"
+gpus = ["24Gi"]
+[[modelclaim.claims]]
+model = "m"
+perGPU = {{ maximumFootprint = "10Gi", kvFloor = "4Gi" }}
+command = ["/nonexistent/engine", "--port", "{{port}}"]
+"""
+
+
+def test_check_validates_the_modelclaim_table_without_starting_engines(tmp_path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(MODELCLAIM.format(extra=""))
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(good), "--check"])
+    assert result.exit_code == 0, result.output  # the engine command does not exist: nothing was started
+    assert json.loads(result.output)["modelclaim"]["claims"][0]["model"] == "m"
+
+    for extra, setting in [("foo = 1", "modelclaim.foo"), ("poll_interval_s = \"fast\"", "modelclaim.poll_interval_s")]:
+        bad = tmp_path / "bad.toml"
+        bad.write_text(MODELCLAIM.format(extra=extra))
+        result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(bad), "--check"])
+        assert result.exit_code == 1, result.output
+        assert f"setting {setting}:" in result.output and len(result.output.strip().splitlines()) == 1
