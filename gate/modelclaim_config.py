@@ -28,6 +28,7 @@ Pending with AIBrix's reason and the gate answers 503 without Retry-After, as AI
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -77,8 +78,9 @@ def _str(value: Any, where: str) -> str:
 
 
 def _number(value: Any, where: str, *, minimum: float = 0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-        raise SettingError(where, f"must be a number >= {minimum:g}, got {value!r}")
+    # TOML has nan and inf: nan passes every comparison, inf overflows int() in retry_after.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < minimum:
+        raise SettingError(where, f"must be a finite number >= {minimum:g}, got {value!r}")
     return float(value)
 
 

@@ -17,6 +17,8 @@ loudly instead); ``sleepAfterSeconds`` > 0 unless ``noWakeReserveWhileAsleep``;
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +56,8 @@ def _seconds(raw: Mapping[str, Any], key: str, where: str) -> float | None:
     if value is None:
         return None
     # bool is an int in Python; AIBrix's int64 field would reject true/false.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SettingError(f"{where}.{key}", f"must be a number of seconds, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise SettingError(f"{where}.{key}", f"must be a finite number of seconds, got {value!r}")
     return float(value)
 
 

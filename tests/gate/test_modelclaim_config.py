@@ -81,6 +81,10 @@ def test_builds_a_router_with_a_backend_per_claim() -> None:
         (lambda t: t["retry_after"].update(moving_s=0), "modelclaim.retry_after.moving_s"),
         (lambda t: t["host_ram_limits"].update({"node-z": "1Gi"}), "modelclaim.host_ram_limits.node-z"),
         (lambda t: t["claims"].append(dict(t["claims"][0])), "modelclaim.claims"),
+        (lambda t: t["claims"][2]["simulated"].update(wake_s=float("nan")), "modelclaim.claims[2].simulated.wake_s"),
+        (lambda t: t["retry_after"].update(moving_s=float("inf")), "modelclaim.retry_after.moving_s"),
+        (lambda t: t.update(poll_interval_s=float("nan")), "modelclaim.poll_interval_s"),
+        (lambda t: t["policy"].update(sleepAfterSeconds=float("nan")), "modelclaim.policy.sleepAfterSeconds"),
     ],
 )
 def test_errors_name_the_key_path(edit, setting: str) -> None:  # noqa: ANN001
