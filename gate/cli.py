@@ -20,8 +20,9 @@ __all__ = ["COMMANDS", "gate"]
 @click.option("--capacity", type=int, default=None, help="Shared cap of the fcfs/priority policies (default: none).")
 @click.option("--default-class", "default_traffic_class", type=click.Choice(["interactive", "batch"]), default=None,
               help="Traffic class of requests without an x-traffic-class header.")
-@click.option("--wait-timeout", "wait_timeout_s", type=float, default=None,
+@click.option("--wait-timeout-s", "wait_timeout_s", type=float, default=None,
               help="Seconds a request may queue for a grant before 429 (default 30).")
+@click.option("--wait-timeout", "wait_timeout_alias", type=float, default=None, hidden=True)  # the old name
 @click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port (default 8080).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
@@ -38,6 +39,7 @@ def gate(
     capacity: int | None,
     default_traffic_class: str | None,
     wait_timeout_s: float | None,
+    wait_timeout_alias: float | None,
     host: str | None,
     port: int | None,
     config_file: str | None,
@@ -65,7 +67,7 @@ def gate(
         lendable_slots=lendable_slots,
         capacity=capacity,
         default_traffic_class=default_traffic_class,
-        wait_timeout_s=wait_timeout_s,
+        wait_timeout_s=wait_timeout_alias if wait_timeout_s is None else wait_timeout_s,
         host=host,
         port=port,
         tracing=False if no_tracing else None,

@@ -32,11 +32,20 @@ def test_bad_setting_is_one_line_naming_it() -> None:
 def test_help_lists_the_gate() -> None:
     result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--help"])
     assert result.exit_code == 0 and "--lendable" in result.output and "RESTORELENS_GATE_" in result.output
+    assert "--wait-timeout-s" in result.output and "--wait-timeout " not in result.output
+
+
+def test_wait_timeout_flag_has_its_unit_and_keeps_the_old_name() -> None:
+    base = ["gate", "--upstream", "http://x", "--check"]
+    for flag in ("--wait-timeout-s", "--wait-timeout"):
+        result = CliRunner().invoke(restorelens.cli.cli, [*base, flag, "7.5"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["wait_timeout_s"] == 7.5
 
 
 def test_non_finite_wait_timeout_is_rejected() -> None:
     for value in ("nan", "inf", "-1"):
-        result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--wait-timeout", value, "--check"])
+        result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--wait-timeout-s", value, "--check"])
         assert result.exit_code == 1, result.output
         assert "setting gate.wait_timeout_s: expected a finite number" in result.output
         assert len(result.output.strip().splitlines()) == 1
