@@ -90,24 +90,45 @@ def _as_dict(settings) -> dict:
     return {k: (dict(v) if hasattr(v, "items") else v) for k, v in asdict(settings).items()}
 
 
+def _listen(host: str, port: int):  # -> socket.socket
+    """Bind before anything else starts, so a busy port or bad host is one line and no banner."""
+    import socket
+
+    from restorelens.errors import SettingError
+    from restorelens.serving import bind_socket
+
+    try:
+        return bind_socket(host, port)
+    except socket.gaierror as exc:
+        raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
+    except (OSError, OverflowError) as exc:
+        problem = getattr(exc, "strerror", None) or exc
+        raise SettingError("--port", f"cannot listen on {host}:{port}: {problem}") from None
+
+
 def _serve(settings, otlp_endpoint: str | None, trace_file: str | None) -> None:
     import uvicorn
 
     from restorelens.gate.app import create_gate_app
     from restorelens.telemetry import build_tracer_provider
 
+    sock = _listen(settings.host, settings.port)
     provider = None
-    if settings.tracing:
-        if trace_file:
-            provider = build_tracer_provider(settings.service_name, "file", path=trace_file)
-        else:
-            endpoint = otlp_endpoint.rstrip("/") + "/v1/traces" if otlp_endpoint else None
-            provider = build_tracer_provider(settings.service_name, "otlp", endpoint=endpoint)
-    app = create_gate_app(settings, tracer_provider=provider)
-    click.echo(f"restorelens gate: {settings.policy} on http://{settings.host}:{settings.port}", err=True)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+        if settings.tracing:
+            if trace_file:
+                provider = build_tracer_provider(settings.service_name, "file", path=trace_file)
+            else:
+                endpoint = otlp_endpoint.rstrip("/") + "/v1/traces" if otlp_endpoint else None
+                provider = build_tracer_provider(settings.service_name, "otlp", endpoint=endpoint)
+        app = create_gate_app(settings, tracer_provider=provider)
+        bound_host, bound_port = sock.getsockname()[:2]
+        # The bound port, not the asked one: with --port 0 the kernel picked it.
+        click.echo(f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}", err=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server.run(sockets=[sock])
     finally:
+        sock.close()
         if provider is not None:
             provider.shutdown()
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
+import select
+import socket
+import subprocess
+import sys
 
+import httpx
 from click.testing import CliRunner
 
 import restorelens.cli
@@ -80,3 +86,37 @@ def test_check_validates_the_modelclaim_table_without_starting_engines(tmp_path)
         result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(bad), "--check"])
         assert result.exit_code == 1, result.output
         assert f"setting {setting}:" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_busy_port_is_one_line_naming_port() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--no-tracing", "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: setting --port: cannot listen on 127.0.0.1:{port}")
+    assert len(result.output.strip().splitlines()) == 1  # no "listening" banner before it
+
+
+def test_a_bad_host_is_one_line_naming_host() -> None:
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--upstream", "http://x", "--no-tracing", "--host", "999.1.1.1"])
+    assert result.exit_code == 1, result.output
+    assert "setting --host:" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_port_zero_prints_the_port_the_gate_really_listens_on() -> None:
+    # A real process: the banner and uvicorn's serving loop are what is under test.
+    argv = [sys.executable, "-m", "restorelens", "gate", "--upstream", "http://127.0.0.1:9", "--port", "0", "--no-tracing"]
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True) as proc:
+        try:
+            ready, _, _ = select.select([proc.stderr], [], [], 120)
+            assert ready, "no banner from the gate"
+            banner = proc.stderr.readline()
+            match = re.search(r"on http://127\.0\.0\.1:(\d+)$", banner.strip())
+            assert match and int(match.group(1)) != 0, banner
+            answer = httpx.get(f"http://127.0.0.1:{match.group(1)}/health", timeout=30)
+            assert answer.json()["status"] == "ok"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
