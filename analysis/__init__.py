@@ -5,12 +5,21 @@ the episodes' statistics with limits (``restorelens check``). docs/analysis.md e
 """
 
 from restorelens.analysis.limits import Evaluation, Limit, Violation, check, evaluate, parse_limit, valid_names
-from restorelens.analysis.queries import PARAMETERISED, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, Query, load_query
+from restorelens.analysis.queries import (
+    DRIVING_SPANS,
+    PARAMETERISED,
+    PUBLIC_VIEWS,
+    SHARED_LAYERS,
+    VIEW_LAYERS,
+    Query,
+    load_query,
+)
 from restorelens.analysis.report import build_report, render
 from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
 
 __all__ = [
     "Analysis",
+    "DRIVING_SPANS",
     "Evaluation",
     "GROUP_ALIASES",
     "Limit",
