@@ -58,6 +58,30 @@ def _error(
     return JSONResponse({"error": error}, status, headers=headers)
 
 
+async def _list_models(
+    client: httpx.AsyncClient, url: str, request: Request, timeout_s: float
+) -> tuple[list[dict[str, Any]], str | None]:
+    """(the engine's model entries, what went wrong or None). The caller's credentials go along."""
+    headers = {}
+    if (authorization := request.headers.get("authorization")) is not None:
+        headers["authorization"] = authorization
+    try:
+        async with asyncio.timeout(timeout_s):
+            response = await client.get(url + "/v1/models", headers=headers, timeout=timeout_s)
+    except (TimeoutError, httpx.TimeoutException):
+        return [], f"no answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        return [], f"unreachable ({type(exc).__name__})"
+    if response.status_code != 200:
+        return [], f"answered {response.status_code}"
+    try:
+        data = response.json().get("data", [])
+        entries = [e for e in data if isinstance(e, dict) and isinstance(e.get("id"), str)]
+    except (ValueError, AttributeError, TypeError):
+        return [], "answered something other than an OpenAI model list"
+    return entries, None
+
+
 def _build_transport(
     settings: GateSettings, tracer_provider: TracerProvider | None
 ) -> tuple[httpx.AsyncBaseTransport, UpstreamTransport]:
@@ -173,16 +197,18 @@ def create_gate_app(
 
     async def models(request: Request) -> Response:
         listed: dict[str, dict[str, Any]] = {}
-        for url in sorted({u for urls in upstreams.urls.values() for u in urls}):
-            try:
-                response = await client.get(url + "/v1/models")
-                for entry in response.json().get("data", []):
-                    listed.setdefault(entry.get("id"), entry)
-            except (httpx.HTTPError, ValueError, AttributeError):
-                continue  # an engine that is down or odd is left out; the others still answer
+        urls = sorted({u for urls in upstreams.urls.values() for u in urls})
+        # Concurrently and briefly: one hung engine must not hold the listing for upstream_timeout_s.
+        answers = await asyncio.gather(*(_list_models(client, url, request, settings.connect_timeout_s) for url in urls))
+        unreachable = []
+        for url, (entries, problem) in zip(urls, answers, strict=True):
+            if problem is not None:
+                unreachable.append({"upstream": url, "error": problem})
+            for entry in entries:
+                listed.setdefault(entry["id"], entry)
         for name in router.models() if router is not None else ():
             listed.setdefault(name, {"id": name, "object": "model", "owned_by": "restorelens"})
-        return JSONResponse({"object": "list", "data": [v for k, v in listed.items() if k is not None]})
+        return JSONResponse({"object": "list", "data": list(listed.values()), "unreachable": unreachable})
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

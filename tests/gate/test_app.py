@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from restorelens.gate import GateSettings
 from restorelens.gate.app import create_gate_app
+from restorelens.sim import create_app
 
 TOKEN = "test-admin-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -35,3 +43,42 @@ def test_admin_policy_body_of_the_wrong_type_is_400_naming_the_field(gate, body,
     assert error["type"] == "invalid_request_error"
     # Nothing changed: the policy in force is still the default.
     assert httpx.get(gate.url + "/admin/state", headers=AUTH).json()["policy"] == "lend"
+
+
+def _barrier_engine(barrier: threading.Barrier, model: str) -> Starlette:
+    # A STAND-IN engine: it answers /v1/models only once every engine of the test was asked, which
+    # a gate asking one engine after another never achieves.
+    def models(request: Request) -> Response:  # sync: Starlette runs it in a worker thread
+        barrier.wait()
+        return JSONResponse({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+    return Starlette(routes=[Route("/v1/models", models)])
+
+
+def test_models_asks_every_upstream_at_once(serve_asgi) -> None:
+    barrier = threading.Barrier(2, timeout=60)
+    one, two = (serve_asgi(_barrier_engine(barrier, m)) for m in ("a", "b"))
+    settings = GateSettings(upstreams={"a": one.url, "b": two.url}, tracing=False, connect_timeout_s=60)
+    gate = serve_asgi(create_gate_app(settings))
+    listed = httpx.get(gate.url + "/v1/models", timeout=120).json()
+    assert sorted(m["id"] for m in listed["data"]) == ["a", "b"] and listed["unreachable"] == []
+
+
+def test_models_forwards_credentials_and_reports_what_it_could_not_list(serve_asgi) -> None:
+    keyed = serve_asgi(create_app("tiny-cpu", model_name="keyed", api_key="engine-key"))
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        silent_url = "http://127.0.0.1:%d" % silent.getsockname()[1]
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            closed_url = "http://127.0.0.1:%d" % closed.getsockname()[1]  # bound, not listening: refused
+        upstreams = {"keyed": keyed.url, "silent": silent_url, "closed": closed_url}
+        gate = serve_asgi(create_gate_app(GateSettings(upstreams=upstreams, tracing=False, connect_timeout_s=0.2)))
+        with_key = httpx.get(gate.url + "/v1/models", headers={"authorization": "Bearer engine-key"}, timeout=30).json()
+        without_key = httpx.get(gate.url + "/v1/models", timeout=30).json()
+    assert [m["id"] for m in with_key["data"]] == ["keyed"]
+    problems = {p["upstream"]: p["error"] for p in with_key["unreachable"]}
+    assert problems == {silent_url: "no answer within 0.2 s", closed_url: "unreachable (ConnectError)"}
+    assert without_key["data"] == []
+    assert {p["upstream"]: p["error"] for p in without_key["unreachable"]}[keyed.url] == "answered 401"
