@@ -12,6 +12,7 @@ import httpx
 from opentelemetry.trace import NoOpTracerProvider, TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -56,6 +57,13 @@ def _error(
     if param is not None:
         error["param"] = param  # OpenAI's error shape names the offending field here
     return JSONResponse({"error": error}, status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 in the gate's JSON error shape (plain text otherwise)."""
+    assert isinstance(exc, HTTPException)
+    error_type = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "invalid_request_error")
+    return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", error_type, exc.headers)
 
 
 async def _list_models(
@@ -234,7 +242,7 @@ def create_gate_app(
     ]
     if router is not None:
         routes += list(router.routes())
-    app = GateApp(routes=routes, lifespan=lifespan)
+    app = GateApp(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.proxy = proxy
     app.state.admission = admission
     app.state.settings = settings

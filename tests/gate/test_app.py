@@ -45,6 +45,16 @@ def test_admin_policy_body_of_the_wrong_type_is_400_naming_the_field(gate, body,
     assert httpx.get(gate.url + "/admin/state", headers=AUTH).json()["policy"] == "lend"
 
 
+def test_unknown_path_and_wrong_method_answer_the_json_error_shape(gate) -> None:
+    missing = httpx.get(gate.url + "/nope")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
+    assert missing.json()["error"]["code"] == 404 and missing.json()["error"]["type"] == "not_found"
+    wrong = httpx.delete(gate.url + "/admin/state", headers=AUTH)
+    assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "method_not_allowed"
+    assert "GET" in wrong.headers["allow"]
+    assert httpx.get(gate.url + "/v1/completions").json()["error"]["code"] == 405
+
+
 def _barrier_engine(barrier: threading.Barrier, model: str) -> Starlette:
     # A STAND-IN engine: it answers /v1/models only once every engine of the test was asked, which
     # a gate asking one engine after another never achieves.
