@@ -120,6 +120,8 @@ class ProxyEndpoint:
         self._ids = random.Random()  # its own generator: a seeded global `random` must not repeat ids
         self.upstreams = upstreams
         self.clock = clock
+        # asyncio waits in real seconds; a ScaledClock (demo, `run --time-scale X`) runs X times faster.
+        self._real_s_per_clock_s = 1.0 / getattr(clock, "time_scale", 1.0)
         self.router = router
         self.router_models = frozenset(router.models()) if router is not None else frozenset()
         self.tracing = tracer_provider is not None
@@ -281,7 +283,8 @@ class ProxyEndpoint:
         future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
         self.waiters[waiter] = future
         try:
-            await asyncio.wait({future}, timeout=max(0.0, waiter.deadline_s - self.clock.now_s()))
+            wait_s = max(0.0, waiter.deadline_s - self.clock.now_s()) * self._real_s_per_clock_s
+            await asyncio.wait({future}, timeout=wait_s)
         except BaseException:
             # Cancelled (client gone, shutdown): leave the queue, or give back a grant made meanwhile.
             self.waiters.pop(waiter, None)

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from restorelens import spans as S
 from restorelens.gate import GateSettings
 from restorelens.gate.app import create_gate_app
+from restorelens.loadgen.timebase import ScaledClock
 from restorelens.serving import ServerThread
 
 BOUNDED_POLLS = 400
@@ -179,6 +180,21 @@ def test_rejection_is_429_with_retry_hint_headers(serve_asgi, engine) -> None:
         httpx.post(engine.url + "/release/h1")
         first.read()
     assert gate_state(gate, TOKEN)["rejected"]["interactive"] == 1
+
+
+def test_queue_timeout_runs_on_the_gate_clock_not_the_wall(serve_asgi, engine) -> None:
+    """With a clock 600x faster than the wall (``restorelens run --time-scale 600``), a 60-s queue wait is 0.1 s real."""
+    settings = GateSettings(upstreams={"*": engine.url}, admin_token=TOKEN, policy="static",
+                            floors={"interactive": 1, "batch": 1}, wait_timeout_s=60.0, tracing=False)
+    gate = serve_asgi(create_gate_app(settings, clock=ScaledClock(600.0)))
+    held = {"model": "tiny", "prompt": "x", "max_tokens": 1, "stream": True, "hold": True}
+    with httpx.Client() as client, client.stream("POST", gate.url + "/v1/completions", json=held, headers={"x-request-id": "s1"}) as first:
+        assert first.status_code == 200
+        # Read as clock seconds by asyncio, the 60-s wait would outlast this 30-s client timeout.
+        rejected = httpx.post(gate.url + "/v1/completions", json={"model": "tiny", "prompt": "x"}, timeout=30)
+        assert rejected.status_code == 429 and "timeout" in rejected.json()["error"]["message"]
+        httpx.post(engine.url + "/release/s1")
+        first.read()
 
 
 def test_client_disconnect_mid_stream_and_while_queued_release_the_grant(serve_asgi, engine) -> None:
