@@ -407,6 +407,8 @@ def create_app(
         raise SettingError("start_mode", f"unknown start mode {start_mode!r}; choose one of {', '.join(START_MODES)}")
     if max_body_bytes < 1:
         raise SettingError("max_body_bytes", f"must be >= 1, got {max_body_bytes}")
+    if api_key is not None and not (api_key.isascii() and api_key.isprintable()):
+        raise SettingError("api_key", "must be printable ASCII: it is compared with an HTTP Authorization header")
     sim = _SimApp(
         config.scaled(time_scale),
         model_name=model_name,

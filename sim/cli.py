@@ -14,7 +14,7 @@ __all__ = ["COMMANDS", "sim"]
 @click.option("--preset", default="tiny-cpu", show_default=True,
               help="Engine shape: tiny-cpu, qwen2.5-1.5b-m1 or llama-8b-h20 (see docs/sim.md).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Bind address.")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port (0 picks a free one).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="Port (0 picks a free one).")
 @click.option("--model", "model_name", default="tiny", show_default=True, help="Served model name (the 'model' field).")
 @click.option("--time-scale", type=float, default=1.0, show_default=True,
               help="Divide every modelled duration by this (e.g. 10 for a fast demo).")
@@ -60,6 +60,8 @@ def sim(
 
     if otlp_endpoint and trace_file:
         raise SettingError("--otlp-endpoint/--trace-file", "choose one span destination")
+    if api_key is not None and not _header_safe(api_key):
+        raise SettingError("--api-key", "must be printable ASCII: it is compared with an HTTP Authorization header")
     overrides = {"max_num_seqs": max_num_seqs, "num_blocks": num_blocks, "scheduling_policy": scheduling_policy}
     config = get_preset(preset).replace(**{k: v for k, v in overrides.items() if v is not None})
     effective = config.scaled(time_scale)
@@ -71,8 +73,14 @@ def sim(
            otlp_endpoint, trace_file, service_name)
 
 
+def _header_safe(value: str) -> bool:
+    return value.isascii() and value.isprintable()
+
+
 def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_mode, api_key, seed,  # noqa: ANN001
            otlp_endpoint, trace_file, service_name) -> None:  # noqa: ANN001
+    import socket
+
     import uvicorn
 
     from restorelens.errors import SettingError
@@ -90,6 +98,8 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
                          enable_sleep_mode=enable_sleep_mode, start_mode=start_mode, api_key=api_key, seed=seed)
         try:
             sock = bind_socket(host, port)
+        except socket.gaierror as exc:
+            raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
         except OSError as exc:
             raise SettingError("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         bound_port = sock.getsockname()[1]

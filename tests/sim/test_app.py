@@ -163,3 +163,5 @@ def test_unknown_start_mode_is_a_setting_error() -> None:
         create_app(CONFIG, start_mode="sideways")
     with pytest.raises(SettingError, match="preset"):
         create_app("no-such-preset")
+    with pytest.raises(SettingError, match=r"^setting api_key: must be printable ASCII"):
+        create_app(CONFIG, api_key="ключ")

@@ -43,3 +43,23 @@ def test_a_busy_port_is_one_line_error(tmp_path: object) -> None:
 def test_two_span_destinations_are_refused() -> None:
     result = CliRunner().invoke(cli, ["sim", "--otlp-endpoint", "http://x", "--trace-file", "t.jsonl"])
     assert result.exit_code == 1 and "choose one" in result.output
+
+
+def test_a_port_out_of_range_is_refused_before_anything_runs() -> None:
+    for port in ("-1", "70000"):
+        result = CliRunner().invoke(cli, ["sim", "--port", port, "--check"])
+        assert result.exit_code == 2, result.output  # click's usage error, naming the option
+        assert "--port" in result.output and "0<=x<=65535" in result.output and "Traceback" not in result.output
+
+
+def test_a_non_ascii_api_key_is_one_line_error(tmp_path: object) -> None:
+    result = CliRunner().invoke(cli, ["sim", "--port", "0", "--api-key", "ключ", "--trace-file", f"{tmp_path}/t.jsonl"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: setting --api-key: must be printable ASCII")
+    assert result.output.count("\n") == 1
+
+
+def test_a_bad_host_names_host(tmp_path: object) -> None:
+    result = CliRunner().invoke(cli, ["sim", "--host", "999.1.1.1", "--port", "0", "--trace-file", f"{tmp_path}/t.jsonl"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: setting --host: cannot listen on '999.1.1.1'")
