@@ -148,7 +148,11 @@ class SpanStore:
     def connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
             if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                folder = Path(self.path).parent
+                try:
+                    folder.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise InputError(self.path, f"cannot create folder {folder}: {exc.strerror or exc}") from None
             con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
             try:
                 if self.threads:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from restorelens.cli import cli
@@ -27,6 +28,18 @@ def test_load_names_a_missing_file_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["load", str(tmp_path / "nope.jsonl"), "--db", str(tmp_path / "t.duckdb")])
     assert result.exit_code == 1
     assert result.output.strip() == f"Error: {tmp_path / 'nope.jsonl'}: no such file"
+
+
+@pytest.mark.parametrize("command", ["collect", "load"])
+def test_a_store_path_whose_folder_cannot_be_made_is_a_one_line_error(tmp_path: Path, command: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    db = blocker / "sub" / "t.duckdb"
+    inputs = [str(DATA / "otlp_example_trace.json")] if command == "load" else []
+    result = CliRunner().invoke(cli, [command, *inputs, "--db", str(db)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {db}: cannot create folder {blocker / 'sub'}: ")
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_export_writes_both_formats(tmp_path: Path) -> None:

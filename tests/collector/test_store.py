@@ -74,6 +74,15 @@ def test_open_read_only_names_a_missing_store(tmp_path: Path) -> None:
         open_read_only(tmp_path / "absent.duckdb")
 
 
+def test_a_store_whose_folder_cannot_be_created_is_an_input_error_naming_the_path(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    db = blocker / "sub" / "t.duckdb"  # its folder would have to be made inside a regular file
+    with pytest.raises(InputError) as caught:
+        SpanStore(db)
+    assert caught.value.where == str(db) and "cannot create folder" in caught.value.problem
+
+
 _READER = textwrap.dedent(
     """
     import sys, time
