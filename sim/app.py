@@ -8,6 +8,7 @@ SSE), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` and, with ``enable_s
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import random
 import time
@@ -139,7 +140,9 @@ class _SimApp:
     def _unauthorized(self, request: Request) -> Response | None:
         if self.api_key is None:
             return None
-        if request.headers.get("authorization") == f"Bearer {self.api_key}":
+        assert self._bearer is not None
+        given = request.headers.get("authorization", "").encode("latin-1")  # Starlette decoded it as latin-1
+        if hmac.compare_digest(given, self._bearer):  # constant time: no key-guessing by response timing
             return None
         return _json({"error": "Unauthorized"}, 401)
 
@@ -169,7 +172,7 @@ class _SimApp:
                     declared = value
                 elif name in _TRACE_HEADERS:
                     carrier[name.decode("latin-1")] = value.decode("latin-1")
-            if self._bearer is not None and authorization != self._bearer:
+            if self._bearer is not None and not hmac.compare_digest(authorization, self._bearer):
                 await reply(401, _UNAUTHORIZED)
                 return
             try:

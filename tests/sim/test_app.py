@@ -158,6 +158,25 @@ def test_api_key_protects_the_api_but_not_health(serve_asgi: Serve) -> None:
     assert httpx.get(f"{server.url}/health").status_code == 200
 
 
+def test_api_key_is_compared_in_constant_time(serve_asgi: Serve, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Response timing is too noisy to measure in a test; a spy around the real hmac.compare_digest
+    # shows both key checks (raw inference path, Starlette control routes) go through it.
+    import hmac
+
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a, b):  # noqa: ANN001, ANN202
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    server = serve_asgi(create_app(CONFIG, model_name="tiny", api_key="s3cret", enable_sleep_mode=True))
+    assert httpx.post(f"{server.url}/v1/completions", json={"prompt": "x"}, headers={"authorization": "Bearer s3creT"}).status_code == 401
+    assert httpx.post(f"{server.url}/sleep", headers={"authorization": "Bearer s3creT"}).status_code == 401
+    assert compared == [(b"Bearer s3creT", b"Bearer s3cret")] * 2
+
+
 def test_unknown_start_mode_is_a_setting_error() -> None:
     with pytest.raises(SettingError, match="start_mode"):
         create_app(CONFIG, start_mode="sideways")
