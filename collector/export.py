@@ -8,6 +8,7 @@ as strings, so they are exported as ``stringValue``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 from restorelens.collector.rows import KIND_NAMES, STATUS_NAMES
 from restorelens.collector.schema import TABLE
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, open_read_only
+from restorelens.errors import InputError
 
 __all__ = ["DEFAULT_SPANS_PER_LINE", "export_otlp_jsonl", "export_parquet"]
 
@@ -29,15 +31,37 @@ _KIND_NUMBER = {name: i for i, name in enumerate(KIND_NAMES)}
 _STATUS_NUMBER = {name: i for i, name in enumerate(STATUS_NAMES)}
 
 
+def _make_folder(out: str | os.PathLike[str]) -> None:
+    folder = Path(out).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(str(out), f"cannot create folder {folder}: {_reason(exc)}") from None
+
+
+def _reason(exc: OSError) -> str:
+    # Arrow's strerror repeats the path and adds detail; the errno's text alone reads the same for both writers.
+    return os.strerror(exc.errno) if exc.errno else str(exc)
+
+
+@contextlib.contextmanager
+def _writing(out: str | os.PathLike[str]) -> Iterator[None]:
+    """Opening or writing OUT failing (missing folder, permissions, disk full) is an InputError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(str(out), _reason(exc)) from None
+
+
 def export_parquet(
     db_path: str | os.PathLike[str], out: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> int:
     """Write ``otel_traces`` (ordered by start time) to a zstd Parquet file; returns the span count."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     written = 0
     with open_read_only(db_path, timeout_s=lock_timeout_s) as con:
         reader = con.sql(f'select * from {TABLE} order by "Timestamp"').to_arrow_reader(_FETCH_ROWS)
-        with pq.ParquetWriter(str(out), reader.schema, compression="zstd") as writer:
+        _make_folder(out)
+        with _writing(out), pq.ParquetWriter(str(out), reader.schema, compression="zstd") as writer:
             for batch in reader:
                 writer.write_batch(batch)
                 written += batch.num_rows
@@ -136,11 +160,12 @@ def export_otlp_jsonl(
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> int:
     """Write every span as OTLP JSON lines (spans of a trace kept together); returns the span count."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     written = 0
-    with open_read_only(db_path, timeout_s=lock_timeout_s) as con, open(out, "w", encoding="utf-8") as f:
-        for rows in _chunks(con, spans_per_line):
-            f.write(json.dumps(_traces_data(rows), separators=(",", ":"), ensure_ascii=False))
-            f.write("\n")
-            written += len(rows)
+    with open_read_only(db_path, timeout_s=lock_timeout_s) as con:
+        _make_folder(out)
+        with _writing(out), open(out, "w", encoding="utf-8") as f:
+            for rows in _chunks(con, spans_per_line):
+                f.write(json.dumps(_traces_data(rows), separators=(",", ":"), ensure_ascii=False))
+                f.write("\n")
+                written += len(rows)
     return written

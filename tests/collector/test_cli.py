@@ -56,6 +56,18 @@ def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "no such span store" in result.output
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "otlp-json"])
+def test_export_to_an_unwritable_path_is_a_one_line_error(tmp_path: Path, fmt: str) -> None:
+    db = str(tmp_path / "t.duckdb")
+    assert CliRunner().invoke(cli, ["load", str(DATA / "collector_file_exporter.jsonl"), "--db", db]).exit_code == 0
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = blocker / "sub" / "o"
+    result = CliRunner().invoke(cli, ["export", "--db", db, "--format", fmt, str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {out}: cannot create folder {blocker / 'sub'}: Not a directory"
+
+
 def test_collect_help_describes_the_endpoint() -> None:
     result = CliRunner().invoke(cli, ["collect", "--help"])
     assert result.exit_code == 0 and "/v1/traces" in result.output and "--token" in result.output

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from restorelens.collector.export import export_otlp_jsonl, export_parquet
 from restorelens.collector.loader import load_paths
 from restorelens.collector.schema import COLUMNS
 from restorelens.collector.store import open_read_only
+from restorelens.errors import InputError
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = [DATA / "collector_file_exporter.jsonl", DATA / "otlp_example_trace.json"]
+Exporter = Callable[[Path, Path], int]
 
 
 def _table(db: Path) -> list[tuple[object, ...]]:
@@ -38,3 +42,16 @@ def test_parquet_has_the_table_columns_and_rows(tmp_path: Path) -> None:
     assert tuple(parquet.schema_arrow.names) == COLUMNS
     assert parquet.metadata.num_rows == 4
     assert parquet.metadata.row_group(0).column(0).compression == "ZSTD"
+
+
+@pytest.mark.parametrize("export", [export_parquet, export_otlp_jsonl])
+def test_an_output_that_cannot_be_written_is_an_input_error_naming_it(tmp_path: Path, export: Exporter) -> None:
+    load_paths(FIXTURES, tmp_path / "a.duckdb")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    unmakeable = blocker / "sub" / "o"  # its folder would have to be made inside a regular file
+    cases = ((unmakeable, f"cannot create folder {blocker / 'sub'}: Not a directory"), (tmp_path, "Is a directory"))
+    for out, reason in cases:
+        with pytest.raises(InputError) as caught:
+            export(tmp_path / "a.duckdb", out)
+        assert (caught.value.where, caught.value.problem) == (str(out), reason)
