@@ -6,18 +6,23 @@ Each claim has an ``EngineCommand``: an argv whose items may hold ``{host}``, ``
 own session so that stopping it also stops the workers it spawned. Readiness is polled on
 ``GET /health``; the ready time is that first 200 answer. Sleep and wake go through vLLM's HTTP
 sleep API on the instance's URL (``VllmSleepBackend``). Every process it started is stopped by
-``stop``/``close``: SIGTERM to its process group, then SIGKILL after ``stop_timeout_s``.
+``stop``/``close``: SIGTERM to its process group, then SIGKILL after ``stop_timeout_s``; so is one
+whose start failed or timed out. An engine's stderr is drained from a pipe into a ring that keeps
+only its last ``stderr_tail_bytes`` (engines log for their whole life; only the end explains a
+failure). The port is picked by binding and closing a socket, so another program can take it before
+the engine binds: a start whose engine exits saying the address is in use is retried once on a new
+port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-import tempfile
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import IO
 
 from restorelens.clock import Clock
 from restorelens.gate.modelclaim_actions import StartEngine, StopEngine
@@ -31,9 +36,14 @@ from restorelens.gate.modelclaim_vllm_backend import (
 )
 from restorelens.serving import bind_socket
 
-__all__ = ["EngineCommand", "ProcessBackend"]
+__all__ = ["EngineCommand", "ProcessBackend", "StderrTail"]
 
 LOOPBACK = "127.0.0.1"
+DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
+_READ_CHUNK_BYTES = 4096
+_TAIL_SHOWN_CHARS = 400
+#: What vLLM (uvicorn), ``restorelens sim`` and most servers print when the port was taken.
+_BIND_FAILURE = "address already in use"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +61,55 @@ class EngineCommand:
         return argv
 
 
+class StderrTail:
+    """The last ``max_bytes`` of a stream: older chunks are dropped as new ones arrive."""
+
+    def __init__(self, max_bytes: int = DEFAULT_STDERR_TAIL_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+    def append(self, chunk: bytes) -> None:
+        if len(chunk) >= self.max_bytes:
+            self._chunks.clear()
+            chunk = chunk[-self.max_bytes:]
+            self._size = 0
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        while self._size > self.max_bytes:
+            excess = self._size - self.max_bytes
+            first = self._chunks[0]
+            if len(first) <= excess:
+                self._chunks.popleft()
+                self._size -= len(first)
+            else:
+                self._chunks[0] = first[excess:]
+                self._size -= excess
+
+    def __len__(self) -> int:
+        return self._size
+
+    def bytes(self) -> bytes:
+        return b"".join(self._chunks)
+
+    def text(self) -> str:
+        return self.bytes().decode("utf-8", "replace")
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        """Read ``stream`` to its end (the pipe must be read, or the engine blocks once it is full)."""
+        while chunk := await stream.read(_READ_CHUNK_BYTES):
+            self.append(chunk)
+
+
 @dataclass(slots=True)
 class _Process:
     proc: asyncio.subprocess.Process
-    stderr: IO[bytes]
+    stderr: StderrTail
+    drain: asyncio.Task[None]
 
 
 def _free_port() -> int:
-    # The socket closes before the engine binds: a small race, accepted for loopback test ports.
+    # The socket closes before the engine binds: a small race; start() retries once when it is lost.
     with bind_socket(LOOPBACK, 0) as sock:
         return sock.getsockname()[1]
 
@@ -74,47 +125,67 @@ class ProcessBackend(VllmSleepBackend):
         poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = 10.0,
+        stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
     ) -> None:
         super().__init__({}, clock=clock, poll_interval_s=poll_interval_s, start_timeout_s=start_timeout_s)
         self.commands = dict(commands)
         self.stop_timeout_s = stop_timeout_s
+        self.stderr_tail_bytes = stderr_tail_bytes
         self._processes: dict[tuple[str, int], _Process] = {}
 
     def pid(self, model: str, instance_id: int) -> int | None:
         process = self._processes.get((model, instance_id))
         return process.proc.pid if process else None
 
+    def stderr_tail(self, model: str, instance_id: int) -> bytes:
+        """What the running instance's stderr ring holds (at most ``stderr_tail_bytes``)."""
+        process = self._processes.get((model, instance_id))
+        return process.stderr.bytes() if process else b""
+
     async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
         command = self.commands.get(action.model)
         if command is None:
             raise EngineOperationError(f"no engine command for model {action.model}")
-        port = _free_port()
-        url = f"http://{LOOPBACK}:{port}"
-        argv = command.render(host=LOOPBACK, port=port, model=action.model)
-        stderr = tempfile.TemporaryFile()
+        key = (action.model, action.instance_id)
+        for attempt in (1, 2):
+            port = _free_port()
+            url = f"http://{LOOPBACK}:{port}"
+            proc = await self._spawn(key, command, command.render(host=LOOPBACK, port=port, model=action.model))
+            self._instances[key] = url
+            try:
+                ready_at_s = await poll_health(
+                    self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s,
+                    still_running=lambda: proc.returncode is None,
+                )
+            except EngineOperationError as exc:
+                # A start that failed or timed out must not leave its engine running until shutdown.
+                exited = proc.returncode is not None
+                tail = await self._terminate(key)
+                self._instances.pop(key, None)
+                if attempt == 1 and exited and _BIND_FAILURE in tail.lower():
+                    continue  # the free port was taken before the engine bound it: once more, new port
+                shown = tail[-_TAIL_SHOWN_CHARS:].strip()
+                raise EngineOperationError(f"{exc}; its stderr ends: {shown}" if shown else str(exc)) from None
+            return EngineAnswer(ready_at_s, url)
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _spawn(self, key: tuple[str, int], command: EngineCommand, argv: list[str]) -> asyncio.subprocess.Process:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 env={**os.environ, **command.env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=stderr,
+                stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
-            stderr.close()
-            raise EngineOperationError(f"cannot start {argv[0]!r} for {action.model}: {exc.strerror or exc}") from None
-        key = (action.model, action.instance_id)
-        self._processes[key] = _Process(proc, stderr)
-        self._instances[key] = url
-        try:
-            ready_at_s = await poll_health(
-                self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s,
-                still_running=lambda: proc.returncode is None,
-            )
-        except EngineOperationError as exc:
-            raise EngineOperationError(f"{exc}{self._stderr_tail(key)}") from None
-        return EngineAnswer(ready_at_s, url)
+            raise EngineOperationError(f"cannot start {argv[0]!r} for {key[0]}: {exc.strerror or exc}") from None
+        tail = StderrTail(self.stderr_tail_bytes)
+        assert proc.stderr is not None
+        drain = asyncio.get_running_loop().create_task(tail.drain(proc.stderr), name=f"stderr:{key[0]}:{key[1]}")
+        self._processes[key] = _Process(proc, tail, drain)
+        return proc
 
     async def alive(self, model: str, instance_id: int) -> bool:
         process = self._processes.get((model, instance_id))
@@ -131,10 +202,11 @@ class ProcessBackend(VllmSleepBackend):
             await self._terminate(key)
         await super().close()
 
-    async def _terminate(self, key: tuple[str, int]) -> None:
+    async def _terminate(self, key: tuple[str, int]) -> str:
+        """Stop the instance's process group; return the end of its stderr."""
         process = self._processes.pop(key, None)
         if process is None:
-            return
+            return ""
         proc = process.proc
         try:
             if proc.returncode is None:
@@ -144,8 +216,12 @@ class ProcessBackend(VllmSleepBackend):
                 except TimeoutError:
                     self._signal_group(proc.pid, signal.SIGKILL)
                     await proc.wait()
+            # The group is gone, so the pipe is at its end; a stray holder of it must not hang us.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.drain), self.stop_timeout_s)
         finally:
-            process.stderr.close()
+            process.drain.cancel()
+        return process.stderr.text()
 
     @staticmethod
     def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -154,11 +230,3 @@ class ProcessBackend(VllmSleepBackend):
             os.killpg(pid, sig)
         except ProcessLookupError:
             pass
-
-    def _stderr_tail(self, key: tuple[str, int]) -> str:
-        process = self._processes.get(key)
-        if process is None:
-            return ""
-        process.stderr.seek(0)
-        tail = process.stderr.read()[-400:].decode("utf-8", "replace").strip()
-        return f"; its stderr ends: {tail}" if tail else ""

@@ -1,0 +1,117 @@
+"""ProcessBackend with real child processes: bounded stderr, no engine left behind, a lost port retried.
+
+The engines are STAND-INS (a few lines of Python run as real processes): they must misbehave on
+demand (log a lot, never become healthy, lose their port once), which no real engine does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from restorelens.gate.modelclaim_actions import StartEngine
+from restorelens.gate.modelclaim_process_backend import EngineCommand, ProcessBackend, StderrTail
+from restorelens.gate.modelclaim_vllm_backend import EngineOperationError
+
+ENGINE = r"""
+import http.server, os, sys, time
+from pathlib import Path
+
+port, mode, state = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(state / "pid").write_text(str(os.getpid()))
+starts = int((state / "starts").read_text()) + 1 if (state / "starts").exists() else 1
+(state / "starts").write_text(str(starts))
+if mode == "chatty":
+    for _ in range(256):
+        sys.stderr.write("x" * 1023 + "\n")
+    sys.stderr.write("END-OF-LOG\n")
+    sys.stderr.flush()
+if mode == "hang":
+    time.sleep(600)
+if mode == "port-taken-once" and starts == 1:
+    sys.stderr.write("OSError: [Errno 98] Address already in use\n")
+    sys.exit(1)
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def _backend(tmp_path: Path, mode: str, **options: float) -> ProcessBackend:
+    script = tmp_path / "engine.py"
+    script.write_text(ENGINE)
+    command = EngineCommand((sys.executable, "-u", str(script), "{port}", mode, str(tmp_path)))
+    return ProcessBackend({"m": command}, poll_interval_s=0.05, **options)
+
+
+def _start(instance_id: int = 1) -> StartEngine:
+    return StartEngine(model="m", instance_id=instance_id, pod="pod-1", gpus=(0,))
+
+
+def test_stderr_tail_keeps_only_the_last_bytes() -> None:
+    tail = StderrTail(max_bytes=10)
+    for chunk in (b"abcdef", b"ghij", b"klm", b"", b"n"):
+        tail.append(chunk)
+    assert tail.bytes() == b"efghijklmn" and len(tail) == 10
+    tail.append(b"0123456789ABCDEF")
+    assert tail.bytes() == b"6789ABCDEF"
+
+
+def test_a_chatty_engine_keeps_a_bounded_stderr(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "chatty", start_timeout_s=120, stderr_tail_bytes=4096)
+        try:
+            await backend.start(_start(), 0.0)
+            for _ in range(500):  # the drain may still be reading what was written before /health
+                if backend.stderr_tail("m", 1).endswith(b"END-OF-LOG\n"):
+                    break
+                await asyncio.sleep(0.01)
+            kept = backend.stderr_tail("m", 1)
+            assert kept.endswith(b"END-OF-LOG\n") and len(kept) == 4096  # 256 KiB written
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_engine_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "hang", start_timeout_s=0.5, stop_timeout_s=5)
+        try:
+            with pytest.raises(EngineOperationError, match="not healthy within 0.5 s"):
+                await backend.start(_start(), 0.0)
+            pid = int((tmp_path / "pid").read_text())
+            assert backend.pid("m", 1) is None
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)  # terminated and reaped at once, not at gate shutdown
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_start_that_lost_its_port_is_retried_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "port-taken-once", start_timeout_s=120)
+        try:
+            answer = await backend.start(_start(), 0.0)
+            assert answer.url == backend.instance_url("m", 1)
+            assert (tmp_path / "starts").read_text() == "2"
+            assert await backend.alive("m", 1)
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
