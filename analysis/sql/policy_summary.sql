@@ -5,12 +5,20 @@
 --     (outcome ok) per second of the run.
 -- A run's window is its first request start to its last request end (per run_id); several runs
 -- of one policy x workload x seed add their counts and their windows. Requests that passed no
--- gate (the engine alone) are summarised under the policy 'none'.
+-- gate (the engine alone) are summarised under the policy 'none'. Requests whose arrival phase is
+-- in $excluded_phases (by default the ModelClaim wake scenarios') are no policy arm: left out.
 with
 
 requests as (
 
     select * from requests
+
+),
+
+policy_arms as (
+
+    select * from requests
+    where not coalesce(list_contains($excluded_phases, arrival_phase), false)
 
 ),
 
@@ -29,7 +37,7 @@ scored as (
         coalesce(outcome = 'rejected' or decision = 'rejected', false) as rejected,
         coalesce(arrival_phase = $borrow_phase, false) as borrow_arrival
 
-    from requests
+    from policy_arms
 
 ),
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from builders import Traces
 
 from restorelens.analysis import Analysis, Slo
+from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_WAKE
 
 
 def add_request(traces: Traces, *, policy: str, seed: int, start: float, ttft: float, e2e: float,
                 traffic_class: str = "interactive", outcome: str = "ok", phase: str = "return",
-                decision: str = "admitted") -> None:
+                decision: str = "admitted", workload: str = "balanced") -> None:
     trace = traces.new_trace()
     client = traces.client_request(trace, start, start + e2e, first_chunk_s=start + ttft if outcome == "ok" else None,
                                    traffic_class=traffic_class, outcome=outcome, arrival_phase=phase, seed=seed,
-                                   run_id=f"{policy}-{seed}", workload="balanced")
+                                   run_id=f"{policy}-{workload}-{seed}", workload=workload)
     status = 200 if outcome == "ok" else 429
     attempt = traces.attempt(trace, client, start, start + e2e, status=status)
     traces.gate_request(trace, attempt, start, start + e2e, status=status, policy=policy, decision=decision)
@@ -30,14 +31,14 @@ def build() -> Traces:
         add_request(traces, policy="static", seed=seed, start=40.0, ttft=0.0, e2e=0.5, outcome="rejected",
                     decision="rejected")
         add_request(traces, policy="static", seed=seed, start=50.0, ttft=1.0, e2e=50.0, traffic_class="batch",
-                    phase="borrow")
+                    phase=ARRIVAL_PHASE_BORROW)
         # lend: 50 s window; 1 interactive meets, batch borrow: 2 completed + 1 outside the phase
         add_request(traces, policy="lend", seed=seed, start=0.0, ttft=1.0, e2e=31.0)
         add_request(traces, policy="lend", seed=seed, start=1.0, ttft=2.0, e2e=3.0)
         add_request(traces, policy="lend", seed=seed, start=5.0, ttft=1.0, e2e=45.0, traffic_class="batch",
-                    phase="borrow")
+                    phase=ARRIVAL_PHASE_BORROW)
         add_request(traces, policy="lend", seed=seed, start=6.0, ttft=1.0, e2e=44.0, traffic_class="batch",
-                    phase="borrow")
+                    phase=ARRIVAL_PHASE_BORROW)
         add_request(traces, policy="lend", seed=seed, start=7.0, ttft=1.0, e2e=2.0, traffic_class="batch",
                     phase="drain")
     return traces
@@ -73,3 +74,42 @@ def test_paired_differences_subtract_the_baseline_per_seed() -> None:
     assert [round(v, 12) for v in lend_vs_static["interactive_slo_goodput_diff_rps"]] == [-0.01, -0.01]
     assert [round(v, 12) for v in lend_vs_static["batch_borrow_goodput_diff_rps"]] == [0.03, 0.03]
     assert paired.height == 4
+
+
+def add_wake_scenario(traces: Traces, *, seed: int) -> None:
+    """A ModelClaim wake scenario's requests: they pass a gate (policy fcfs) but are no MoFlux arm."""
+    add_request(traces, policy="fcfs", seed=seed, start=0.0, ttft=1.0, e2e=2.0, phase=ARRIVAL_PHASE_WAKE,
+                workload="modelclaim")
+    add_request(traces, policy="fcfs", seed=seed, start=1.0, ttft=1.0, e2e=2.0, phase=ARRIVAL_PHASE_WAKE,
+                workload="balanced")
+
+
+def test_wake_scenario_requests_are_left_out_of_the_summary_and_the_pairs() -> None:
+    traces = build()
+    for seed in (1, 2):
+        add_wake_scenario(traces, seed=seed)
+    analysis = Analysis(traces.store())
+
+    summary = analysis.policy_summary()
+    assert summary["policy"].to_list() == ["lend", "lend", "static", "static"]
+    assert summary.equals(Analysis(build().store()).policy_summary())
+    paired = analysis.paired_differences()
+    assert set(paired["policy"]) == set(paired["baseline"]) == {"lend", "static"}
+
+
+def test_excluded_phases_can_be_overridden() -> None:
+    traces = build()
+    add_wake_scenario(traces, seed=1)
+
+    everything = Analysis(traces.store(), slo=Slo(excluded_phases=())).policy_summary()
+    wake_rows = everything.filter(everything["policy"] == "fcfs")
+    assert wake_rows["workload"].to_list() == ["balanced", "modelclaim"]
+    assert wake_rows["interactive_slo_met"].to_list() == [1, 1]
+    # excluding another phase instead: the borrow-phase batch requests go, and with them the borrow goodput
+    no_borrow = Analysis(traces.store(), slo=Slo(excluded_phases=(ARRIVAL_PHASE_WAKE, ARRIVAL_PHASE_BORROW)))
+    assert no_borrow.policy_summary()["batch_borrow_arrivals"].to_list() == [0, 0, 0, 0]
+
+
+def test_the_slo_defaults_come_from_the_span_contract() -> None:
+    assert Slo().borrow_phase == ARRIVAL_PHASE_BORROW
+    assert Slo().excluded_phases == (ARRIVAL_PHASE_WAKE,)
