@@ -50,21 +50,38 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
               help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
                    "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests. "
                    "when a metric is in several views.")
-def check(db_path: str, maxima: tuple[str, ...]) -> None:
-    """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI)."""
+@click.option("--allow-empty", is_flag=True,
+              help="Let a limit with nothing to check hold (no values of its metric, e.g. an empty store or "
+                   "no such episodes). Without it, such a limit fails the check.")
+def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool) -> None:
+    """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI).
+
+    A limit must rest on at least one value: one whose metric has no values (an empty store, a
+    run that produced no such episodes, every episode censored) fails too, unless --allow-empty.
+    """
     from restorelens.analysis.limits import Violation, evaluate, parse_limit
     from restorelens.analysis.views import Analysis
 
     limits = [parse_limit(text, "--max") for text in maxima]
     with Analysis.open(db_path, materialize=True) as analysis:
         evaluations = evaluate(analysis, limits)
-    for empty in (e for e in evaluations if e.value is None):
-        click.echo(f"note: {empty.limit.name} has no values (no such episodes); the limit holds", err=True)
+    unchecked = [e for e in evaluations if e.unchecked]
+    if allow_empty:
+        for empty in unchecked:
+            click.echo(f"note: {empty.limit.name} has {empty.describe_unchecked()}; the limit holds (--allow-empty)",
+                       err=True)
+        unchecked = []
     violations = [Violation(e.limit, e.value, e.count) for e in evaluations if e.violated]  # type: ignore[arg-type]
     if violations:
         click.echo(f"{len(violations)} of {len(limits)} limits exceeded:", err=True)
         for violation in violations:
             click.echo(f"  {violation}", err=True)
+    if unchecked:
+        click.echo(f"{len(unchecked)} of {len(limits)} limits had nothing to check (--allow-empty accepts that):",
+                   err=True)
+        for empty in unchecked:
+            click.echo(f"  {empty.limit.name}: {empty.describe_unchecked()}", err=True)
+    if violations or unchecked:
         click.get_current_context().exit(1)
     click.echo(f"all {len(limits)} limits hold")
 

@@ -122,17 +122,34 @@ def parse_limit(text: str, option: str = "--max") -> Limit:
     return Limit(view=view, column=column, statistic=statistic, maximum=maximum)
 
 
+#: Short view names -> what one row is (singular, plural), for messages.
+_ROW_NOUNS = {"lending": ("lending episode", "lending episodes"), "wake": ("wake episode", "wake episodes"),
+             "requests": ("request", "requests")}
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """One limit with the statistic found (None when the metric has no values) and its sample size."""
+    """One limit with the statistic found (None when the metric has no values), its sample size
+    and the number of rows of its view."""
 
     limit: Limit
     value: float | None
     count: int
+    rows: int = 0
 
     @property
     def violated(self) -> bool:
         return self.value is not None and self.value > self.limit.maximum
+
+    @property
+    def unchecked(self) -> bool:
+        """Nothing to compare: no values of the metric (a flag: no rows), e.g. an empty store."""
+        return self.count == 0
+
+    def describe_unchecked(self) -> str:
+        """``no values in 0 wake episodes``."""
+        singular, plural = _ROW_NOUNS[self.limit.view]
+        return f"no values in {self.rows} {singular if self.rows == 1 else plural}"
 
 
 def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Evaluation]:
@@ -145,12 +162,13 @@ def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) 
         if limit.view not in frames:
             frames[limit.view] = getattr(analysis, VIEWS[limit.view])()
         value, count = statistic_of(frames[limit.view], limit.column, limit.statistic)
-        evaluations.append(Evaluation(limit=limit, value=value, count=count))
+        evaluations.append(Evaluation(limit=limit, value=value, count=count, rows=frames[limit.view].height))
     return evaluations
 
 
 def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Violation]:
-    """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0)."""
+    """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0): to
+    require data, look for ``Evaluation.unchecked`` in ``evaluate`` (what ``restorelens check`` does)."""
     return [Violation(limit=e.limit, value=e.value, count=e.count)  # type: ignore[arg-type]
             for e in evaluate(analysis, limits) if e.violated]
 

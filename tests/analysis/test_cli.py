@@ -124,12 +124,60 @@ def test_report_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> Non
         assert "Error:" in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_check_notes_a_metric_without_values_and_passes(tmp_path: Path) -> None:
+def empty_store(tmp_path: Path) -> Path:
     path = tmp_path / "empty.duckdb"
     con = duckdb.connect(str(path))
     Traces().store(con)
     con.close()
-    result = invoke("check", "--db", str(path), "--max", "overshoot_s.p95=1", "--max", "wake.censored.count=0")
+    return path
+
+
+def test_check_fails_on_an_empty_store_naming_each_limit_it_could_not_check(tmp_path: Path) -> None:
+    result = invoke("check", "--db", str(empty_store(tmp_path)), "--max", "overshoot_s.p95=1",
+                    "--max", "wake.censored.count=0")
+    assert result.exit_code == 1
+    assert "2 of 2 limits had nothing to check (--allow-empty accepts that):" in result.output
+    assert "wake.overshoot_s.p95: no values in 0 wake episodes" in result.output
+    assert "wake.censored.count: no values in 0 wake episodes" in result.output
+    assert "hold" not in result.output
+
+
+def test_check_fails_when_the_episodes_hold_no_value_of_the_metric(tmp_path: Path) -> None:
+    """One wake episode, never ready (censored): overshoot has no value, the censored count has one."""
+    traces = Traces()
+    trace = traces.new_trace()
+    client = traces.client_request(trace, 0.0, 30.0, outcome="gave_up")
+    first = traces.attempt(trace, client, 0.0, 0.125, status=503, retry_after_header="10", retry_after_s=10.0)
+    gate = traces.gate_request(trace, first, 0.03125, 0.09375, status=503, decision="not_ready", retry_after_s=10.0)
+    traces.model_wake(0.0625, 30.0, link=(trace, gate))
+    path = tmp_path / "censored.duckdb"
+    con = duckdb.connect(str(path))
+    traces.store(con)
+    con.close()
+
+    result = invoke("check", "--db", str(path), "--max", "overshoot_s.p95=1", "--max", "wake.censored.count=1",
+                    "--max", "drain_s.max=1")
+    assert result.exit_code == 1
+    assert "2 of 3 limits had nothing to check" in result.output
+    assert "wake.overshoot_s.p95: no values in 1 wake episode\n" in result.output
+    assert "lending.drain_s.max: no values in 0 lending episodes" in result.output
+    assert "censored" not in result.output.replace("(--allow-empty", "")
+
+
+def test_limits_with_values_are_not_reported_as_unchecked(tmp_path: Path) -> None:
+    path = tmp_path / "spans.duckdb"
+    build_store(path)
+    result = invoke("check", "--db", str(path), "--max", "drain_s.max=4", "--max", "requests.e2e_s.max=100")
+    # drain 4.5 s > 4; e2e has three values, all within the limit
+    assert result.exit_code == 1
+    assert "1 of 2 limits exceeded:" in result.output
+    assert "nothing to check" not in result.output
+
+
+def test_allow_empty_notes_a_metric_without_values_and_passes(tmp_path: Path) -> None:
+    result = invoke("check", "--db", str(empty_store(tmp_path)), "--allow-empty", "--max", "overshoot_s.p95=1",
+                    "--max", "wake.censored.count=0")
     assert result.exit_code == 0, result.output
-    assert "note: wake.overshoot_s.p95 has no values" in result.output
+    assert "note: wake.overshoot_s.p95 has no values in 0 wake episodes; the limit holds (--allow-empty)" \
+        in result.output
     assert "all 2 limits hold" in result.output

@@ -42,3 +42,19 @@ def test_check_counts_flags_and_compares_statistics() -> None:
     ]
     [drain] = [e for e in evaluate(analysis, {"drain_s.max": 3}) if e.limit.column == "drain_s"]
     assert (drain.value, drain.count, drain.violated) == (3.0, 1, False)
+
+
+def test_evaluate_marks_limits_with_nothing_to_check() -> None:
+    traces = Traces()
+    traces.gate_restore(0.0, 5.0, link=None, borrowed_at_return=1, grant_restored_s=None, drained_s=None)
+    analysis = Analysis(traces.store())
+
+    grant, censored, overshoot = evaluate(analysis, {"grant_restore_s.max": 1, "lending.censored.count": 1,
+                                                     "wake.overshoot_s.max": 1})
+
+    assert (grant.value, grant.count, grant.rows, grant.unchecked) == (None, 0, 1, True)
+    assert grant.describe_unchecked() == "no values in 1 lending episode"
+    assert (censored.value, censored.count, censored.unchecked) == (1.0, 1, False)
+    assert (overshoot.rows, overshoot.unchecked) == (0, True)
+    assert overshoot.describe_unchecked() == "no values in 0 wake episodes"
+    assert check(analysis, {"grant_restore_s.max": 1, "wake.overshoot_s.max": 1}) == []
