@@ -15,7 +15,7 @@ from restorelens.analysis.queries import (
     load_query,
 )
 from restorelens.analysis.report import build_report, render
-from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, percentiles_of
+from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, checked_seconds, percentiles_of
 
 __all__ = [
     "Analysis",
@@ -33,6 +33,7 @@ __all__ = [
     "Violation",
     "build_report",
     "check",
+    "checked_seconds",
     "evaluate",
     "load_query",
     "parse_limit",

@@ -13,8 +13,18 @@ _DB = click.option(
     type=click.Path(dir_okay=False),
     help="DuckDB span store (written by `restorelens collect` / `restorelens load`).",
 )
-_SLO_TTFT = click.option("--slo-ttft-s", default=5.0, show_default=True, help="Interactive SLO: TTFT limit.")
-_SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, help="Interactive SLO: e2e limit.")
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    from restorelens.analysis.views import checked_seconds
+
+    return checked_seconds(param.opts[0], value)
+
+
+_SLO_TTFT = click.option("--slo-ttft-s", default=5.0, show_default=True, callback=_seconds,
+                         help="Interactive SLO: TTFT limit.")
+_SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback=_seconds,
+                        help="Interactive SLO: e2e limit.")
 
 
 @click.command()

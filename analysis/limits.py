@@ -7,6 +7,7 @@ more than one view, ``lending.engine_schedule_s.p95=4``. ``count`` applies to th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -115,6 +116,9 @@ def parse_limit(text: str, option: str = "--max") -> Limit:
         maximum = float(number)
     except ValueError:
         raise SettingError(option, f"{text!r}: {number.strip()!r} is not a number") from None
+    if not math.isfinite(maximum):
+        # nothing exceeds inf or nan: such a limit could never fail
+        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a finite number")
     view, column = _resolve(metric, option)
     allowed = ("count",) if column in FLAGS[view] else NUMERIC_STATISTICS
     if statistic not in allowed:

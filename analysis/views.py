@@ -11,6 +11,7 @@ layers as temporary views on the connection (nothing is written to the store) an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_WAKE
 
-__all__ = ["GROUP_ALIASES", "STATISTICS", "Analysis", "Slo"]
+__all__ = ["GROUP_ALIASES", "STATISTICS", "Analysis", "Slo", "checked_seconds"]
 
 #: The statistics ``percentiles`` computes for each metric (linear interpolation between ranks).
 STATISTICS = ("p50", "p90", "p95", "p99", "max")
@@ -60,9 +61,22 @@ class Slo:
     borrow_phase: str = ARRIVAL_PHASE_BORROW
     excluded_phases: tuple[str, ...] = (ARRIVAL_PHASE_WAKE,)
 
+    def __post_init__(self) -> None:
+        # NaN compares false with everything (DuckDB orders it above all values): every request
+        # would meet the SLO; a negative limit none.
+        checked_seconds("Slo.ttft_s", self.ttft_s)
+        checked_seconds("Slo.e2e_s", self.e2e_s)
+
     def parameters(self) -> dict[str, Any]:
         return {"slo_ttft_s": self.ttft_s, "slo_e2e_s": self.e2e_s, "borrow_phase": self.borrow_phase,
                 "excluded_phases": list(self.excluded_phases)}
+
+
+def checked_seconds(setting: str, value: float) -> float:
+    """``value`` if it is a finite duration >= 0, else a ``SettingError`` naming ``setting``."""
+    if not math.isfinite(value) or value < 0:
+        raise SettingError(setting, f"must be a finite number of seconds >= 0, got {value:g}")
+    return value
 
 
 class Analysis:

@@ -78,7 +78,8 @@ def test_check_asks_to_qualify_a_metric_present_in_several_views(store: Path) ->
     assert "lending.engine_schedule_s" in result.output and "wake.engine_schedule_s" in result.output
 
 
-@pytest.mark.parametrize("text", ["overshoot_s.p95", "overshoot_s=1", "overshoot_s.p95=fast", "overshoot_s.p42=1"])
+@pytest.mark.parametrize("text", ["overshoot_s.p95", "overshoot_s=1", "overshoot_s.p95=fast", "overshoot_s.p42=1",
+                                  "drain_s.p95=nan", "drain_s.p95=inf", "drain_s.max=-inf"])
 def test_a_malformed_max_names_the_option(store: Path, text: str) -> None:
     result = invoke("check", "--db", str(store), "--max", text)
     assert result.exit_code == 1
@@ -105,6 +106,14 @@ def test_report_text_formats_show_the_sections(store: Path, fmt: str) -> None:
     assert result.exit_code == 0, result.output
     assert "overshoot_s" in result.output and "6.06" in result.output
     assert "drain_s" not in result.output
+
+
+@pytest.mark.parametrize(("option", "value"), [("--slo-ttft-s", "nan"), ("--slo-ttft-s", "-5"),
+                                             ("--slo-ttft-s", "inf"), ("--slo-e2e-s", "nan"), ("--slo-e2e-s", "-0.5")])
+def test_report_rejects_an_slo_that_is_not_a_duration(store: Path, option: str, value: str) -> None:
+    result = invoke("report", "--db", str(store), option, value)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: setting {option}: must be a finite number of seconds >= 0, got {value}"
 
 
 def test_report_on_a_missing_store_is_one_line(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ def test_parse_resolves_unique_names_and_qualified_ones() -> None:
     ("wake.censored.p95=0", "not one of count"),
     ("drain_s.count=0", "not one of p50"),
     ("drain_s.p95=x", "is not a number"),
+    ("drain_s.p95=nan", "not a finite number"),
+    ("drain_s.p95=inf", "not a finite number"),
 ])
 def test_parse_errors_name_the_problem(text: str, message: str) -> None:
     with pytest.raises(SettingError, match=message):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import Traces
 
 from restorelens.analysis import Analysis, Slo
+from restorelens.errors import SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_WAKE
 
 
@@ -113,3 +115,11 @@ def test_excluded_phases_can_be_overridden() -> None:
 def test_the_slo_defaults_come_from_the_span_contract() -> None:
     assert Slo().borrow_phase == ARRIVAL_PHASE_BORROW
     assert Slo().excluded_phases == (ARRIVAL_PHASE_WAKE,)
+
+
+
+@pytest.mark.parametrize("field", ["ttft_s", "e2e_s"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_an_slo_must_be_a_finite_non_negative_duration(field: str, value: float) -> None:
+    with pytest.raises(SettingError, match=f"setting Slo.{field}: must be a finite number of seconds >= 0"):
+        Slo(**{field: value})
