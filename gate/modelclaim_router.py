@@ -62,6 +62,8 @@ class ModelClaimRouter:
         self.core = core
         self.backend = backend
         self.clock = clock or WallClock()
+        # Deadlines are clock seconds, asyncio waits real ones; a ScaledClock runs time_scale x the wall.
+        self._real_s_per_clock_s = 1.0 / getattr(self.clock, "time_scale", 1.0)
         self.admin_token = admin_token
         self.health_interval_s = health_interval_s
         self._lock = threading.Lock()  # the prometheus scrape may run on another thread
@@ -220,7 +222,7 @@ class ModelClaimRouter:
                 answer = await call(action, now_s)  # type: ignore[arg-type]
                 wait_s = answer.ready_at_s - self.clock.now_s()
                 if wait_s > 0:  # an in-process engine answers ahead of time
-                    await asyncio.sleep(wait_s)
+                    await asyncio.sleep(wait_s * self._real_s_per_clock_s)
                 observed_s = self.clock.now_s()
                 with self._lock:
                     follow = self.core.on_engine_ready(
@@ -253,7 +255,7 @@ class ModelClaimRouter:
             wait_s = min(next_health_s, deadline_s if deadline_s is not None else next_health_s) - now_s
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait_s)
+                    await asyncio.wait_for(self._changed.wait(), wait_s * self._real_s_per_clock_s)
             if self._stopping:
                 return
             now_s = self.clock.now_s()

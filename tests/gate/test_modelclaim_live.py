@@ -12,6 +12,7 @@ from collections.abc import Callable
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from restorelens.gate.modelclaim_backends import FixedLatencyEngine, InProcessBackend
 from restorelens.gate.modelclaim_core import ModelClaimCore
 from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
 from restorelens.gate.modelclaim_policy import PoolPolicy
@@ -19,6 +20,7 @@ from restorelens.gate.modelclaim_process_backend import EngineCommand, ProcessBa
 from restorelens.gate.modelclaim_router import ModelClaimRouter
 from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
 from restorelens.gate.routing import NotReady, Routed
+from restorelens.loadgen.timebase import ScaledClock
 from restorelens.sim.app import create_app
 from restorelens.spans import (
     ATTR_MODELCLAIM_WAKE_PATH,
@@ -114,3 +116,23 @@ def test_process_backend_cold_start_then_stop(tracer_provider, span_exporter) ->
         pass
     else:
         raise AssertionError(f"engine process {pids[0]} still runs after stop()")
+
+
+def test_lifecycle_waits_run_on_the_router_clock_not_the_wall() -> None:
+    """A 60-s cold start and a 120-s idle sleep under a clock 600x the wall: 0.1 s and 0.2 s real."""
+    clock = ScaledClock(600.0)
+    core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
+                          PoolPolicy(sleep_after_s=120))
+    backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=60.0, wake_s=4.0, sleep_s=0.5))
+    router = ModelClaimRouter(core, backend, clock=clock, health_interval_s=3600)
+
+    async def scenario() -> None:
+        await router.start()
+        try:
+            # Slept in clock seconds as real ones, these would take 60 s and 120 s: past until()'s 20 s.
+            await until(lambda: router.core.status("m").phase == "Active", "the cold start")
+            await until(lambda: router.core.status("m").phase == "Sleeping", "the idle sleep")
+        finally:
+            await router.stop()
+
+    asyncio.run(scenario())
