@@ -15,12 +15,15 @@ their totals are compared to make sure the two decompositions agree.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
 import duckdb
 import polars as pl
+from opentelemetry.sdk.resources import SERVICE_NAME
 
+from restorelens import spans as S
 from restorelens.analysis import Analysis
 from restorelens.collector.schema import create_schema
 
@@ -28,7 +31,9 @@ SPANS_PER_UNIT = 16
 BASE_NS = 1_767_225_600 * 1_000_000_000
 
 # Synthetic traces in the otel_traces layout. Offsets in nanoseconds within a unit; each unit is
-# shifted by $unit_ns so episodes do not overlap. Ids are hex of the unit number.
+# shifted by $unit_ns so episodes do not overlap. Ids are hex of the unit number. Span names,
+# attribute keys and event names are bound as parameters named after their restorelens.spans
+# constant ($span_client_request is SPAN_CLIENT_REQUEST), so a renamed span renames them here too.
 GENERATE_SQL = """
 insert into otel_traces
 with units as (
@@ -43,69 +48,71 @@ with units as (
 ),
 spans as (
     -- lending: returning request trace (client, attempt, gate, upstream POST, engine) + restore
-    select u, 'a' || h || h as tr, 'c1' || h as id, '' as par, 'client.request' as name, 'Internal' as kind,
+    select u, 'a' || h || h as tr, 'c1' || h as id, '' as par, $span_client_request as name, 'Internal' as kind,
            t as s, t + 10_000_000_000 as e,
-           map(['restore.request_id','restore.traffic_class','restore.outcome','restore.workload','restore.seed',
-                'restore.run_id','restore.arrival_phase','gen_ai.request.model'],
+           map([$attr_request_id, $attr_traffic_class, $attr_outcome, $attr_workload, $attr_seed,
+                $attr_run_id, $attr_arrival_phase, $attr_gen_ai_request_model],
                ['r' || h, 'interactive', 'ok', workload, seed::varchar, 'run', 'return', 'tiny']) as attrs,
-           ['response.first_chunk'] as ev_names, [t + 4_900_000_000] as ev_ts,
+           [$event_response_first_chunk] as ev_names, [t + 4_900_000_000] as ev_ts,
            []::varchar[] as link_tr, []::varchar[] as link_id
     from units
-    union all select u, 'a'||h||h, 'p1'||h, 'c1'||h, 'POST', 'Client', t, t + 10_000_000_000,
-           map(['http.response.status_code'], ['200']), [], [], [], [] from units
-    union all select u, 'a'||h||h, 'g1'||h, 'p1'||h, 'gate.request', 'Server', t + 62_500_000, t + 9_900_000_000,
-           map(['restore.request_id','gate.policy','gate.decision','gate.slot','http.response.status_code'],
+    union all select u, 'a'||h||h, 'p1'||h, 'c1'||h, $span_http_post, 'Client', t, t + 10_000_000_000,
+           map([$attr_http_status_code], ['200']), [], [], [], [] from units
+    union all select u, 'a'||h||h, 'g1'||h, 'p1'||h, $span_gate_request, 'Server', t + 62_500_000, t + 9_900_000_000,
+           map([$attr_request_id, $attr_gate_policy, $attr_gate_decision, $attr_gate_slot, $attr_http_status_code],
                ['r' || h, policy, 'admitted', 'own', '200']),
-           ['grant.acquired'], [t + 1_000_000_000], [], [] from units
-    union all select u, 'a'||h||h, 'q1'||h, 'g1'||h, 'POST', 'Client', t + 1_000_000_000, t + 9_800_000_000,
-           map(['http.response.status_code'], ['200']), [], [], [], [] from units
-    union all select u, 'a'||h||h, 'e1'||h, 'q1'||h, 'llm_request', 'Server', t + 1_125_000_000, t + 9_125_000_000,
-           map(['gen_ai.latency.time_in_queue','gen_ai.latency.time_to_first_token','gen_ai.latency.e2e',
-                'gen_ai.usage.prompt_tokens','gen_ai.usage.completion_tokens','gen_ai.request.id'],
+           [$event_grant_acquired], [t + 1_000_000_000], [], [] from units
+    union all select u, 'a'||h||h, 'q1'||h, 'g1'||h, $span_http_post, 'Client', t + 1_000_000_000, t + 9_800_000_000,
+           map([$attr_http_status_code], ['200']), [], [], [], [] from units
+    union all select u, 'a'||h||h, 'e1'||h, 'q1'||h, $span_llm_request, 'Server', t + 1_125_000_000, t + 9_125_000_000,
+           map([$attr_latency_time_in_queue, $attr_latency_time_to_first_token, $attr_latency_e2e,
+                $attr_usage_prompt_tokens, $attr_usage_completion_tokens, $attr_gen_ai_request_id],
                [(3.5 + (u % 7) / 8)::varchar, '3.75', '8.0', '16', '32', 'x' || h]), [], [], [], [] from units
-    union all select u, 'b'||h||h, 'rs'||h, '', 'gate.restore', 'Internal', t + 62_500_000, t + 4_562_500_000,
-           map(['gate.policy','gate.borrowed_at_return'], [policy, (u % 3)::varchar]),
-           ['grant.restored','borrowed.drained'], [t + 1_062_500_000, t + 4_562_500_000],
+    union all select u, 'b'||h||h, 'rs'||h, '', $span_gate_restore, 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map([$attr_gate_policy, $attr_gate_borrowed_at_return], [policy, (u % 3)::varchar]),
+           [$event_grant_restored, $event_borrowed_drained], [t + 1_062_500_000, t + 4_562_500_000],
            ['a'||h||h], ['g1'||h] from units
     -- wake: 503 attempt + retry served, in one client trace; the wake span links the first gate.request
-    union all select u, 'c'||h||h, 'c2'||h, '', 'client.request', 'Internal', t, t + 12_000_000_000,
-           map(['restore.request_id','restore.traffic_class','restore.outcome','restore.workload','restore.seed',
-                'restore.run_id','restore.arrival_phase','restore.retry_policy','gen_ai.request.model'],
+    union all select u, 'c'||h||h, 'c2'||h, '', $span_client_request, 'Internal', t, t + 12_000_000_000,
+           map([$attr_request_id, $attr_traffic_class, $attr_outcome, $attr_workload, $attr_seed,
+                $attr_run_id, $attr_arrival_phase, $attr_retry_policy, $attr_gen_ai_request_model],
                ['w' || h, 'batch', 'ok', workload, seed::varchar, 'run', 'borrow', 'honour-retry-after', 'tiny']),
-           ['response.first_chunk'], [t + 10_812_500_000], [], [] from units
-    union all select u, 'c'||h||h, 'p2'||h, 'c2'||h, 'POST', 'Client', t, t + 125_000_000,
-           map(['http.response.status_code','http.response.header.retry-after','restore.retry_after_s'],
+           [$event_response_first_chunk], [t + 10_812_500_000], [], [] from units
+    union all select u, 'c'||h||h, 'p2'||h, 'c2'||h, $span_http_post, 'Client', t, t + 125_000_000,
+           map([$attr_http_status_code, $attr_http_retry_after, $attr_retry_after_s],
                ['503', '["10"]', '10']), [], [], [], [] from units
-    union all select u, 'c'||h||h, 'g2'||h, 'p2'||h, 'gate.request', 'Server', t + 31_250_000, t + 93_750_000,
-           map(['restore.request_id','gate.policy','gate.decision','http.response.status_code','restore.retry_after_s'],
+    union all select u, 'c'||h||h, 'g2'||h, 'p2'||h, $span_gate_request, 'Server', t + 31_250_000, t + 93_750_000,
+           map([$attr_request_id, $attr_gate_policy, $attr_gate_decision, $attr_http_status_code, $attr_retry_after_s],
                ['w' || h, policy, 'not_ready', '503', '10']), [], [], [], [] from units
-    union all select u, 'c'||h||h, 'p3'||h, 'c2'||h, 'POST', 'Client', t + 10_125_000_000, t + 12_000_000_000,
-           map(['http.response.status_code','http.request.resend_count'], ['200', '1']), [], [], [], [] from units
-    union all select u, 'c'||h||h, 'g3'||h, 'p3'||h, 'gate.request', 'Server', t + 10_156_250_000, t + 11_900_000_000,
-           map(['restore.request_id','gate.policy','gate.decision','gate.slot','http.response.status_code'],
+    union all select u, 'c'||h||h, 'p3'||h, 'c2'||h, $span_http_post, 'Client', t + 10_125_000_000, t + 12_000_000_000,
+           map([$attr_http_status_code, $attr_http_resend_count], ['200', '1']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'g3'||h, 'p3'||h, $span_gate_request, 'Server',
+           t + 10_156_250_000, t + 11_900_000_000,
+           map([$attr_request_id, $attr_gate_policy, $attr_gate_decision, $attr_gate_slot, $attr_http_status_code],
                ['w' || h, policy, 'admitted', 'borrowed', '200']), [], [], [], [] from units
-    union all select u, 'c'||h||h, 'q3'||h, 'g3'||h, 'POST', 'Client', t + 10_187_500_000, t + 11_800_000_000,
-           map(['http.response.status_code'], ['200']), [], [], [], [] from units
-    union all select u, 'c'||h||h, 'e3'||h, 'q3'||h, 'llm_request', 'Server', t + 10_250_000_000, t + 11_750_000_000,
-           map(['gen_ai.latency.time_in_queue','gen_ai.latency.time_to_first_token','gen_ai.latency.e2e',
-                'gen_ai.usage.prompt_tokens','gen_ai.usage.completion_tokens','gen_ai.request.id'],
+    union all select u, 'c'||h||h, 'q3'||h, 'g3'||h, $span_http_post, 'Client', t + 10_187_500_000, t + 11_800_000_000,
+           map([$attr_http_status_code], ['200']), [], [], [], [] from units
+    union all select u, 'c'||h||h, 'e3'||h, 'q3'||h, $span_llm_request, 'Server',
+           t + 10_250_000_000, t + 11_750_000_000,
+           map([$attr_latency_time_in_queue, $attr_latency_time_to_first_token, $attr_latency_e2e,
+                $attr_usage_prompt_tokens, $attr_usage_completion_tokens, $attr_gen_ai_request_id],
                ['0.125', '0.5', '1.5', '1600', '64', 'y' || h]), [], [], [], [] from units
-    union all select u, 'd'||h||h, 'wk'||h, '', 'modelclaim.wake', 'Internal', t + 62_500_000, t + 4_562_500_000,
-           map(['gen_ai.request.model','modelclaim.wake_path','modelclaim.pod'],
+    union all select u, 'd'||h||h, 'wk'||h, '', $span_modelclaim_wake, 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map([$attr_gen_ai_request_model, $attr_modelclaim_wake_path, $attr_modelclaim_pod],
                ['tiny', ['in-place','make-room','move','cold-start'][1 + u % 4], 'pod-a']),
-           ['engine.wake_called','engine.ready','ready.observed'],
+           [$event_engine_wake_called, $event_engine_ready, $event_ready_observed],
            [t + 62_500_000, t + 4_062_500_000 + (u % 5) * 250_000_000, t + 4_562_500_000 + (u % 5) * 250_000_000],
            ['c'||h||h], ['g2'||h] from units
-    union all select u, 'e'||h||h, 's1'||h, '', 'modelclaim.state', 'Internal', t, t + 62_500_000,
-           map(['gen_ai.request.model','modelclaim.phase','modelclaim.reason','modelclaim.pod'],
+    union all select u, 'e'||h||h, 's1'||h, '', $span_modelclaim_state, 'Internal', t, t + 62_500_000,
+           map([$attr_gen_ai_request_model, $attr_modelclaim_phase, $attr_modelclaim_reason, $attr_modelclaim_pod],
                ['m' || (u % 50), 'Sleeping', 'EngineSleeping', 'pod-a']), [], [], [], [] from units
-    union all select u, 'e'||h||h, 's2'||h, '', 'modelclaim.state', 'Internal', t + 62_500_000, t + 4_562_500_000,
-           map(['gen_ai.request.model','modelclaim.phase','modelclaim.reason','modelclaim.pod'],
+    union all select u, 'e'||h||h, 's2'||h, '', $span_modelclaim_state, 'Internal', t + 62_500_000, t + 4_562_500_000,
+           map([$attr_gen_ai_request_model, $attr_modelclaim_phase, $attr_modelclaim_reason, $attr_modelclaim_pod],
                ['m' || (u % 50), 'Activating', 'EngineWaking', 'pod-a']), [], [], [], [] from units
 )
 select
     make_timestamp_ns(s), tr, id, par, '', name, kind, 'svc',
-    map(['service.name'], ['svc']), 'bench', '', attrs, (e - s)::ubigint, 'Unset', '',
+    map([$resource_service_name], ['svc']), 'bench', '', attrs, (e - s)::ubigint, 'Unset', '',
     list_transform(ev_ts, lambda x: make_timestamp_ns(x)), ev_names,
     list_transform(ev_names, lambda x: map([]::varchar[], []::varchar[])),
     link_tr, link_id, list_transform(link_id, lambda x: ''),
@@ -116,10 +123,23 @@ from spans
 PUBLIC = ("requests", "attempts", "lending_episodes", "wake_episodes", "lifecycle_intervals")
 
 
+#: Parameter name -> the span-contract name it stands for.
+CONTRACT_NAMES = {
+    name.lower(): value
+    for name, value in {**S.span_names(), **S.attribute_keys(), **S.event_names()}.items()
+} | {"resource_service_name": SERVICE_NAME}
+
+
+def name_parameters(sql: str) -> dict[str, str]:
+    """The contract names ``sql`` uses, by parameter name (DuckDB refuses parameters a query lacks)."""
+    return {name: CONTRACT_NAMES[name] for name in re.findall(r"\$([a-z0-9_]+)", sql) if name in CONTRACT_NAMES}
+
+
 def generate(con: duckdb.DuckDBPyConnection, spans: int) -> int:
     create_schema(con)
     units = max(1, spans // SPANS_PER_UNIT)
-    con.execute(GENERATE_SQL, {"units": units, "base_ns": BASE_NS, "unit_ns": 20_000_000_000})
+    parameters = {"units": units, "base_ns": BASE_NS, "unit_ns": 20_000_000_000, **name_parameters(GENERATE_SQL)}
+    con.execute(GENERATE_SQL, parameters)
     return units * SPANS_PER_UNIT
 
 
@@ -148,36 +168,37 @@ def _base(spans: pl.DataFrame, name: str, *extra: pl.Expr) -> pl.DataFrame:
     )
 
 
-def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: float = 30.0) -> dict[str, pl.DataFrame]:
+def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: float = 30.0,
+                     excluded_phases: tuple[str, ...] = (S.ARRIVAL_PHASE_WAKE,)) -> dict[str, pl.DataFrame]:
     """The layers of analysis/sql, written with polars expressions (same joins, same metrics)."""
     clients = _base(
-        spans, "client.request",
-        _event_ns("response.first_chunk").alias("first_chunk_ns"),
-        _attr("restore.request_id").alias("request_id"), _attr("restore.run_id").alias("run_id"),
-        _attr("restore.workload").alias("workload"), _attr("restore.seed", pl.Int64).alias("seed"),
-        _attr("restore.traffic_class").alias("traffic_class"), _attr("restore.outcome").alias("outcome"),
-        _attr("restore.arrival_phase").alias("arrival_phase"), _attr("restore.retry_policy").alias("retry_policy"),
+        spans, S.SPAN_CLIENT_REQUEST,
+        _event_ns(S.EVENT_RESPONSE_FIRST_CHUNK).alias("first_chunk_ns"),
+        _attr(S.ATTR_REQUEST_ID).alias("request_id"), _attr(S.ATTR_RUN_ID).alias("run_id"),
+        _attr(S.ATTR_WORKLOAD).alias("workload"), _attr(S.ATTR_SEED, pl.Int64).alias("seed"),
+        _attr(S.ATTR_TRAFFIC_CLASS).alias("traffic_class"), _attr(S.ATTR_OUTCOME).alias("outcome"),
+        _attr(S.ATTR_ARRIVAL_PHASE).alias("arrival_phase"), _attr(S.ATTR_RETRY_POLICY).alias("retry_policy"),
     )
-    raw_retry_after = _attr("http.response.header.retry-after").str.json_path_match("$[0]")
+    raw_retry_after = _attr(S.ATTR_HTTP_RETRY_AFTER).str.json_path_match("$[0]")
     posts = _base(
-        spans, "POST",
-        _attr("http.response.status_code", pl.Int64).alias("status_code"),
-        pl.coalesce(_attr("restore.retry_after_s", pl.Float64), raw_retry_after.cast(pl.Float64, strict=False))
+        spans, S.SPAN_HTTP_POST,
+        _attr(S.ATTR_HTTP_STATUS_CODE, pl.Int64).alias("status_code"),
+        pl.coalesce(_attr(S.ATTR_RETRY_AFTER_S, pl.Float64), raw_retry_after.cast(pl.Float64, strict=False))
         .alias("retry_after_s"),
     )
     gates = _base(
-        spans, "gate.request",
-        _event_ns("upstream.first_byte").alias("upstream_first_byte_ns"),
-        _attr("gate.policy").alias("policy"), _attr("gate.decision").alias("decision"),
-        _attr("http.response.status_code", pl.Int64).alias("gate_status_code"),
-        _attr("restore.retry_after_s", pl.Float64).alias("gate_retry_after_s"),
-        _attr("restore.request_id").alias("gate_request_id"),
+        spans, S.SPAN_GATE_REQUEST,
+        _event_ns(S.EVENT_UPSTREAM_FIRST_BYTE).alias("upstream_first_byte_ns"),
+        _attr(S.ATTR_GATE_POLICY).alias("policy"), _attr(S.ATTR_GATE_DECISION).alias("decision"),
+        _attr(S.ATTR_HTTP_STATUS_CODE, pl.Int64).alias("gate_status_code"),
+        _attr(S.ATTR_RETRY_AFTER_S, pl.Float64).alias("gate_retry_after_s"),
+        _attr(S.ATTR_REQUEST_ID).alias("gate_request_id"),
     )
-    queue_s = _attr("gen_ai.latency.time_in_queue", pl.Float64)
-    ttft_s = _attr("gen_ai.latency.time_to_first_token", pl.Float64)
+    queue_s = _attr(S.ATTR_LATENCY_TIME_IN_QUEUE, pl.Float64)
+    ttft_s = _attr(S.ATTR_LATENCY_TIME_TO_FIRST_TOKEN, pl.Float64)
     start = pl.col("Timestamp").cast(pl.Int64)
     engines = _base(
-        spans.filter(pl.col("SpanName") == "llm_request"), "llm_request",
+        spans.filter(pl.col("SpanName") == S.SPAN_LLM_REQUEST), S.SPAN_LLM_REQUEST,
         (start + (queue_s * 1e9).round().cast(pl.Int64)).alias("engine_scheduled_ns"),
         (start + (ttft_s * 1e9).round().cast(pl.Int64)).alias("engine_first_token_ns"),
     ).rename({"start_ns": "engine_arrival_ns", "span_id": "engine_span_id"})
@@ -240,9 +261,11 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
     )
 
     restores = _base(
-        spans, "gate.restore",
-        _event_ns("grant.restored").alias("grant_restored_ns"), _event_ns("borrowed.drained").alias("drained_ns"),
-        _attr("gate.borrowed_at_return", pl.Int64).alias("borrowed_at_return"), _attr("gate.policy").alias("policy"),
+        spans, S.SPAN_GATE_RESTORE,
+        _event_ns(S.EVENT_GRANT_RESTORED).alias("grant_restored_ns"),
+        _event_ns(S.EVENT_BORROWED_DRAINED).alias("drained_ns"),
+        _attr(S.ATTR_GATE_BORROWED_AT_RETURN, pl.Int64).alias("borrowed_at_return"),
+        _attr(S.ATTR_GATE_POLICY).alias("policy"),
         pl.col("Links.TraceId").list.first().alias("returning_trace_id"),
         pl.col("Links.SpanId").list.first().alias("returning_span_id"),
     )
@@ -260,9 +283,9 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
     )
 
     wakes = _base(
-        spans, "modelclaim.wake",
-        _event_ns("engine.ready").alias("ready_ns"), _event_ns("ready.observed").alias("observed_ns"),
-        _attr("modelclaim.wake_path").alias("wake_path"),
+        spans, S.SPAN_MODELCLAIM_WAKE,
+        _event_ns(S.EVENT_ENGINE_READY).alias("ready_ns"), _event_ns(S.EVENT_READY_OBSERVED).alias("observed_ns"),
+        _attr(S.ATTR_MODELCLAIM_WAKE_PATH).alias("wake_path"),
         pl.col("Links.TraceId").list.first().alias("trigger_trace_id"),
         pl.col("Links.SpanId").list.first().alias("trigger_span_id"),
     )
@@ -298,14 +321,14 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("first_token_ns") - pl.col("t0_ns")) / 1e9).alias("total_s"),
     )
 
-    states = _base(spans, "modelclaim.state", _attr("gen_ai.request.model").alias("model"),
-                   _attr("modelclaim.phase").alias("phase"))
+    states = _base(spans, S.SPAN_MODELCLAIM_STATE, _attr(S.ATTR_GEN_AI_REQUEST_MODEL).alias("model"),
+                   _attr(S.ATTR_MODELCLAIM_PHASE).alias("phase"))
     lifecycle = states.sort("model", "start_ns", "end_ns").with_columns(
         ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("duration_s"),
         pl.int_range(1, pl.len() + 1).over("model").alias("interval_index"),
     )
 
-    scored = requests.with_columns(
+    scored = requests.filter(~pl.col("arrival_phase").is_in(excluded_phases).fill_null(False)).with_columns(
         pl.col("policy").fill_null("none"),
         ((pl.col("outcome") == "ok") & (pl.col("ttft_s") <= slo_ttft_s) & (pl.col("e2e_s") <= slo_e2e_s))
         .fill_null(False).alias("meets_slo"),
@@ -313,7 +336,8 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
     runs = scored.group_by("policy", "workload", "seed", "run_id").agg(
         ((pl.col("end_ns").max() - pl.col("start_ns").min()) / 1e9).alias("window_s"),
         ((pl.col("traffic_class") == "interactive") & pl.col("meets_slo")).sum().alias("interactive_slo_met"),
-        ((pl.col("traffic_class") == "batch") & (pl.col("arrival_phase") == "borrow") & (pl.col("outcome") == "ok"))
+        ((pl.col("traffic_class") == "batch") & (pl.col("arrival_phase") == S.ARRIVAL_PHASE_BORROW)
+         & (pl.col("outcome") == "ok"))
         .sum().alias("batch_borrow_completed"),
     )
     summary = runs.group_by("policy", "workload", "seed").agg(
