@@ -65,6 +65,7 @@ final as (
         timed."Events.Name" as event_names,
         list_transform(
             timed."Events.Timestamp",
+            -- each event's offset from the trace's first span start: nanoseconds -> seconds
             lambda event_time: (epoch_ns(event_time) - timed.trace_start_ns) / 1e9
         ) as event_offsets_s,
         timed."Links.TraceId" as link_trace_ids,

@@ -51,3 +51,23 @@ def test_names_come_from_the_span_contract_and_casts_follow_its_types(name: str)
     for key in re.findall(r"(?<!try_cast\()\"SpanAttributes\"\['([^']+)'\](?! as)", sql):
         declared = spans.ATTRIBUTE_TYPES[key]
         assert declared in (spans.STRING, spans.STRING_ARRAY), f"{name}.sql reads {declared} {key} uncast"
+
+
+_CONVERSION_COMMENT = re.compile(r"--.*(seconds|ns -> s)")
+
+
+@pytest.mark.parametrize("name", SQL_FILES)
+def test_every_unit_conversion_is_commented(name: str) -> None:
+    """A `1e9` follows a comment naming the conversion (at most two lines up), or an "all
+    durations" comment earlier in the same CTE."""
+    lines = load_query(name).sql.splitlines()
+    all_durations = False
+    for number, line in enumerate(lines):
+        code = line.split("--")[0]
+        if line.startswith(")"):
+            all_durations = False
+        if re.search(r"--.*all durations", line):
+            all_durations = True
+        if "1e9" in code and not all_durations:
+            above = lines[max(0, number - 2):number]
+            assert any(_CONVERSION_COMMENT.search(text) for text in above), f"{name}.sql:{number + 1}: {line.strip()}"
