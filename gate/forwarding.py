@@ -1,0 +1,145 @@
+"""Forwarding one admitted request to its engine and streaming the answer back, chunk by chunk.
+
+Traced: through the instrumented httpx transport (it makes the attempt span and sends the
+traceparent). Untraced: straight to the connection pool with prepared bytes, no httpx models.
+Engine failures become the gate's 502/504 answers and are counted by kind.
+"""
+
+from __future__ import annotations
+
+import httpx
+from opentelemetry import context, trace
+from opentelemetry.trace import Span, Status, StatusCode
+
+from restorelens import spans as S
+from restorelens.clock import Clock
+
+from .gate_spans import GateSpans
+from .proxy_asgi import DisconnectWatch, GateAnswer, Scope, Send
+from .upstream_transport import Origin, UpstreamTransport, origin_of, request_bytes
+
+__all__ = ["UpstreamForwarder"]
+
+_HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
+     b"transfer-encoding", b"upgrade", b"host", b"content-length"}
+)
+_HOP_BY_HOP_ANSWER = _HOP_BY_HOP - {b"content-length"}
+_URL_CACHE_SIZE = 256
+
+
+class UpstreamForwarder:
+    """Sends requests to engine base URLs; ``upstream_errors`` counts refused, timed-out and broken ones."""
+
+    def __init__(
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport,
+        upstream: UpstreamTransport,
+        timeout: httpx.Timeout,
+        emitter: GateSpans,
+        clock: Clock,
+        tracing: bool,
+    ) -> None:
+        self.transport = transport  # the instrumented one when tracing
+        self.upstream = upstream  # the pool itself: the untraced path skips httpx's request/response models
+        self.timeout_extension = timeout.as_dict()
+        self.emitter = emitter
+        self.clock = clock
+        self.tracing = tracing
+        self._urls: dict[str, httpx.URL] = {}
+        self._raw_routes: dict[str, tuple[Origin, bytes, bytes]] = {}
+        self.upstream_errors: dict[str, int] = {"refused": 0, "timeout": 0, "broken": 0}
+
+    async def forward(
+        self, scope: Scope, send: Send, headers: list[tuple[bytes, bytes]], body: bytes, upstream: str,
+        span: Span, watch: DisconnectWatch,
+    ) -> int:
+        target = upstream + scope["path"]
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        out_headers = [(k, v) for k, v in headers if k not in _HOP_BY_HOP]
+        try:
+            if self.tracing:
+                status, answer_headers, stream = await self._send_traced(scope["method"], target, out_headers, body, span)
+            else:
+                origin, raw_path, host = self._route_bytes(target)
+                data = request_bytes(scope["method"].encode("ascii"), raw_path, host, out_headers, body)
+                status, answer_headers, stream = await self.upstream.exchange(origin, data, self.timeout_extension)
+        except httpx.TimeoutException as exc:
+            self.upstream_errors["timeout"] += 1
+            _record_failure(span, exc)
+            raise GateAnswer(504, "upstream engine timed out", "upstream_timeout") from None
+        except httpx.TransportError as exc:
+            self.upstream_errors["refused"] += 1
+            _record_failure(span, exc)
+            raise GateAnswer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+        try:
+            self.emitter.first_byte(span, self.clock.now_s())
+            await send({
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(k, v) for k, v in answer_headers if k.lower() not in _HOP_BY_HOP_ANSWER],
+            })
+            async for chunk in stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            # Completing the answer makes receive() say disconnect: not a client leaving.
+            watch.finished = True
+            await send({"type": "http.response.body", "body": b""})
+        except httpx.HTTPError as exc:
+            # Headers are gone already: the client sees a cut stream; the span says why.
+            self.upstream_errors["broken"] += 1
+            span.set_attribute(S.ATTR_ERROR_TYPE, type(exc).__name__)
+        finally:
+            watch.finished = True
+            await stream.aclose()
+        return status
+
+    async def _send_traced(
+        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes, span: Span
+    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
+        """Through the instrumented transport, which makes the attempt span and sends its traceparent.
+
+        Straight to the transport: AsyncClient.send would add default headers, cookies, auth and
+        redirect handling a proxy must not apply.
+        """
+        url = self._url(target)
+        # stream= with our own Host and Content-Length: a third of the cost of content= (which
+        # re-derives those headers and copies the body into a fresh stream).
+        request = httpx.Request(
+            method, url, headers=[*headers, (b"host", url.netloc), (b"content-length", str(len(body)).encode("ascii"))],
+            stream=httpx.ByteStream(body), extensions={"timeout": self.timeout_extension},
+        )
+        # The gate span is the current span while the instrumented transport opens its attempt span.
+        token = context.attach(trace.set_span_in_context(span))
+        try:
+            response = await self.transport.handle_async_request(request)
+        finally:
+            context.detach(token)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        return response.status_code, response.headers.raw, stream
+
+    def _url(self, target: str) -> httpx.URL:
+        url = self._urls.get(target)
+        if url is None:
+            url = httpx.URL(target)  # parsing is costly; the targets are few
+            if len(self._urls) < _URL_CACHE_SIZE:
+                self._urls[target] = url
+        return url
+
+    def _route_bytes(self, target: str) -> tuple[Origin, bytes, bytes]:
+        """(origin, request target, Host header) for an upstream URL; cached like the URLs."""
+        route = self._raw_routes.get(target)
+        if route is None:
+            url = self._url(target)
+            route = (origin_of(url), url.raw_path, url.netloc)
+            if len(self._raw_routes) < _URL_CACHE_SIZE:
+                self._raw_routes[target] = route
+        return route
+
+
+def _record_failure(span: Span, exc: BaseException) -> None:
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,71 @@
+"""ASGI plumbing of the gate's proxy: message types, the gate's own JSON answers, disconnect watching."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+__all__ = ["ClientGone", "DisconnectWatch", "GateAnswer", "Receive", "Scope", "Send", "error_body", "send_json"]
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def error_body(status: int, message: str, error_type: str) -> bytes:
+    """OpenAI-style JSON error (clients of OpenAI-compatible servers already parse this shape)."""
+    return json.dumps({"error": {"message": message, "type": error_type, "code": status}}).encode()
+
+
+class ClientGone(Exception):
+    """The client went away before the request was complete."""
+
+
+class GateAnswer(Exception):
+    """The gate answers by itself (status, JSON body, extra headers) instead of forwarding."""
+
+    def __init__(self, status: int, message: str, error_type: str, headers: list[tuple[bytes, bytes]] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.error_type, self.headers = status, message, error_type, headers or []
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(headers or [])],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+class DisconnectWatch:
+    """Cancel the request's own task when the client disconnects before its answer is complete.
+
+    One watcher task per request instead of a second task for the work plus ``asyncio.wait`` over
+    both. ``finished`` is set before the answer's last send: completing a response also makes
+    uvicorn's ``receive()`` say disconnect, which must not cancel anything.
+    """
+
+    def __init__(self, receive: Receive) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self.finished = False
+        self._fired = False
+        self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self.finished:
+            self._fired = True
+            self._task.cancel()
+
+    def absorb(self) -> bool:
+        """After a CancelledError: True when our disconnect caused it (and nothing else cancelled)."""
+        return self._fired and self._task.uncancel() == 0
+
+    def stop(self) -> None:
+        self._watcher.cancel()
