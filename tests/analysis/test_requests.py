@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from builders import VLLM_SERVICE, Traces
 
+from restorelens import spans as sc
 from restorelens.analysis import Analysis
 
 
@@ -36,7 +37,7 @@ def test_an_llm_request_without_vllm_attributes_is_not_an_engine_span() -> None:
     trace = traces.new_trace()
     client = traces.client_request(trace, 0.0, 1.0)
     attempt = traces.attempt(trace, client, 0.0, 1.0, status=200)
-    traces.span(trace, "llm_request", 0.125, 0.5, parent=attempt, kind="Server", attributes={"foo": "bar"})
+    traces.span(trace, sc.SPAN_LLM_REQUEST, 0.125, 0.5, parent=attempt, kind="Server", attributes={"foo": "bar"})
 
     assert Analysis(traces.store()).requests()["reached_engine"].to_list() == [False]
 

@@ -8,6 +8,7 @@ import duckdb
 import pytest
 from builders import Traces
 
+from restorelens import spans as sc
 from restorelens.analysis import PUBLIC_VIEWS, Analysis
 from restorelens.errors import RestorelensError, SettingError
 
@@ -64,8 +65,9 @@ def test_trace_lookup_by_request_id_gives_a_waterfall() -> None:
     [trace_id] = analysis.traces_for_request("in-place-1.0")
     waterfall = analysis.trace(trace_id)
 
-    assert waterfall["name"].to_list() == ["client.request", "POST", "gate.request", "POST", "gate.request", "POST",
-                                           "llm_request"]
+    assert waterfall["name"].to_list() == [sc.SPAN_CLIENT_REQUEST, sc.SPAN_HTTP_POST, sc.SPAN_GATE_REQUEST,
+                                           sc.SPAN_HTTP_POST, sc.SPAN_GATE_REQUEST, sc.SPAN_HTTP_POST,
+                                           sc.SPAN_LLM_REQUEST]
     assert waterfall["offset_s"].to_list() == [0.0, 0.0, 0.0, 5.0, 5.0, 5.0, 5.0]
     assert waterfall["depth"].to_list() == [0, 1, 2, 1, 2, 3, 4]
     assert waterfall["duration_s"].to_list()[:2] == [6.0, 0.125]
