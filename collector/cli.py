@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
-__all__ = ["COMMANDS", "collect", "export", "load"]
+__all__ = ["COMMANDS", "MIN_TOKEN_CHARS", "collect", "export", "load"]
 
 #: Inputs at least this large get a progress bar.
 PROGRESS_MIN_BYTES = 16 * 1024 * 1024
 _ERRORS_SHOWN = 50
+#: Shortest accepted bearer token: the same minimum as the gate's admin token (gate.admin_token).
+MIN_TOKEN_CHARS = 8
 
 _db_option = click.option(
     "--db", "db", required=True, type=click.Path(dir_okay=False), help="DuckDB span store file (created if absent)."
@@ -23,7 +25,7 @@ _db_option = click.option(
     "--token",
     envvar="RESTORELENS_COLLECTOR_TOKEN",
     default=None,
-    help="Require 'Authorization: Bearer TOKEN' (env RESTORELENS_COLLECTOR_TOKEN).",
+    help=f"Require 'Authorization: Bearer TOKEN', at least {MIN_TOKEN_CHARS} characters (env RESTORELENS_COLLECTOR_TOKEN).",
 )
 @click.option(
     "--max-body-bytes",
@@ -39,6 +41,11 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
     deflate or zstd). A 200 answer means the spans are committed. Readers (restorelens report, the
     dashboard) can open DB while this runs. Ctrl-C stops after storing what was accepted.
     """
+    from restorelens.errors import SettingError
+
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise SettingError("--token", f"too short: use at least {MIN_TOKEN_CHARS} characters")
+
     import uvicorn
 
     from restorelens.collector.receiver import TRACES_PATH, create_receiver_app

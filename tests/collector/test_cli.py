@@ -68,6 +68,22 @@ def test_export_to_an_unwritable_path_is_a_one_line_error(tmp_path: Path, fmt: s
     assert result.output.strip() == f"Error: {out}: cannot create folder {blocker / 'sub'}: Not a directory"
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_collect_rejects_a_token_shorter_than_the_gates_minimum(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    db = tmp_path / "t.duckdb"
+    args = ["collect", "--db", str(db), "--port", "0"]
+    if how == "flag":
+        args += ["--token", "short12"]
+    else:
+        monkeypatch.setenv("RESTORELENS_COLLECTOR_TOKEN", "short12")
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: setting --token: too short: use at least 8 characters"
+    assert not db.exists()  # refused before anything was created or bound
+
+
 def test_collect_help_describes_the_endpoint() -> None:
     result = CliRunner().invoke(cli, ["collect", "--help"])
     assert result.exit_code == 0 and "/v1/traces" in result.output and "--token" in result.output
