@@ -20,7 +20,7 @@ _db_option = click.option(
 @click.command("collect")
 @_db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
-@click.option("--port", default=4318, show_default=True, type=click.IntRange(0, 65535), help="OTLP/HTTP port.")
+@click.option("--port", default=4318, show_default=True, type=click.IntRange(0, 65535), help="OTLP/HTTP port (0: any free port, printed at start).")
 @click.option(
     "--token",
     envvar="RESTORELENS_COLLECTOR_TOKEN",
@@ -46,13 +46,27 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise SettingError("--token", f"too short: use at least {MIN_TOKEN_CHARS} characters")
 
+    import errno
+
     import uvicorn
 
     from restorelens.collector.receiver import TRACES_PATH, create_receiver_app
+    from restorelens.serving import bind_socket
 
-    app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes)
-    click.echo(f"collecting OTLP/HTTP traces on http://{host}:{port}{TRACES_PATH} into {db} (Ctrl-C to stop)", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    # Bound here rather than by uvicorn so that port 0 shows the real port, and a busy port or a foreign
+    # address is a one-line error before the store file is created.
+    try:
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        setting = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
+        raise SettingError(setting, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    with sock:
+        app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes)
+        bound_port = sock.getsockname()[1]
+        url = f"http://{host}:{bound_port}{TRACES_PATH}"
+        click.echo(f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)", err=True)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server.run(sockets=[sock])
 
 
 @click.command("load")
