@@ -13,6 +13,8 @@ import base64
 import binascii
 from typing import Any
 
+from opentelemetry.sdk.resources import SERVICE_NAME
+
 from restorelens.collector.rows import (
     KIND_NAMES,
     MAX_TIMESTAMP_NS,
@@ -307,7 +309,7 @@ def decode_traces_json(obj: Any, out: SpanRows, where: str = "") -> None:
             resource_error = ""
         except (SpanRejected, RecursionError) as exc:
             res_attrs, resource_error = {}, f"resource: {exc}"
-        res = (res_attrs, res_attrs.get("service.name", ""))
+        res = (res_attrs, res_attrs.get(SERVICE_NAME, ""))
         keys = ("scopeSpans", "scope_spans", "deprecatedScopeSpans", "instrumentationLibrarySpans")
         for j, ss in enumerate(_objects(rs, keys, at)):
             scope = _scope(ss, f"{at}scopeSpans[{j}].")

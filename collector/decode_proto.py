@@ -11,6 +11,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.rows import (
     KIND_NAMES,
@@ -139,7 +140,7 @@ def decode_traces_proto(message: Any, out: SpanRows, where: str = "") -> None:
             resource_error = ""
         except (SpanRejected, RecursionError) as exc:
             res_attrs, resource_error = {}, f"resource: {exc}"
-        res = (res_attrs, res_attrs.get("service.name", ""))
+        res = (res_attrs, res_attrs.get(SERVICE_NAME, ""))
         for j, ss in enumerate(rs.scope_spans):
             scope = (ss.scope.name, ss.scope.version)
             for k, span in enumerate(ss.spans):

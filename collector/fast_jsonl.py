@@ -16,6 +16,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.rows import ARROW_SCHEMA, KIND_NAMES, STATUS_NAMES, double_to_str
 
@@ -154,7 +155,7 @@ def _lists(lists: Any, values: Any) -> Any:
 
 
 def _service_names(resource_maps: Any) -> Any:
-    return pa.array([dict(m).get("service.name", "") for m in resource_maps.to_pylist()], pa.string())
+    return pa.array([dict(m).get(SERVICE_NAME, "") for m in resource_maps.to_pylist()], pa.string())
 
 
 def _flatten(resource_spans_lists: Any) -> pa.Table:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_proto import (
     _enum,
@@ -241,7 +242,7 @@ def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") ->
             res_attrs, resource_error = {}, f"resource: {exc}"
         resource_index = len(cols.service_names)
         cols.resource_maps.append(res_attrs)
-        cols.service_names.append(res_attrs.get("service.name", ""))
+        cols.service_names.append(res_attrs.get(SERVICE_NAME, ""))
         for j, ss in enumerate(rs.scope_spans):
             scope_index = len(cols.scope_names)
             scope = ss.scope

@@ -1,0 +1,31 @@
+"""Names defined elsewhere are used through their constants, so renaming one breaks the collector's
+code and tests instead of silently no longer matching.
+
+- The collector reads the resource's ``service.name`` through OpenTelemetry's ``SERVICE_NAME``.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.resources import SERVICE_NAME
+
+import restorelens.collector
+
+COLLECTOR_MODULES = sorted(Path(restorelens.collector.__file__).parent.glob("*.py"))
+
+
+def _string_literals(path: Path, wanted: set[str]) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wanted
+    ]
+
+
+@pytest.mark.parametrize("path", COLLECTOR_MODULES, ids=lambda path: path.name)
+def test_collector_modules_name_the_service_attribute_through_the_sdk_constant(path: Path) -> None:
+    assert _string_literals(path, {SERVICE_NAME}) == [], f"{path.name}: use opentelemetry.sdk.resources.SERVICE_NAME"
