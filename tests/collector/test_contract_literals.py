@@ -2,6 +2,9 @@
 code and tests instead of silently no longer matching.
 
 - The collector reads the resource's ``service.name`` through OpenTelemetry's ``SERVICE_NAME``.
+- The collector's tests write span names, attribute keys and event names of the span contract only
+  through ``restorelens.spans`` (and ``service.name`` through ``SERVICE_NAME``). Names that are not in
+  the contract (``root``, ``tags``, ...) are arbitrary format-test data and may stay literals.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 import restorelens.collector
+from restorelens import spans
 
 COLLECTOR_MODULES = sorted(Path(restorelens.collector.__file__).parent.glob("*.py"))
+COLLECTOR_TESTS = sorted(Path(__file__).resolve().parent.glob("*.py"))
+CONTRACT = {*spans.span_names().values(), *spans.attribute_keys().values(), *spans.event_names().values()}
 
 
 def _string_literals(path: Path, wanted: set[str]) -> list[tuple[int, str]]:
@@ -29,3 +35,8 @@ def _string_literals(path: Path, wanted: set[str]) -> list[tuple[int, str]]:
 @pytest.mark.parametrize("path", COLLECTOR_MODULES, ids=lambda path: path.name)
 def test_collector_modules_name_the_service_attribute_through_the_sdk_constant(path: Path) -> None:
     assert _string_literals(path, {SERVICE_NAME}) == [], f"{path.name}: use opentelemetry.sdk.resources.SERVICE_NAME"
+
+
+@pytest.mark.parametrize("path", COLLECTOR_TESTS, ids=lambda path: path.name)
+def test_collector_tests_write_contract_names_through_the_constants(path: Path) -> None:
+    assert _string_literals(path, CONTRACT | {SERVICE_NAME}) == [], f"{path.name}: use restorelens.spans / SERVICE_NAME"

@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json, json_value_to_str
 from restorelens.collector.rows import PayloadError, SpanRows
@@ -81,7 +82,7 @@ def test_attribute_values_are_stringified_like_the_clickhouse_exporter(value: di
 
 
 def test_service_name_comes_from_the_resource_and_status_may_be_empty() -> None:
-    row = _one(_span(status={}), [{"key": "service.name", "value": {"stringValue": "unknown_service:python"}}])
+    row = _one(_span(status={}), [{"key": SERVICE_NAME, "value": {"stringValue": "unknown_service:python"}}])
     assert row["ServiceName"] == "unknown_service:python"
     assert _one(_span())["ServiceName"] == ""
 

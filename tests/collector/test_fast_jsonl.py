@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.fast_jsonl import Unsupported, read_collector_jsonl
@@ -29,7 +30,7 @@ def _fast(text: str) -> pa.Table:
 
 
 def _doc(spans: list[dict[str, Any]]) -> str:
-    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]}
+    resource = {"attributes": [{"key": SERVICE_NAME, "value": {"stringValue": "svc"}}]}
     return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": spans}]}]})
 
 

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_proto import decode_traces_proto
 from restorelens.collector.proto_columns import decode_traces_proto_columns
@@ -39,7 +40,7 @@ _values = st.recursive(
     max_leaves=6,
 )
 # Few distinct keys, so duplicate keys in one list (the last wins) come up often.
-_attributes = st.lists(st.tuples(st.sampled_from(["a", "b", "service.name", "é"]), _values), max_size=4)
+_attributes = st.lists(st.tuples(st.sampled_from(["a", "b", SERVICE_NAME, "é"]), _values), max_size=4)
 
 
 def _set_value(target: AnyValue, value: tuple[str, Any]) -> None:

@@ -6,6 +6,7 @@ import gzip
 import json
 import zlib
 from collections.abc import Callable
+from http import HTTPMethod
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,13 @@ from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+from restorelens import spans as S
 from restorelens.collector.receiver import create_receiver_app
 from restorelens.collector.store import open_read_only
 from restorelens.serving import ServerThread
@@ -31,16 +33,18 @@ Serve = Callable[..., ServerThread]
 
 def _spans_via_real_exporter(url: str, compression: Compression) -> list[ReadableSpan]:
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "round-trip", "pod": 3}))
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "round-trip", "pod": 3}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=url, compression=compression)))
     tracer = provider.get_tracer("restorelens.test", "9.9")
+    # Span and event names imitate the gate's (so they come from the contract); the attribute keys are
+    # arbitrary, one per OTLP value type, and "ok" is an arbitrary name for a span with status OK.
     with tracer.start_as_current_span(
-        "gate.request", kind=SpanKind.SERVER, attributes={"s": "x", "i": -7, "f": 0.25, "b": True, "l": ["a", "b"]}
+        S.SPAN_GATE_REQUEST, kind=SpanKind.SERVER, attributes={"s": "x", "i": -7, "f": 0.25, "b": True, "l": ["a", "b"]}
     ) as root:
-        root.add_event("grant.acquired", {"slot": "own", "n": 2})
+        root.add_event(S.EVENT_GRANT_ACQUIRED, {"slot": "own", "n": 2})
         with tracer.start_as_current_span(
-            "POST", kind=SpanKind.CLIENT, links=[Link(root.get_span_context(), {"why": "restore"})]
+            S.SPAN_HTTP_POST, kind=SpanKind.CLIENT, links=[Link(root.get_span_context(), {"why": "restore"})]
         ) as child:
             child.set_status(Status(StatusCode.ERROR, "upstream 503"))
         with tracer.start_as_current_span("ok") as ok:
@@ -131,7 +135,7 @@ def test_error_answers_follow_the_otlp_http_spec(tmp_path: Path, serve_asgi: Ser
     corrupt = _post(url, b"\x1f\x8b garbage", **{"content-type": "application/json", "content-encoding": "gzip"})
     assert corrupt.status_code == 400 and "compressed" in corrupt.json()["message"]
     get = httpx.get(url + "/v1/traces")
-    assert get.status_code == 405 and get.headers["allow"] == "POST" and get.json()["code"] == 12
+    assert get.status_code == 405 and get.headers["allow"] == HTTPMethod.POST and get.json()["code"] == 12
     assert httpx.post(url + "/v1/metrics", content=b"{}").status_code == 404
     empty = _post(url, b"", **{"content-type": "application/x-protobuf"})
     assert empty.status_code == 200 and not ExportTraceServiceResponse.FromString(empty.content).HasField("partial_success")
