@@ -15,6 +15,13 @@ MIN_TOKEN_CHARS = 8
 _db_option = click.option(
     "--db", "db", required=True, type=click.Path(dir_okay=False), help="DuckDB span store file (created if absent)."
 )
+_existing_db_option = click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="An existing span store (the DuckDB file collect or load wrote).",
+)
 
 
 @click.command("collect")
@@ -105,7 +112,7 @@ def load(files: tuple[str, ...], db: str) -> None:
 
 
 @click.command("export")
-@_db_option
+@_existing_db_option
 @click.option(
     "--format", "fmt", required=True, type=click.Choice(["parquet", "otlp-json"]), help="Output format."
 )

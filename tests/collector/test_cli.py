@@ -91,6 +91,13 @@ def test_collect_rejects_a_token_shorter_than_the_gates_minimum(
     assert not db.exists()  # refused before anything was created or bound
 
 
+def test_export_help_asks_for_an_existing_store_while_collect_and_load_create_it() -> None:
+    for command in ("collect", "load"):
+        assert "created if absent" in CliRunner().invoke(cli, [command, "--help"]).output
+    export_help = CliRunner().invoke(cli, ["export", "--help"]).output
+    assert "created if absent" not in export_help and "existing span store" in export_help
+
+
 def test_collect_help_describes_the_endpoint() -> None:
     result = CliRunner().invoke(cli, ["collect", "--help"])
     assert result.exit_code == 0 and "/v1/traces" in result.output and "--token" in result.output
