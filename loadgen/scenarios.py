@@ -16,13 +16,24 @@ from typing import Any
 from restorelens.errors import SettingError
 from restorelens.loadgen.workloads import Workload, moflux_workload
 
-__all__ = ["ARMS", "SCENARIOS", "MofluxScenario", "get_scenario", "scenario_names"]
+__all__ = ["ARMS", "LIVE_SLACK_ROUND_TRIPS", "SCENARIOS", "MofluxScenario", "get_scenario", "live_tolerance_s", "scenario_names"]
 
 #: Gate policy per arm name; "moflux" is accepted for "lend".
 ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend"}
 
 #: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
 BALANCED_KV_BLOCKS = 1_600
+#: A live time value may be off by this many loopback round trips (real seconds, before the time
+#: scale): a request crosses four hops and three event loops, and on a busy machine each of them
+#: waits for a core now and then, so the tail is many times the median round trip.
+LIVE_SLACK_ROUND_TRIPS = 40.0
+
+
+def live_tolerance_s(slack_real_s: float, time_scale: float, round_trip_s: float = 0.0) -> float:
+    """``max(slack_real_s, LIVE_SLACK_ROUND_TRIPS * round_trip_s) * time_scale``: how far (protocol
+    seconds) a live run's times may be from virtual time's, on a machine whose loopback round trip
+    is ``round_trip_s`` real seconds now."""
+    return max(slack_real_s, LIVE_SLACK_ROUND_TRIPS * round_trip_s) * time_scale
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,9 @@ class MofluxScenario:
     max_attempts: int = 1
     #: Only arrivals before this many seconds (None: the whole protocol); for smoke runs.
     until_s: float | None = None
+    #: Only arrivals from this many seconds on, moved so the run starts with them (a short run of
+    #: a later part of the protocol, e.g. batch borrowing from 25 s).
+    from_s: float = 0.0
     #: Live, a request's times differ from virtual time by real costs virtual time does not have:
     #: four loopback hops (client -> gate -> engine and back), the gate's and the engine's event
     #: loops, and the knock-on of a late request on the engine's steps (up to ~0.3 real seconds on
@@ -47,9 +61,11 @@ class MofluxScenario:
 
     kind = "moflux"
 
-    def live_tolerance_s(self, time_scale: float = 1.0) -> float:
-        """How far (protocol seconds) a live run's times may be from the virtual run's."""
-        return self.live_slack_real_s * time_scale
+    def live_tolerance_s(self, time_scale: float = 1.0, round_trip_s: float = 0.0) -> float:
+        """How far (protocol seconds) a live run's times may be from the virtual run's: the real
+        slack, or ``LIVE_SLACK_ROUND_TRIPS`` loopback round trips of ``round_trip_s`` (measured on
+        the machine at the time) when that is more, times the scale."""
+        return live_tolerance_s(self.live_slack_real_s, time_scale, round_trip_s)
 
     def with_arm(self, arm: str | None) -> MofluxScenario:
         if arm is None:
@@ -64,7 +80,9 @@ class MofluxScenario:
 
     def workload(self, seed: int) -> Workload:
         workload = moflux_workload(self.profile, seed)
-        return workload if self.until_s is None else workload.until(self.until_s)
+        if self.until_s is None and self.from_s == 0:
+            return workload
+        return workload.between(self.from_s, workload.duration_s if self.until_s is None else self.until_s)
 
     def engine_config(self, seed: int = 0) -> Any:
         from restorelens.sim import get_preset

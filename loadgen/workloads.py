@@ -122,7 +122,15 @@ class Workload:
 
     def until(self, end_s: float) -> Workload:
         """The same workload with only the arrivals before ``end_s`` (a short smoke run)."""
-        return replace(self, arrivals=tuple(a for a in self.arrivals if a.at_s < end_s), duration_s=min(self.duration_s, end_s))
+        return self.between(0.0, end_s)
+
+    def between(self, start_s: float, end_s: float) -> Workload:
+        """The arrivals in ``[start_s, end_s)``, moved ``start_s`` earlier so the run begins with the
+        slice (a short run of a later part of the protocol; arrivals keep their phase labels)."""
+        end_s = min(self.duration_s, end_s)
+        arrivals = tuple(a if start_s == 0 else replace(a, at_s=round(a.at_s - start_s, 6))
+                         for a in self.arrivals if start_s <= a.at_s < end_s)
+        return replace(self, arrivals=arrivals, duration_s=max(0.0, end_s - start_s))
 
     def client_request(self, arrival: Arrival, labels: RunLabels, *, stream: bool = True) -> ClientRequest:
         """The HTTP request for ``arrival`` (with its filler prompt)."""

@@ -1,53 +1,71 @@
 """ModelClaim scenarios live: gate + lifecycle router + simulator servers on loopback, time-scaled.
 
-The same scenario run live (x10) and virtually gives the same attempts and statuses, and the live
+The same scenario run live (x5) and virtually gives the same attempts and statuses, and the live
 spans (client, gate, lifecycle and engine, on one protocol timeline) decompose within the
-scenario's live tolerance: the real HTTP round trips, magnified ten times, are the difference.
+scenario's live tolerance: the real HTTP round trips, magnified five times, are the difference.
+The tolerance grows with the loopback round trip measured around the live run, so a busy machine
+widens it; the statuses and attempt counts are compared exactly (each scenario's retries are at
+least 5 protocol seconds, 1 real second at x5, from the ready instant, so they cannot flip).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
 from restorelens.analysis import Analysis
-from restorelens.cli import cli
 from restorelens.collector import load_paths
-from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, expected_wake
+from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, ModelClaimScenario, expected_wake
+from restorelens.loadgen.runner import RunTelemetry, run_live, run_virtual
 
-TIME_SCALE = "10"
+TIME_SCALE = 5.0
 
 
-def run(tmp_path: Path, name: str, *mode: str) -> tuple[dict, dict]:
-    out = tmp_path / f"{name}{'-virtual' if '--virtual' in mode else '-live'}.jsonl"
-    result = CliRunner().invoke(cli, ["run", name, "--out", str(out), "--json", *mode])
-    assert result.exit_code == 0, result.output
+def shortened(name: str) -> ModelClaimScenario:
+    """The scenario with its setup's idle stretch cut to 2 s (the wake does not depend on how long
+    the model slept), so the run stays short at a low scale."""
+    scenario = MODELCLAIM_SCENARIOS[name]
+    return dataclasses.replace(scenario, setup=dataclasses.replace(scenario.setup, asleep_for_s=2.0))
+
+
+def run(tmp_path: Path, scenario: ModelClaimScenario, live: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    out = tmp_path / f"{scenario.name}-{'live' if live else 'virtual'}.jsonl"
+    with RunTelemetry("file", path=out) as telemetry:
+        if live:
+            report = run_live(scenario, 0, telemetry.providers, "live", time_scale=TIME_SCALE)
+        else:
+            report = run_virtual(scenario, 0, telemetry.providers, "virtual")
     db = tmp_path / f"{out.stem}.duckdb"
     assert load_paths([out], db).rejected == 0
     with Analysis.open(db) as analysis:
         wakes = analysis.wake_episodes()
     assert wakes.height == 1, wakes.select("wake_path", "t0", "attempts", "outcome", "request_id", "censored_reason").rows()
-    return json.loads(result.output), wakes.row(0, named=True)
+    return report.summary(), wakes.row(0, named=True)
 
 
 @pytest.mark.parametrize("name", ["modelclaim-in-place", "modelclaim-cold-start"])
-def test_live_run_matches_virtual_and_decomposes_within_tolerance(tmp_path: Path, name: str) -> None:
-    scenario = MODELCLAIM_SCENARIOS[name]
+def test_live_run_matches_virtual_and_decomposes_within_tolerance(
+        tmp_path: Path, name: str, loopback_round_trip_s: Callable[[], float]) -> None:
+    scenario = shortened(name)
     expected = expected_wake(scenario)
-    live, live_wake = run(tmp_path, name, "--time-scale", TIME_SCALE)
-    virtual, virtual_wake = run(tmp_path, name, "--virtual")
-    assert live["first_request_statuses"] == virtual["first_request_statuses"]
+    before_s = loopback_round_trip_s()
+    live, live_wake = run(tmp_path, scenario, live=True)
+    tolerance = expected.live_tolerance_s(TIME_SCALE, max(before_s, loopback_round_trip_s()))
+    virtual, virtual_wake = run(tmp_path, scenario, live=False)
+    assert live["first_request_statuses"] == virtual["first_request_statuses"] == [503] * (expected.attempts - 1) + [200], live
     assert live["outcomes"] == virtual["outcomes"] == {"interactive:ok": 2}
-    assert live["mode"] == f"live (x{TIME_SCALE})"
+    assert live["mode"] == f"live (x{TIME_SCALE:g})"
     assert (live_wake["wake_path"], live_wake["first_status"], live_wake["attempts"]) == (
         scenario.wake_path, 503, expected.attempts)
     assert live_wake["retry_after_s"] == expected.retry_after_s
     assert not live_wake["clock_skew"] and live_wake["served"]
-    tolerance = expected.live_tolerance_s(float(TIME_SCALE))
     for column in ("ready_s", "observed_s", "overshoot_s", "hint_error_s"):
-        assert live_wake[column] == pytest.approx(getattr(expected, column), abs=tolerance), column
+        assert live_wake[column] == pytest.approx(getattr(expected, column), abs=tolerance), (column, tolerance, live_wake)
         assert virtual_wake[column] == pytest.approx(getattr(expected, column), abs=1e-6), column
-    assert 0 <= live_wake["engine_schedule_s"] < tolerance
+    assert 0 <= live_wake["engine_schedule_s"] < tolerance, (tolerance, live_wake)
+    # the tolerance still tells protocol seconds from wall seconds: a 5x-compressed ready would be off
+    assert expected.ready_s * (1 - 1 / TIME_SCALE) > tolerance

@@ -110,3 +110,14 @@ def test_modelclaim_scenarios_cover_the_four_wake_paths_with_their_hints() -> No
     assert not get_modelclaim_scenario("modelclaim-make-room").setup.wake_reserve
     with pytest.raises(SettingError, match="SCENARIO"):
         get_modelclaim_scenario("modelclaim-teleport")
+
+
+def test_a_slice_starts_at_zero_and_keeps_phases_and_ids() -> None:
+    whole = moflux_workload("balanced", 16)
+    part = whole.between(20.0, 32.0)
+    inside = [a for a in whole.arrivals if 20.0 <= a.at_s < 32.0]
+    assert part.duration_s == 12.0 and len(part.arrivals) == len(inside) > 0
+    assert [(a.request_id, a.phase) for a in part.arrivals] == [(a.request_id, a.phase) for a in inside]
+    assert [a.at_s for a in part.arrivals] == pytest.approx([a.at_s - 20.0 for a in inside])
+    assert whole.until(30.0) == whole.between(0.0, 30.0)
+    assert whole.until(30.0).arrivals == tuple(a for a in whole.arrivals if a.at_s < 30.0)

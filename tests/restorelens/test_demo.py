@@ -11,9 +11,16 @@ from restorelens.cli import cli
 from restorelens.spans import WAKE_PATHS
 
 
+# About 920 protocol seconds in ~37 s. Not faster: real delays are magnified by the scale, and the
+# move scenario's path needs its neighbour to have been idle under 30 s at the first request (it
+# is set up idle 5 s), so a stall of 25/X real seconds on a busy machine would turn it into a
+# make-room wake: 1 s at x25.
+TIME_SCALE = "25"
+
+
 def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path: Path) -> None:
     db = tmp_path / "demo.duckdb"
-    result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--time-scale", "40", "--db", str(db)])
+    result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--time-scale", TIME_SCALE, "--db", str(db)])
     assert result.exit_code == 0, result.output
     out = result.output
     assert "8 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
@@ -28,11 +35,13 @@ def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path
         paired = analysis.paired_differences()
     assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
     assert set(lending["policy"].to_list()) == {"lend"}
-    # both arms of both workloads, paired; figures in protocol seconds although the run took 40x less
+    # both arms of both workloads, paired; figures in protocol seconds although the run took 25x
+    # less (the last arrival is over 60 s into the protocol; real delays, which depend on the
+    # machine's load, only lengthen a window, so no upper bound is asserted)
     moflux = summary.filter(summary["workload"].is_in(["balanced", "long-context"]))
     assert sorted(moflux.select("workload", "policy").rows()) == [
         ("balanced", "lend"), ("balanced", "static"), ("long-context", "lend"), ("long-context", "static")]
-    assert all(60 < w < 130 for w in moflux["window_s"].to_list())
+    assert all(w > 60 for w in moflux["window_s"].to_list())
     assert {("balanced", "lend", "static"), ("long-context", "lend", "static")} <= set(
         paired.select("workload", "policy", "baseline").rows())
     assert sorted(wakes["wake_path"].to_list()) == sorted(WAKE_PATHS)
