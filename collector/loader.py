@@ -53,21 +53,27 @@ class LoadSummary:
 
 
 def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Files named, matched by globs (``**`` recurses), or inside named directories; in order, once each."""
+    """Files named, matched by globs (``**`` recurses), or inside named directories; in order, once each.
+
+    A glob or directory that yields no file is an InputError, like a missing file: loading nothing from
+    it is almost always a wrong path, and a silent "0 file(s)" would let a pipeline carry on.
+    """
     found: list[Path] = []
     for item in paths_or_globs:
         text = str(item)
         if glob.has_magic(text):
-            matches = sorted(Path(p) for p in glob.glob(text, recursive=True))
-            if not matches:
+            files = sorted(p for p in map(Path, glob.glob(text, recursive=True)) if p.is_file())
+            if not files:
                 raise InputError(text, "no files match")
         elif Path(text).is_dir():
-            matches = sorted(p for p in Path(text).rglob("*") if p.is_file())
+            files = sorted(p for p in Path(text).rglob("*") if p.is_file())
+            if not files:
+                raise InputError(text, "no files in this folder")
         elif Path(text).is_file():
-            matches = [Path(text)]
+            files = [Path(text)]
         else:
             raise InputError(text, "no such file")
-        found.extend(p for p in matches if p.is_file())
+        found.extend(files)
     unique = list(dict.fromkeys(found))
     return unique
 

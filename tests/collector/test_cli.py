@@ -49,6 +49,14 @@ def test_a_store_path_whose_folder_cannot_be_made_is_a_one_line_error(tmp_path: 
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_load_of_an_empty_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["load", str(empty), "--db", str(tmp_path / "t.duckdb")])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {empty}: no files in this folder"
+
+
 def test_export_writes_both_formats(tmp_path: Path) -> None:
     db = str(tmp_path / "t.duckdb")
     assert CliRunner().invoke(cli, ["load", str(DATA / "collector_file_exporter.jsonl"), "--db", db]).exit_code == 0

@@ -141,6 +141,16 @@ def test_a_glob_that_matches_nothing_is_an_input_error(tmp_path: Path) -> None:
         load_paths([str(tmp_path / "*.jsonl")], tmp_path / "t.duckdb")
 
 
+def test_a_folder_or_glob_holding_no_files_is_an_input_error_like_an_unmatched_glob(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)  # folders only: nothing to load
+    for given, problem in ((empty, "no files in this folder"), (empty / "*", "no files match")):
+        with pytest.raises(InputError) as caught:
+            load_paths([given], tmp_path / "t.duckdb")
+        assert (caught.value.where, caught.value.problem) == (str(given), problem)
+    assert not (tmp_path / "t.duckdb").exists()
+
+
 def _collector_line(first: int, count: int) -> str:
     """One TracesData line in the Collector's exact output shape (the Arrow fast path takes it)."""
     spans = [
