@@ -78,6 +78,7 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     restorelens gate, vLLM), retries it per --policy, polls --readiness-url alongside, and prints:
     the first status and its Retry-After, when readiness was reached and when the client observed
     it, the overshoot (ready, but still waiting), the attempts, and the total time to first token.
+    Exits 1 when the request did not succeed (outcome other than ok), so it can gate a CI step.
     """
     import asyncio
     import json
@@ -113,6 +114,10 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
         click.echo(f"probe {url} model={model} policy={policy}")
         for line in report.lines():
             click.echo(f"  {line}")
+    if report.outcome != "ok":
+        # like `restorelens check`: a failed probe fails a CI step
+        click.echo(f"probe failed: the request ended {report.outcome}", err=True)
+        click.get_current_context().exit(1)
 
 
 @click.command()

@@ -110,3 +110,12 @@ def test_probe_cli_against_a_local_gateway(scripted_gateway, tmp_path) -> None:
 def test_probe_cli_rejects_a_bad_url_in_one_line() -> None:
     result = CliRunner().invoke(cli, ["probe", "localhost:8000", "--model", "m"])
     assert result.exit_code == 1 and "setting URL" in result.output and "Traceback" not in result.output
+
+
+def test_probe_exits_1_when_the_request_does_not_succeed(scripted_gateway) -> None:
+    script, url = scripted_gateway((503, {"Retry-After": "0"}))
+    result = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--json", "--no-stream", "--max-attempts", "2"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)  # the decomposition is still printed, on stdout
+    assert report["outcome"] == "gave_up" and report["statuses"] == [503, 503] and len(script.seen) == 2
+    assert "probe failed: the request ended gave_up" in result.stderr and "Traceback" not in result.output
