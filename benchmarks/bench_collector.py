@@ -28,12 +28,16 @@ import textwrap
 import time
 from pathlib import Path
 
+from opentelemetry.sdk.resources import SERVICE_NAME, TELEMETRY_SDK_LANGUAGE
+
+from restorelens import spans as S
+
 SPANS_PER_LINE = 512
 DEFAULT_SPANS = 100_000
 DEFAULT_RECEIVER_SPANS = 51_200
 
 SERVICES = ("gate", "restorelens-loadgen", "unknown_service:python")
-NAMES = ("gate.request", "POST", "llm_request", "client.request")
+NAMES = (S.SPAN_GATE_REQUEST, S.SPAN_HTTP_POST, S.SPAN_LLM_REQUEST, S.SPAN_CLIENT_REQUEST)
 
 
 def generate_jsonl(path: Path, spans: int, seed: int = 7) -> None:
@@ -55,23 +59,23 @@ def generate_jsonl(path: Path, spans: int, seed: int = 7) -> None:
                     "startTimeUnixNano": str(start),
                     "endTimeUnixNano": str(start + rng.randrange(10**6, 10**9)),
                     "attributes": [
-                        {"key": "restore.request_id", "value": {"stringValue": f"req-{i}"}},
-                        {"key": "restore.traffic_class", "value": {"stringValue": "interactive"}},
-                        {"key": "http.response.status_code", "value": {"intValue": str(200 + i % 2 * 303)}},
-                        {"key": "gate.wait_s", "value": {"doubleValue": rng.random()}},
-                        {"key": "gen_ai.request.model", "value": {"stringValue": "tiny"}},
+                        {"key": S.ATTR_REQUEST_ID, "value": {"stringValue": f"req-{i}"}},
+                        {"key": S.ATTR_TRAFFIC_CLASS, "value": {"stringValue": "interactive"}},
+                        {"key": S.ATTR_HTTP_STATUS_CODE, "value": {"intValue": str(200 + i % 2 * 303)}},
+                        {"key": S.ATTR_GATE_WAIT_S, "value": {"doubleValue": rng.random()}},
+                        {"key": S.ATTR_GEN_AI_REQUEST_MODEL, "value": {"stringValue": "tiny"}},
                     ],
                     "status": {"code": 2, "message": "upstream 503"} if i % 10 == 0 else {},
                 }
                 if i % 4 == 0:
                     span["events"] = [
-                        {"timeUnixNano": str(start + 1000), "name": "retry.wait",
+                        {"timeUnixNano": str(start + 1000), "name": S.EVENT_RETRY_WAIT,
                          "attributes": [{"key": "wait_s", "value": {"doubleValue": 0.5}}]}
                     ]
                 items.append(span)
             resource = {"attributes": [
-                {"key": "service.name", "value": {"stringValue": SERVICES[first // SPANS_PER_LINE % 3]}},
-                {"key": "telemetry.sdk.language", "value": {"stringValue": "python"}},
+                {"key": SERVICE_NAME, "value": {"stringValue": SERVICES[first // SPANS_PER_LINE % 3]}},
+                {"key": TELEMETRY_SDK_LANGUAGE, "value": {"stringValue": "python"}},
             ]}
             line = {"resourceSpans": [{"resource": resource, "scopeSpans": [
                 {"scope": {"name": "restorelens", "version": "0.1.0"}, "spans": items}]}]}
@@ -84,7 +88,7 @@ def generate_jsonl(path: Path, spans: int, seed: int = 7) -> None:
 _ANCHOR_SQL = """
 create table otel_traces as
 with lines as (
-  select * from read_json(?, format='newline_delimited', maximum_object_size=268435456, columns={
+  select * from read_json($src, format='newline_delimited', maximum_object_size=268435456, columns={
     'resourceSpans': 'STRUCT(resource STRUCT(attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[]), scopeSpans STRUCT(scope STRUCT(name VARCHAR, version VARCHAR), spans STRUCT(traceId VARCHAR, spanId VARCHAR, parentSpanId VARCHAR, traceState VARCHAR, name VARCHAR, kind INTEGER, startTimeUnixNano VARCHAR, endTimeUnixNano VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[], events STRUCT(timeUnixNano VARCHAR, name VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[])[], links STRUCT(traceId VARCHAR, spanId VARCHAR, traceState VARCHAR, attributes STRUCT(key VARCHAR, value STRUCT(stringValue VARCHAR, boolValue BOOLEAN, intValue VARCHAR, doubleValue DOUBLE, arrayValue JSON, kvlistValue JSON, bytesValue VARCHAR))[])[], status STRUCT(code INTEGER, message VARCHAR))[])[])[]'})
 ), rs as (select unnest(resourceSpans) as r from lines),
 ss as (select r.resource as resource, unnest(r.scopeSpans) as s from rs),
@@ -93,7 +97,7 @@ select make_timestamp_ns(cast(sp.startTimeUnixNano as bigint)) as "Timestamp",
   lower(sp.traceId) as "TraceId", lower(sp.spanId) as "SpanId", lower(coalesce(sp.parentSpanId, '')) as "ParentSpanId",
   coalesce(sp.traceState, '') as "TraceState", sp.name as "SpanName",
   ['Unspecified','Internal','Server','Client','Producer','Consumer'][coalesce(sp.kind, 0) + 1] as "SpanKind",
-  coalesce(list_filter(resource.attributes, lambda a: a.key = 'service.name')[1].value.stringValue, '') as "ServiceName",
+  coalesce(list_filter(resource.attributes, lambda a: a.key = $service_key)[1].value.stringValue, '') as "ServiceName",
   map_from_entries(list_transform(resource.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, cast(a.value.doubleValue as varchar), cast(a.value.boolValue as varchar), cast(a.value.arrayValue as varchar), cast(a.value.kvlistValue as varchar), a.value.bytesValue, '')})) as "ResourceAttributes",
   coalesce(scope.name, '') as "ScopeName", coalesce(scope.version, '') as "ScopeVersion",
   map_from_entries(list_transform(sp.attributes, lambda a: {'key': a.key, 'value': coalesce(a.value.stringValue, a.value.intValue, cast(a.value.doubleValue as varchar), cast(a.value.boolValue as varchar), cast(a.value.arrayValue as varchar), cast(a.value.kvlistValue as varchar), a.value.bytesValue, '')})) as "SpanAttributes",
@@ -113,6 +117,7 @@ _CHILD = textwrap.dedent(
     """
     import json, resource, sys, time
     import duckdb
+    from opentelemetry.sdk.resources import SERVICE_NAME
     from restorelens.collector.loader import load_paths  # imports are not part of the timing
     mode, src, db = sys.argv[1:4]
     t0 = time.perf_counter()
@@ -125,7 +130,7 @@ _CHILD = textwrap.dedent(
         spans = summary.loaded
     elif mode == "duckdb-anchor":
         con = duckdb.connect(db)
-        con.execute(sys.argv[4], [src])
+        con.execute(sys.argv[4], {"src": src, "service_key": SERVICE_NAME})
         spans = con.execute("select count(*) from otel_traces").fetchone()[0]
         con.close()
     else:
@@ -205,13 +210,13 @@ def _make_batches(spans: int) -> list[list[object]]:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "bench"}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("bench")
     for i in range(spans):
-        with tracer.start_as_current_span("gate.request", attributes={"i": i, "restore.traffic_class": "interactive",
-                                                                      "gate.wait_s": 0.01}) as span:
-            span.add_event("grant.acquired")
+        attributes = {"i": i, S.ATTR_TRAFFIC_CLASS: "interactive", S.ATTR_GATE_WAIT_S: 0.01}
+        with tracer.start_as_current_span(S.SPAN_GATE_REQUEST, attributes=attributes) as span:
+            span.add_event(S.EVENT_GRANT_ACQUIRED)
     finished = list(memory.get_finished_spans())
     provider.shutdown()
     return [finished[i:i + SPANS_PER_LINE] for i in range(0, len(finished), SPANS_PER_LINE)]
