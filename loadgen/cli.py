@@ -38,6 +38,17 @@ def _policy(name: str, max_attempts: int, deadline_s: float, interval_s: float, 
     return make_policy(name, max_attempts=max_attempts, deadline_s=deadline_s, interval_s=interval_s, seed=seed)
 
 
+class _OldNamesHidden(click.Option):
+    """An option whose names after the first are old spellings: still accepted, not in --help."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        names, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = names
+
+
 def _check_url(setting: str, url: str) -> str:
     if not url.startswith(("http://", "https://")):
         raise SettingError(setting, f"{url!r} is not an http(s) URL")
@@ -51,12 +62,13 @@ def _check_url(setting: str, url: str) -> str:
 @click.option("--policy", type=click.Choice(POLICY_CHOICES), default="honour-retry-after", show_default=True,
               help="Retry policy: wait the server's Retry-After, full-jitter backoff, or a fixed interval.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True, help="Attempts in all.")
-@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
-              help="No attempt starts later than this many seconds after the first.")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Wait between attempts for --policy fixed.")
-@click.option("--poll-interval", "poll_interval_s", type=click.FloatRange(min=0, min_open=True), default=0.5,
-              show_default=True, help="Seconds between readiness polls.")
+@click.option("--deadline-s", "--deadline", "deadline_s", cls=_OldNamesHidden, type=click.FloatRange(min=0, min_open=True),
+              default=300.0, show_default=True, help="No attempt starts later than this many seconds after the first.")
+@click.option("--interval-s", "--interval", "interval_s", cls=_OldNamesHidden, type=click.FloatRange(min=0), default=1.0,
+              show_default=True, help="Seconds between attempts for --policy fixed.")
+@click.option("--poll-interval-s", "--poll-interval", "poll_interval_s", cls=_OldNamesHidden,
+              type=click.FloatRange(min=0, min_open=True), default=0.5, show_default=True,
+              help="Seconds between readiness polls.")
 @click.option("--path", default="/v1/completions", show_default=True, help="Request path under URL.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--prompt-chars", type=click.IntRange(min=1), default=400, show_default=True,
@@ -67,8 +79,8 @@ def _check_url(setting: str, url: str) -> str:
               help="Write the probe's spans to this OTLP/JSON-lines file.")
 @click.option("--collector", default=None, help="Send the probe's spans to this OTLP/HTTP endpoint.")
 @click.option("--json", "as_json", is_flag=True, help="Print the decomposition as one JSON object.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True,
-              help="Per-attempt HTTP timeout in seconds.")
+@click.option("--timeout-s", "--timeout", "timeout_s", cls=_OldNamesHidden, type=click.FloatRange(min=0, min_open=True),
+              default=120.0, show_default=True, help="Per-attempt HTTP timeout in seconds.")
 def probe(url: str, model: str, readiness_url: str | None, policy: str, max_attempts: int, deadline_s: float,
           interval_s: float, poll_interval_s: float, path: str, max_tokens: int, prompt_chars: int, stream: bool,
           traffic_class: str, out: str | None, collector: str | None, as_json: bool, timeout_s: float) -> None:

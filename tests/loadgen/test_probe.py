@@ -119,3 +119,22 @@ def test_probe_exits_1_when_the_request_does_not_succeed(scripted_gateway) -> No
     report = json.loads(result.stdout)  # the decomposition is still printed, on stdout
     assert report["outcome"] == "gave_up" and report["statuses"] == [503, 503] and len(script.seen) == 2
     assert "probe failed: the request ended gave_up" in result.stderr and "Traceback" not in result.output
+
+
+def test_duration_flags_carry_their_unit_and_the_old_names_still_work(scripted_gateway) -> None:
+    help_text = CliRunner().invoke(cli, ["probe", "--help"]).output
+    for flag in ("--deadline-s", "--interval-s", "--poll-interval-s", "--timeout-s"):
+        assert flag in help_text
+    for old in ("--deadline ", "--interval ", "--poll-interval ", "--timeout ", "--deadline,", "--timeout,"):
+        assert old not in help_text  # accepted, but not offered
+    script, url = scripted_gateway((503, {}))
+    for interval_flag, deadline_flag in (("--interval-s", "--deadline-s"), ("--interval", "--deadline")):
+        result = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--json", "--no-stream", "--policy", "fixed",
+                                          interval_flag, "0.05", deadline_flag, "0.01"])
+        # the 0.01-s deadline stops the retries: one attempt, or two when the first answer came
+        # before the deadline (the 0.05-s wait is clamped to it); the default would allow 20
+        assert result.exit_code == 1, result.output
+        report = json.loads(result.stdout)
+        assert report["outcome"] == "gave_up" and report["statuses"] in ([503], [503, 503])
+    bad = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--timeout-s", "0"])
+    assert bad.exit_code == 2 and "--timeout-s" in bad.output
