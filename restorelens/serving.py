@@ -21,8 +21,12 @@ START_TIMEOUT_S = 30.0
 
 
 def bind_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
-    """A listening-ready TCP socket; port 0 lets the kernel pick a free one."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening-ready TCP socket; port 0 lets the kernel pick a free one.
+
+    The address family follows the host (``::1`` binds IPv6, names resolve as the resolver says).
+    """
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -70,7 +74,8 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # IPv6 literals need brackets
+        return f"http://{host}:{self.port}"
 
     def _run(self) -> None:
         try:

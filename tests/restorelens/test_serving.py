@@ -36,3 +36,10 @@ def test_stop_releases_the_port() -> None:
 def test_context_manager_starts_and_stops() -> None:
     with ServerThread(APP) as server:
         assert httpx.get(server.url).status_code == 200
+
+
+def test_ipv6_loopback_is_served() -> None:
+    with ServerThread(APP, host="::1") as server:
+        assert server.host == "::1"
+        assert server.url == f"http://[::1]:{server.port}"
+        assert httpx.get(server.url).text == "hello"
