@@ -13,6 +13,7 @@ _EXPORTS: dict[str, str] = {
     "Arrival": "workloads",
     "AttemptRecord": "request",
     "ClientRequest": "request",
+    "CountingExporter": "export_failures",
     "EngineShape": "workloads",
     "EventLoop": "event_loop",
     "ExpectedWake": "modelclaim_scenarios",

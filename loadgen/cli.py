@@ -17,19 +17,28 @@ POLICY_CHOICES = ("honour-retry-after", "backoff", "fixed")
 SERVICE_NAME = "restorelens-loadgen"
 
 
-def _tracer_provider(out: str | None, collector: str | None) -> Any:
-    from restorelens.telemetry import build_tracer_provider
+def _traces_endpoint(collector: str) -> str:
+    endpoint = _check_url("--collector", collector).rstrip("/")
+    return endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
+
+
+def _tracer_provider(out: str | None, collector: str | None) -> tuple[Any, Any]:
+    """The probe's provider, and the exporter counting what it could not export (None: no output)."""
+    from restorelens.loadgen.export_failures import CountingExporter
+    from restorelens.telemetry import JsonLinesSpanExporter, build_tracer_provider
 
     if out and collector:
         raise SettingError("--out/--collector", "give one of them, not both")
     if out:
-        return build_tracer_provider(SERVICE_NAME, "file", path=out)
-    if collector:
-        endpoint = collector.rstrip("/")
-        if not endpoint.endswith("/v1/traces"):
-            endpoint += "/v1/traces"
-        return build_tracer_provider(SERVICE_NAME, "otlp", endpoint=endpoint)
-    return build_tracer_provider(SERVICE_NAME, "none")
+        counting = CountingExporter(JsonLinesSpanExporter(out), out)
+    elif collector:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = _traces_endpoint(collector)
+        counting = CountingExporter(OTLPSpanExporter(endpoint=endpoint), endpoint)
+    else:
+        return build_tracer_provider(SERVICE_NAME, "none"), None
+    return build_tracer_provider(SERVICE_NAME, counting), counting
 
 
 def _policy(name: str, max_attempts: int, deadline_s: float, interval_s: float, seed: int) -> Any:
@@ -90,7 +99,8 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     restorelens gate, vLLM), retries it per --policy, polls --readiness-url alongside, and prints:
     the first status and its Retry-After, when readiness was reached and when the client observed
     it, the overshoot (ready, but still waiting), the attempts, and the total time to first token.
-    Exits 1 when the request did not succeed (outcome other than ok), so it can gate a CI step.
+    Exits 1 when the request did not succeed (outcome other than ok), so it can gate a CI step,
+    and when spans could not be exported to --out or --collector.
     """
     import asyncio
     import json
@@ -104,7 +114,7 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     _check_url("URL", url)
     if readiness_url:
         _check_url("--readiness-url", readiness_url)
-    provider = _tracer_provider(out, collector)
+    provider, exported = _tracer_provider(out, collector)
     request_id = f"probe-{uuid.uuid4().hex[:12]}"
     request = ClientRequest(
         request_id, model, filler_prompt(prompt_chars, 0, request_id), max_tokens, traffic_class=traffic_class,
@@ -119,13 +129,15 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     try:
         report = asyncio.run(go())
     finally:
-        provider.shutdown()
+        provider.shutdown()  # flushes: every failed export is counted after this
     if as_json:
         click.echo(json.dumps(report.as_dict()))
     else:
         click.echo(f"probe {url} model={model} policy={policy}")
         for line in report.lines():
             click.echo(f"  {line}")
+    if exported is not None:
+        exported.raise_if_dropped()
     if report.outcome != "ok":
         # like `restorelens check`: a failed probe fails a CI step
         click.echo(f"probe failed: the request ended {report.outcome}", err=True)
@@ -151,6 +163,7 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     Live (default): the simulator and the gate run on loopback and the client drives them in real
     time, sped up by --time-scale. --virtual: the same client, gate and engine cores run together
     in virtual time and emit the same spans with virtual timestamps, in well under a second.
+    Exits 1 when spans could not be exported (e.g. the collector is unreachable).
     """
     import json
 
@@ -161,9 +174,7 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     if bool(out) == bool(collector):
         raise SettingError("--out/--collector", "give exactly one: --out FILE or --collector URL")
     if collector:
-        _check_url("--collector", collector)
-        endpoint = collector.rstrip("/")
-        telemetry = RunTelemetry("otlp", endpoint=endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces")
+        telemetry = RunTelemetry("otlp", endpoint=_traces_endpoint(collector))
     else:
         telemetry = RunTelemetry("file", path=out)
     with telemetry:
@@ -177,6 +188,7 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     else:
         for key, value in summary.items():
             click.echo(f"{key:30} {value}")
+    telemetry.raise_if_spans_dropped()
 
 
 COMMANDS = [probe, run]

@@ -52,6 +52,7 @@ def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
         path.unlink(missing_ok=True)
         with RunTelemetry("file", path=path, batch=False, id_seed=seed * 1000 + index) as telemetry:
             run_virtual(get_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{sample_run_name(name, arm)}")
+        telemetry.raise_if_spans_dropped()
         written.append(path)
     return written
 

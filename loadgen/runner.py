@@ -66,17 +66,22 @@ class RunTelemetry:
         so a virtual run writes byte-identical output every time (recorded sample traces)."""
         from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
 
+        from restorelens.loadgen.export_failures import CountingExporter
+
         inner: SpanExporter | str
+        #: Counts the batches the run's file or collector did not take (``raise_if_spans_dropped``).
+        self.counting: CountingExporter | None = None
         if isinstance(exporter, SpanExporter):
             inner = exporter
         elif exporter == "file":
             if path is None:
                 raise SettingError("--out", "the file exporter needs a path")
-            inner = JsonLinesSpanExporter(path)
+            inner = self.counting = CountingExporter(JsonLinesSpanExporter(path), str(path))
         elif exporter == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            inner = OTLPSpanExporter(endpoint=endpoint)
+            inner = self.counting = CountingExporter(OTLPSpanExporter(endpoint=endpoint),
+                                                     endpoint or "the OTLP endpoint (OTEL_EXPORTER_OTLP_*)")
         elif exporter in EXPORTER_NAMES:
             inner = exporter  # "memory" / "none": one provider's own exporter, shared below
         else:
@@ -101,6 +106,12 @@ class RunTelemetry:
         for provider in self._all:
             provider.shutdown()
         self.exporter.shutdown()
+
+    def raise_if_spans_dropped(self) -> None:
+        """After ``shutdown``: a ``RestorelensError`` naming the destination when any span batch
+        could not be exported (a run that lost spans must not look like a good one)."""
+        if self.counting is not None:
+            self.counting.raise_if_dropped()
 
     def __enter__(self) -> RunTelemetry:
         return self
