@@ -158,9 +158,8 @@ class VirtualModelClaimRun:
         raise RuntimeError(f"{self.scenario.name}: the deployment never reached its starting state")
 
     def _sleep(self, model: str, now_s: float) -> None:
-        # The operator's sleep (POST /modelclaim/models/M/sleep live); VirtualLifecycle has no
-        # public control call, so its action runner performs what the core returns.
-        self.lifecycle._perform(self.core.sleep(model, now_s), now_s)
+        # The operator's sleep, as POST /modelclaim/models/M/sleep is live.
+        self.lifecycle.sleep(model, now_s)
 
     def _states(self) -> dict[str, tuple[str, float]]:
         return {m: (s.phase, s.since_s) for m in self.core.models() for s in [self.core.status(m)]}

@@ -129,3 +129,18 @@ def test_the_same_seed_gives_the_same_spans(tmp_path: Path) -> None:
         assert CliRunner().invoke(cli, ["run", "modelclaim-cold-start", "--virtual", "--out", str(out)]).exit_code == 0
         outs.append(names_and_times(out))
     assert outs[0] == outs[1] and len(outs[0]) > 10
+
+
+def test_the_runners_drive_the_lifecycle_through_its_public_calls() -> None:
+    # The live runner can only use the gate's HTTP endpoints; the virtual one must not reach into
+    # VirtualLifecycle's internals either, or the two could set the deployment up differently.
+    import ast
+    import inspect
+
+    from restorelens.loadgen import modelclaim_deployment, virtual_modelclaim
+
+    for module in (virtual_modelclaim, modelclaim_deployment):
+        private = [node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))
+                   if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                   and isinstance(node.value, ast.Attribute) and node.value.attr in ("lifecycle", "core", "backend")]
+        assert private == [], (module.__name__, private)
