@@ -4,7 +4,8 @@ The same objects the live servers run: the client's ``RetryLoop`` and policy, th
 ``Admission`` + ``GateSpans``, the lifecycle's ``ModelClaimCore`` (built from the scenario's
 ``[modelclaim]`` table by the gate's own config code) driven by ``VirtualLifecycle`` over an
 ``InProcessBackend`` whose engines are the simulator's ``EngineCore``. This module plays the wire
-with zero network delay and emits the live chain's spans with virtual times:
+with zero network delay (what it shares with the MoFlux runner is ``virtual_wire.VirtualWire``)
+and emits the live chain's spans with virtual times:
 
 - each attempt opens the client's ``POST`` and the gate's ``gate.request``; the gate asks the
   lifecycle first (as the proxy does): not ready -> 503 with the answer table's Retry-After, the
@@ -23,20 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import trace
-
-from restorelens._version import __version__
 from restorelens.clock import VirtualClock
 from restorelens.loadgen.event_loop import EventLoop, TimeSource
 from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
 from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.retry_after import NO_HINT, RetryAfter
-from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_span, start_attempt_span
+from restorelens.loadgen.tracing import RequestSpan
 from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.loadgen.virtual_wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival
-from restorelens.spans import ATTR_GATE_UPSTREAM
 
 __all__ = ["VirtualModelClaimRun", "modelclaim_client_request"]
 
@@ -55,20 +52,8 @@ def modelclaim_client_request(scenario: ModelClaimScenario, arrival: Arrival, la
     )
 
 
-@dataclass(eq=False)
-class _InFlight:
-    arrival: Arrival
-    loop: RetryLoop
-    request_span: RequestSpan
-    attempt_span: Any
-    gate_span: Any
-    grant: Any = None
-    upstream_span: Any = None
-    engine: Any = None
-
-
 @dataclass
-class VirtualModelClaimRun:
+class VirtualModelClaimRun(VirtualWire):
     scenario: ModelClaimScenario
     seed: int = 0
     providers: ServiceProviders = field(default_factory=ServiceProviders)
@@ -96,10 +81,7 @@ class VirtualModelClaimRun:
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts,
                                   deadline_s=self.scenario.deadline_s, seed=self.seed)
         self.labels = RunLabels(self.scenario.name, self.scenario.workload_name, self.seed, self.run_id)
-        self._client_tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider=self.providers.client)
-        self._gate_tracer = trace.get_tracer("restorelens.gate", tracer_provider=self.providers.gate)
-        self._engine_tracer = trace.get_tracer("restorelens.sim", tracer_provider=self.providers.engine)
-        self._by_request: dict[str, _InFlight] = {}
+        self._tracers(self.providers)
         self.loop = EventLoop(self.clock, [
             TimeSource("lifecycle", self.lifecycle.next_event_s, self.lifecycle.advance_to),
             TimeSource("engines", self._engines_next_s, self._engines_due),
@@ -165,22 +147,15 @@ class VirtualModelClaimRun:
         return {m: (s.phase, s.since_s) for m in self.core.models() for s in [self.core.status(m)]}
 
     def _arrive(self, arrival: Arrival) -> None:
-        request = modelclaim_client_request(self.scenario, arrival, self.labels)
-        now_s = self.clock.now_s()
-        self._attempt(arrival, RetryLoop(request, self.policy, now_s),
-                      RequestSpan(self._client_tracer, request, self.policy.name, now_s))
+        self._arrive_as(arrival, modelclaim_client_request(self.scenario, arrival, self.labels), self.policy)
 
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
         from restorelens.gate import Grant
         from restorelens.gate.routing import NotReady, Routed
 
         now_s = self.clock.now_s()
-        number = loop.begin_attempt(now_s)
-        attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
-        gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s,
-                                                  model=self.scenario.model,
-                                                  parent=trace.set_span_in_context(attempt_span))
-        flight = _InFlight(arrival, loop, request_span, attempt_span, gate_span)
+        flight = self._open_attempt(arrival, loop, request_span, self.scenario.model)
+        gate_span = flight.gate_span
         answer = self.lifecycle.route(self.scenario.model, now_s, trigger=gate_span.get_span_context())
         if isinstance(answer, NotReady):
             self.gate_spans.not_ready(gate_span, answer.phase, answer.reason, answer.status_code, answer.retry_after_s)
@@ -191,42 +166,15 @@ class VirtualModelClaimRun:
         assert isinstance(answer, Routed)
         decision = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
         assert isinstance(decision, Grant), "the fcfs policy without a cap grants at once"
-        self._forward(flight, decision, answer.upstream_url)
-
-    def _forward(self, flight: _InFlight, grant: Any, upstream_url: str) -> None:
-        from restorelens.sim import SimRequest
-
-        now_s = self.clock.now_s()
-        flight.grant, flight.engine = grant, self.engines[upstream_url]
-        self.gate_spans.granted(flight.gate_span, grant)
+        flight.grant = decision
+        self.gate_spans.granted(gate_span, decision)
         self.lifecycle.request_started(self.scenario.model, now_s)
-        flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, upstream_url)
-        flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
-        arrival = flight.arrival
-        engine = flight.engine
-        engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
-                                      arrival.max_tokens), now_s)
-        self._by_request[arrival.request_id] = flight
-        end_attempt_span(flight.upstream_span, now_s, 200, NO_HINT)
-        self.gate_spans.first_byte(flight.gate_span, now_s)
-        self._answer(flight, 200, [])
+        self._reach_engine(flight, self.engines[answer.upstream_url], answer.upstream_url)
 
-    def _answer(self, flight: _InFlight, status: int, headers: list[tuple[str, str]]) -> None:
-        now_s = self.clock.now_s()
-        decision = flight.loop.answered(status, headers, now_s)
-        end_attempt_span(flight.attempt_span, now_s, status, decision.retry_after if headers else RetryAfter(None))
-        if 200 <= status < 300:
-            return
-        if flight.loop.done:
-            self._finish_client(flight)
-            return
-        flight.request_span.retry_wait(now_s, decision, status)
-        self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
-
-    def _finish_client(self, flight: _InFlight) -> None:
-        result = flight.loop.result(self.clock.now_s())
-        flight.request_span.finish(result)
-        self.results.append(result)
+    def _request_done(self, flight: Flight, at_s: float) -> None:
+        self.admission.release(flight.grant, at_s)
+        self.lifecycle.request_finished(self.scenario.model, at_s)
+        self._finish_client(flight)
 
     # --- engines as one time source ------------------------------------------------------------
 
@@ -235,26 +183,7 @@ class VirtualModelClaimRun:
         return min(due) if due else None
 
     def _engines_due(self, now_s: float) -> None:
-        from restorelens.sim import FinishedEvent, FirstTokenEvent
-        from restorelens.sim.tracing import emit_llm_request_span
-
         for engine in list(self.engines.values()):
             t = engine.next_event_s()
-            if t is None or t > now_s:
-                continue
-            for event in engine.advance_to(now_s):
-                flight = self._by_request.get(getattr(event, "request_id", ""))
-                if flight is None:
-                    continue
-                if isinstance(event, FirstTokenEvent):
-                    flight.loop.first_chunk(event.at_s)
-                    flight.request_span.first_chunk(event.at_s)
-                elif isinstance(event, FinishedEvent):
-                    del self._by_request[event.request_id]
-                    emit_llm_request_span(self._engine_tracer, event.record, model=self.scenario.model,
-                                          parent_context=trace.set_span_in_context(flight.upstream_span),
-                                          request_params={"max_tokens": flight.arrival.max_tokens})
-                    self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, 200)
-                    self.admission.release(flight.grant, event.at_s)
-                    self.lifecycle.request_finished(self.scenario.model, event.at_s)
-                    self._finish_client(flight)
+            if t is not None and t <= now_s:
+                self._engine_events(engine.advance_to(now_s), self.scenario.model)

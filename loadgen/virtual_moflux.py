@@ -2,8 +2,9 @@
 
 Each piece is the same object the live servers run: the client's ``RetryLoop`` and policy, the
 gate's ``Admission`` + ``GateSpans``, the simulator's ``EngineCore`` + ``emit_llm_request_span``.
-This module only plays the wire between them with zero network delay, emitting the spans the live
-chain emits (client.request -> POST -> gate.request -> POST -> llm_request) with virtual times:
+This module plays the wire between them with zero network delay (the part shared with the
+ModelClaim runner is ``virtual_wire.VirtualWire``), emitting the spans the live chain emits
+(client.request -> POST -> gate.request -> POST -> llm_request) with virtual times:
 
 - an attempt opens the client's ``POST`` and the gate's ``gate.request`` at once;
 - the gate grants at once, queues (grant later, from a release) or rejects (429 with its
@@ -19,18 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.trace import Span
-
-from restorelens._version import __version__
 from restorelens.clock import VirtualClock
 from restorelens.loadgen.event_loop import EventLoop, TimeSource
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.retry_after import NO_HINT, RetryAfter
-from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_span, start_attempt_span
+from restorelens.loadgen.tracing import RequestSpan
+from restorelens.loadgen.virtual_wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival, Workload
-from restorelens.spans import ATTR_GATE_UPSTREAM
 
 __all__ = ["VIRTUAL_UPSTREAM_URL", "ServiceProviders", "VirtualMofluxRun"]
 
@@ -49,21 +45,8 @@ class ServiceProviders:
     exporter: Any = None
 
 
-@dataclass(eq=False)
-class _InFlight:
-    """One attempt on its way through gate and engine."""
-
-    arrival: Arrival
-    loop: RetryLoop
-    request_span: RequestSpan
-    attempt_span: Span
-    gate_span: Span
-    grant: Any = None
-    upstream_span: Span | None = None
-
-
 @dataclass
-class VirtualMofluxRun:
+class VirtualMofluxRun(VirtualWire):
     scenario: Any
     seed: int = 0
     providers: ServiceProviders = field(default_factory=ServiceProviders)
@@ -89,11 +72,8 @@ class VirtualMofluxRun:
         )
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts, seed=self.seed)
         self.labels = RunLabels(self.scenario.name, self.workload.name, self.seed, self.run_id)
-        self._client_tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider=self.providers.client)
-        self._gate_tracer = trace.get_tracer("restorelens.gate", tracer_provider=self.providers.gate)
-        self._engine_tracer = trace.get_tracer("restorelens.sim", tracer_provider=self.providers.engine)
-        self._by_request: dict[str, _InFlight] = {}
-        self._waiting: dict[str, _InFlight] = {}
+        self._tracers(self.providers)
+        self._waiting: dict[str, Flight] = {}
         self.loop = EventLoop(
             self.clock,
             [
@@ -113,25 +93,15 @@ class VirtualMofluxRun:
         return self.results
 
     def _arrive(self, arrival: Arrival) -> None:
-        request = self.workload.client_request(arrival, self.labels, stream=self.scenario.stream)
-        now_s = self.clock.now_s()
-        loop = RetryLoop(request, self.policy, now_s)
-        span = RequestSpan(self._client_tracer, request, self.policy.name, now_s)
-        self._attempt(arrival, loop, span)
+        self._arrive_as(arrival, self.workload.client_request(arrival, self.labels, stream=self.scenario.stream),
+                        self.policy)
 
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
-        now_s = self.clock.now_s()
-        number = loop.begin_attempt(now_s)
-        attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
-        gate_span = self.gate_spans.start_request(
-            arrival.request_id, arrival.traffic_class, now_s, model=self.workload.model,
-            parent=trace.set_span_in_context(attempt_span),
-        )
-        flight = _InFlight(arrival, loop, request_span, attempt_span, gate_span)
-        decision = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
+        flight = self._open_attempt(arrival, loop, request_span, self.workload.model)
+        decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s())
         self._decided(flight, decision)
 
-    def _decided(self, flight: _InFlight, decision: Any) -> None:
+    def _decided(self, flight: Flight, decision: Any) -> None:
         from restorelens.gate import Grant, Rejection
 
         if isinstance(decision, Grant):
@@ -141,7 +111,7 @@ class VirtualMofluxRun:
         else:
             self._waiting[flight.arrival.request_id] = flight
 
-    def _reject(self, flight: _InFlight, rejection: Any) -> None:
+    def _reject(self, flight: Flight, rejection: Any) -> None:
         from restorelens.gate.retry_hint import retry_after_header
 
         now_s = self.clock.now_s()
@@ -150,69 +120,21 @@ class VirtualMofluxRun:
         header = retry_after_header(rejection.retry_after_ms)
         self._answer(flight, 429, [("retry-after", header)] if header is not None else [])
 
-    def _forward(self, flight: _InFlight, grant: Any) -> None:
-        from restorelens.sim import SimRequest
-
-        now_s = self.clock.now_s()
+    def _forward(self, flight: Flight, grant: Any) -> None:
         flight.grant = grant
         self.gate_spans.granted(flight.gate_span, grant)
-        flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, VIRTUAL_UPSTREAM_URL)
-        flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
-        arrival = flight.arrival
-        priority = self.admission.policy.upstream_priority(arrival.traffic_class) or 0
-        self.engine.add_request(
-            SimRequest(arrival.request_id, self.engine.config.estimate_prompt_tokens(arrival.prompt_chars),
-                       arrival.max_tokens, priority=priority),
-            now_s,
-        )
-        self._by_request[arrival.request_id] = flight
-        end_attempt_span(flight.upstream_span, now_s, 200, NO_HINT)
-        self.gate_spans.first_byte(flight.gate_span, now_s)
-        self._answer(flight, 200, [])
+        priority = self.admission.policy.upstream_priority(flight.arrival.traffic_class) or 0
+        self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, priority)
 
-    def _answer(self, flight: _InFlight, status: int, headers: list[tuple[str, str]]) -> None:
-        """The answer's headers reached the client: close the attempt span, maybe retry."""
-        now_s = self.clock.now_s()
-        decision = flight.loop.answered(status, headers, now_s)
-        hint = decision.retry_after if headers else RetryAfter(None)
-        end_attempt_span(flight.attempt_span, now_s, status, hint)
-        if 200 <= status < 300:
-            return  # the body follows from the engine's events
-        if flight.loop.done:
-            self._finish_client(flight)
-            return
-        flight.request_span.retry_wait(now_s, decision, status)
-        self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
-
-    def _finish_client(self, flight: _InFlight) -> None:
-        result = flight.loop.result(self.clock.now_s())
-        flight.request_span.finish(result)
-        self.results.append(result)
+    def _request_done(self, flight: Flight, at_s: float) -> None:
+        self._finish_client(flight)
+        for grant in self.admission.release(flight.grant, at_s):
+            self._granted_waiter(grant)
 
     # --- time sources --------------------------------------------------------------------------
 
     def _engine_due(self, now_s: float) -> None:
-        from restorelens.sim import FinishedEvent, FirstTokenEvent
-        from restorelens.sim.tracing import emit_llm_request_span
-
-        for event in self.engine.advance_to(now_s):
-            flight = self._by_request.get(event.request_id) if hasattr(event, "request_id") else None
-            if flight is None:
-                continue
-            if isinstance(event, FirstTokenEvent):
-                flight.loop.first_chunk(event.at_s)
-                flight.request_span.first_chunk(event.at_s)
-            elif isinstance(event, FinishedEvent):
-                del self._by_request[event.request_id]
-                emit_llm_request_span(
-                    self._engine_tracer, event.record, model=self.workload.model,
-                    parent_context=trace.set_span_in_context(flight.upstream_span),
-                    request_params={"max_tokens": flight.arrival.max_tokens},
-                )
-                self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, 200)
-                self._finish_client(flight)
-                for grant in self.admission.release(flight.grant, event.at_s):
-                    self._granted_waiter(grant)
+        self._engine_events(self.engine.advance_to(now_s), self.workload.model)
 
     def _gate_due(self, now_s: float) -> None:
         rejections, grants = self.admission.expire(now_s)

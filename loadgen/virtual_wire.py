@@ -1,0 +1,136 @@
+"""The wire both virtual runners play: client attempts through the gate to an engine, no delay.
+
+``VirtualMofluxRun`` (gate admission in front of one engine) and ``VirtualModelClaimRun`` (the
+lifecycle router, then admission, in front of the engines it starts) differ in what the gate
+decides; what happens around that decision is the same and lives here: an attempt opens the
+client's ``POST`` and the gate's ``gate.request``; a forwarded request opens the gate's upstream
+``POST`` and reaches the engine, whose acceptance sends the answer's headers (200) back at once; an
+answer closes the client's ``POST`` and either waits for the body or schedules the retry; the
+engine's first token is the client's first chunk and its finish ends ``llm_request`` and the
+gate's request. Each runner says what a finished request releases (``_request_done``).
+
+A runner sets, before playing: ``clock``, ``loop`` (its ``EventLoop``), ``gate_spans``,
+``results`` and the three tracers (``_tracers``), and defines ``_attempt(arrival, loop, span)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
+from restorelens._version import __version__
+from restorelens.loadgen.request import RequestResult, RetryLoop
+from restorelens.loadgen.retry_after import NO_HINT, RetryAfter
+from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_span, start_attempt_span
+from restorelens.loadgen.workloads import Arrival
+from restorelens.spans import ATTR_GATE_UPSTREAM
+
+__all__ = ["Flight", "VirtualWire"]
+
+
+@dataclass(eq=False)
+class Flight:
+    """One attempt on its way through gate and engine."""
+
+    arrival: Arrival
+    loop: RetryLoop
+    request_span: RequestSpan
+    attempt_span: Span
+    gate_span: Span
+    grant: Any = None
+    upstream_span: Span | None = None
+    engine: Any = None
+
+
+class VirtualWire:
+    """Attempts, answers, retries and engine events between the cores (see the module doc)."""
+
+    clock: Any
+    loop: Any
+    gate_spans: Any
+    results: list[RequestResult]
+    _by_request: dict[str, Flight]
+
+    def _tracers(self, providers: Any) -> None:
+        self._client_tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider=providers.client)
+        self._gate_tracer = trace.get_tracer("restorelens.gate", tracer_provider=providers.gate)
+        self._engine_tracer = trace.get_tracer("restorelens.sim", tracer_provider=providers.engine)
+        self._by_request = {}
+
+    def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
+        raise NotImplementedError
+
+    def _request_done(self, flight: Flight, at_s: float) -> None:
+        """The engine finished ``flight``'s request at ``at_s``: release what it held, finish the client."""
+        raise NotImplementedError
+
+    def _arrive_as(self, arrival: Arrival, request: Any, policy: Any) -> None:
+        now_s = self.clock.now_s()
+        self._attempt(arrival, RetryLoop(request, policy, now_s),
+                      RequestSpan(self._client_tracer, request, policy.name, now_s))
+
+    def _open_attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan, model: str) -> Flight:
+        """The client sends its next attempt; the gate's span for it opens under the client's ``POST``."""
+        now_s = self.clock.now_s()
+        number = loop.begin_attempt(now_s)
+        attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
+        gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s, model=model,
+                                                  parent=trace.set_span_in_context(attempt_span))
+        return Flight(arrival, loop, request_span, attempt_span, gate_span)
+
+    def _reach_engine(self, flight: Flight, engine: Any, upstream_url: str, priority: int = 0) -> None:
+        """A granted request goes upstream: the engine accepts it and the 200 headers come back."""
+        from restorelens.sim import SimRequest
+
+        now_s = self.clock.now_s()
+        flight.engine = engine
+        flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, upstream_url)
+        flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
+        arrival = flight.arrival
+        engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
+                                      arrival.max_tokens, priority=priority), now_s)
+        self._by_request[arrival.request_id] = flight
+        end_attempt_span(flight.upstream_span, now_s, 200, NO_HINT)
+        self.gate_spans.first_byte(flight.gate_span, now_s)
+        self._answer(flight, 200, [])
+
+    def _answer(self, flight: Flight, status: int, headers: list[tuple[str, str]]) -> None:
+        """The answer's headers reached the client: close the attempt span, maybe retry."""
+        now_s = self.clock.now_s()
+        decision = flight.loop.answered(status, headers, now_s)
+        end_attempt_span(flight.attempt_span, now_s, status, decision.retry_after if headers else RetryAfter(None))
+        if 200 <= status < 300:
+            return  # the body follows from the engine's events
+        if flight.loop.done:
+            self._finish_client(flight)
+            return
+        flight.request_span.retry_wait(now_s, decision, status)
+        self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
+
+    def _finish_client(self, flight: Flight) -> None:
+        result = flight.loop.result(self.clock.now_s())
+        flight.request_span.finish(result)
+        self.results.append(result)
+
+    def _engine_events(self, events: Any, model: str) -> None:
+        """An engine's first tokens and finishes, as the client, the gate and the engine record them."""
+        from restorelens.sim import FinishedEvent, FirstTokenEvent
+        from restorelens.sim.tracing import emit_llm_request_span
+
+        for event in events:
+            flight = self._by_request.get(getattr(event, "request_id", ""))
+            if flight is None:
+                continue
+            if isinstance(event, FirstTokenEvent):
+                flight.loop.first_chunk(event.at_s)
+                flight.request_span.first_chunk(event.at_s)
+            elif isinstance(event, FinishedEvent):
+                del self._by_request[event.request_id]
+                emit_llm_request_span(self._engine_tracer, event.record, model=model,
+                                      parent_context=trace.set_span_in_context(flight.upstream_span),
+                                      request_params={"max_tokens": flight.arrival.max_tokens})
+                self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, 200)
+                self._request_done(flight, event.at_s)
