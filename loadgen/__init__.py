@@ -6,8 +6,7 @@ OpenTelemetry SDK; ``from restorelens.loadgen import X`` works for every name in
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from restorelens.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "Arrival": "workloads",
@@ -71,17 +70,4 @@ _EXPORTS: dict[str, str] = {
     "start_attempt_span": "tracing",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
