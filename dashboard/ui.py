@@ -111,3 +111,19 @@ def pick(param: str, values: Sequence[str], labels: Sequence[str], label: str) -
     chosen = st.selectbox(label, list(values), index=index, format_func=names.__getitem__, key=f"pick-{param}")
     st.query_params[param] = chosen
     return str(chosen)
+
+
+def episode_metrics(episode: dict[str, Any], metrics: Sequence[tuple[str, str]]) -> None:
+    """One metric per (label, column): seconds to 3 decimals, counts as integers, "—" when absent;
+    then a warning when the episode is censored (it never completed)."""
+    for column, (name, key) in zip(st.columns(len(metrics)), metrics, strict=True):
+        value = episode.get(key)
+        if value is None:
+            text = "—"
+        elif key.endswith("_s"):
+            text = f"{value:.3f} s"
+        else:
+            text = str(value)
+        column.metric(name, text)
+    if episode.get("censored"):
+        st.warning(f"Censored episode: {episode.get('censored_reason')}")

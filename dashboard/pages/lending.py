@@ -20,14 +20,8 @@ span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.lending_detail, path, stamp, span_id)
 episode = detail.episode
 
-metrics = st.columns(4)
-for column, (name, key) in zip(metrics, (("grant restored", "grant_restore_s"), ("borrowed drained", "drain_s"),
-                                         ("engine scheduled after grant", "engine_schedule_s"),
-                                         ("first token", "ttft_s")), strict=True):
-    value = episode.get(key)
-    column.metric(name, "—" if value is None else f"{value:.3f} s")
-if episode.get("censored"):
-    st.warning(f"Censored episode: {episode.get('censored_reason')}")
+ui.episode_metrics(episode, (("grant restored", "grant_restore_s"), ("borrowed drained", "drain_s"),
+                             ("engine scheduled after grant", "engine_schedule_s"), ("first token", "ttft_s")))
 ui.show_figure(timelines.lending_timeline(detail), "lending-timeline", "lending-episode")
 
 st.subheader("All lending episodes")

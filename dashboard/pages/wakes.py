@@ -19,15 +19,8 @@ span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.wake_detail, path, stamp, span_id)
 episode = detail.episode
 
-metrics = st.columns(5)
-for column, (name, key) in zip(metrics, (("Retry-After hint", "retry_after_s"), ("engine ready", "ready_s"),
-                                         ("overshoot", "overshoot_s"), ("attempts", "attempts"),
-                                         ("first token", "total_s")), strict=True):
-    value = episode.get(key)
-    text = "—" if value is None else (str(value) if key == "attempts" else f"{value:.3f} s")
-    column.metric(name, text)
-if episode.get("censored"):
-    st.warning(f"Censored episode: {episode.get('censored_reason')}")
+ui.episode_metrics(episode, (("Retry-After hint", "retry_after_s"), ("engine ready", "ready_s"),
+                             ("overshoot", "overshoot_s"), ("attempts", "attempts"), ("first token", "total_s")))
 ui.show_figure(timelines.wake_timeline(detail), "wake-timeline", "wake-episode")
 
 st.subheader("Hint vs actual readiness")
