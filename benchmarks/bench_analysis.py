@@ -110,12 +110,14 @@ spans as (
            map([$attr_gen_ai_request_model, $attr_modelclaim_phase, $attr_modelclaim_reason, $attr_modelclaim_pod],
                ['m' || (u % 50), 'Activating', 'EngineWaking', 'pod-a']), [], [], [], [] from units
 )
+-- the readable ids above become real OTLP ids (32 and 16 lower-case hex digits), as stored
 select
-    make_timestamp_ns(s), tr, id, par, '', name, kind, 'svc',
+    make_timestamp_ns(s), md5(tr), left(md5(id), 16), if(par = '', '', left(md5(par), 16)), '', name, kind, 'svc',
     map([$resource_service_name], ['svc']), 'bench', '', attrs, (e - s)::ubigint, 'Unset', '',
     list_transform(ev_ts, lambda x: make_timestamp_ns(x)), ev_names,
     list_transform(ev_names, lambda x: map([]::varchar[], []::varchar[])),
-    link_tr, link_id, list_transform(link_id, lambda x: ''),
+    list_transform(link_tr, lambda x: md5(x)), list_transform(link_id, lambda x: left(md5(x), 16)),
+    list_transform(link_id, lambda x: ''),
     list_transform(link_id, lambda x: map([]::varchar[], []::varchar[]))
 from spans
 """

@@ -76,7 +76,10 @@ http {{
     fastcgi_temp_path {tmp}/fastcgi;
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
-    upstream engine {{ server 127.0.0.1:{engine_port}; keepalive 64; }}
+    # nginx closes a keep-alive connection after 1000 requests by default (both sides); the
+    # other targets never do, and the load client does not reconnect mid-run
+    keepalive_requests 1000000;
+    upstream engine {{ server 127.0.0.1:{engine_port}; keepalive 64; keepalive_requests 1000000; }}
     server {{
         listen 127.0.0.1:{port};
         location / {{

@@ -25,8 +25,7 @@ engines as (
 engine_calls as (
 
     select
-        posts.trace_id,
-        posts.parent_span_id as gate_span_id,
+        posts.trace_key,
         posts.parent_key as gate_key,
         posts.start_ns as upstream_start_ns,
         engines.span_key as engine_key,
@@ -35,8 +34,7 @@ engine_calls as (
     from engines
     inner join posts
         on engines.parent_key = posts.span_key
-        and engines.trace_id = posts.trace_id
-        and engines.parent_span_id = posts.span_id
+        and engines.trace_key = posts.trace_key
 
 ),
 
@@ -44,22 +42,20 @@ last_engine_call as (
 
     -- narrow on purpose: the choice is made on keys, the engine's columns are joined after
     select
-        trace_id,
-        gate_span_id,
+        trace_key,
         gate_key,
         arg_max(engine_key, arrival_ns) as engine_key,
         arg_max(upstream_start_ns, arrival_ns) as upstream_start_ns
 
     from engine_calls
-    group by trace_id, gate_span_id, gate_key
+    group by trace_key, gate_key
 
 ),
 
 engine_via_upstream as (
 
     select
-        last_engine_call.trace_id,
-        last_engine_call.gate_span_id,
+        last_engine_call.trace_key,
         last_engine_call.gate_key,
         last_engine_call.upstream_start_ns,
         engines.span_id as engine_span_id,
@@ -77,7 +73,7 @@ engine_via_upstream as (
     from last_engine_call
     inner join engines
         on last_engine_call.engine_key = engines.span_key
-        and last_engine_call.trace_id = engines.trace_id
+        and last_engine_call.trace_key = engines.trace_key
 
 ),
 
@@ -85,7 +81,7 @@ final as (
 
     select
         gates.*,
-        engine_via_upstream.* exclude (trace_id, gate_span_id, gate_key),
+        engine_via_upstream.* exclude (trace_key, gate_key),
         coalesce(
             engine_via_upstream.upstream_start_ns < gates.start_ns
             or engine_via_upstream.engine_arrival_ns < engine_via_upstream.upstream_start_ns,
@@ -95,8 +91,7 @@ final as (
     from gates
     left join engine_via_upstream
         on gates.span_key = engine_via_upstream.gate_key
-        and gates.trace_id = engine_via_upstream.trace_id
-        and gates.span_id = engine_via_upstream.gate_span_id
+        and gates.trace_key = engine_via_upstream.trace_key
 
 )
 

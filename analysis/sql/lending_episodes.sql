@@ -54,19 +54,16 @@ joined as (
 
     from restores
     left join gates
-        on restores.returning_key = gates.span_key
-        and restores.returning_trace_id = gates.trace_id
-        and restores.returning_span_id = gates.span_id
+        on restores.returning_span_key = gates.span_key
+        and restores.returning_trace_key = gates.trace_key
     -- the client's attempt that reached the gate, and the client request above it: only the
     -- client's first chunk and labels are needed, not the whole attempt history
     left join posts
         on gates.parent_key = posts.span_key
-        and gates.trace_id = posts.trace_id
-        and gates.parent_span_id = posts.span_id
+        and gates.trace_key = posts.trace_key
     left join clients
         on posts.parent_key = clients.span_key
-        and posts.trace_id = clients.trace_id
-        and posts.parent_span_id = clients.span_id
+        and posts.trace_key = clients.trace_key
 
 ),
 

@@ -39,8 +39,7 @@ client_attempts as (
     from posts
     inner join clients
         on posts.parent_key = clients.span_key
-        and posts.trace_id = clients.trace_id
-        and posts.parent_span_id = clients.span_id
+        and posts.trace_key = clients.trace_key
 
 ),
 
@@ -55,9 +54,9 @@ ordered as (
     from client_attempts
 
     window
-        by_request as (partition by trace_id, client_span_id order by start_ns, span_id),
+        by_request as (partition by trace_key, parent_key order by start_ns, span_key),
         whole_request as (
-            partition by trace_id, client_span_id order by start_ns, span_id
+            partition by trace_key, parent_key order by start_ns, span_key
             rows between unbounded preceding and unbounded following
         )
 
@@ -93,12 +92,10 @@ joined as (
     from ordered
     left join gates
         on ordered.span_key = gates.parent_key
-        and ordered.trace_id = gates.trace_id
-        and ordered.span_id = gates.parent_span_id
+        and ordered.trace_key = gates.trace_key
     left join engines as direct
         on ordered.span_key = direct.parent_key
-        and ordered.trace_id = direct.trace_id
-        and ordered.span_id = direct.parent_span_id
+        and ordered.trace_key = direct.trace_key
 
 ),
 

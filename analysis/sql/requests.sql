@@ -18,15 +18,14 @@ attempts as (
 per_request as (
 
     select
-        trace_id,
-        client_span_id,
+        trace_key,
         parent_key as client_key,
         count(*) as attempts,
         max(policy) as any_policy,
         bool_or(clock_skew) as clock_skew
 
     from attempts
-    group by trace_id, client_span_id, parent_key
+    group by trace_key, parent_key
 
 ),
 
@@ -78,12 +77,10 @@ final as (
     from clients
     left join per_request
         on clients.span_key = per_request.client_key
-        and clients.trace_id = per_request.trace_id
-        and clients.span_id = per_request.client_span_id
+        and clients.trace_key = per_request.trace_key
     left join last_attempt
         on clients.span_key = last_attempt.parent_key
-        and clients.trace_id = last_attempt.trace_id
-        and clients.span_id = last_attempt.client_span_id
+        and clients.trace_key = last_attempt.trace_key
 
 )
 

@@ -17,10 +17,12 @@ typed as (
         "ParentSpanId" as parent_span_id,
         "ServiceName" as service_name,
 
-        -- 64-bit hashes of (trace, span) make the joins between layers cheap; every join on them
-        -- also compares the ids themselves, so a hash collision can never pair the wrong spans
-        hash("TraceId", "SpanId") as span_key,
-        hash("TraceId", "ParentSpanId") as parent_key,
+        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
+        -- lower-case hex): joins between layers compare fixed-width integers, not strings.
+        -- A root span's '' parent gives a null parent_key, which joins nothing.
+        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
+        try_cast('0x' || "SpanId" as ubigint) as span_key,
+        try_cast('0x' || "ParentSpanId" as ubigint) as parent_key,
 
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,

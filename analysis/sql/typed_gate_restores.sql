@@ -17,6 +17,11 @@ final as (
         "SpanId" as span_id,
         "ServiceName" as service_name,
 
+        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
+        -- lower-case hex): joins between layers compare fixed-width integers, not strings
+        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
+        try_cast('0x' || "SpanId" as ubigint) as span_key,
+
         -- Timestamp is the span start = t0 (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as t0_ns,
         epoch_ns("Timestamp") + "Duration"::bigint as end_ns,
@@ -31,7 +36,8 @@ final as (
         -- the returning request; lists are 1-based and an absent link gives null
         "Links.TraceId"[1] as returning_trace_id,
         "Links.SpanId"[1] as returning_span_id,
-        hash("Links.TraceId"[1], "Links.SpanId"[1]) as returning_key
+        try_cast('0x' || "Links.TraceId"[1] as uhugeint) as returning_trace_key,
+        try_cast('0x' || "Links.SpanId"[1] as ubigint) as returning_span_key
 
     from source
 

@@ -17,6 +17,11 @@ final as (
         "SpanId" as span_id,
         "ServiceName" as service_name,
 
+        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
+        -- lower-case hex): joins between layers compare fixed-width integers, not strings
+        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
+        try_cast('0x' || "SpanId" as ubigint) as span_key,
+
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,
         epoch_ns("Timestamp") + "Duration"::bigint as end_ns,
@@ -36,7 +41,8 @@ final as (
         -- the triggering request; lists are 1-based and an absent link gives null
         "Links.TraceId"[1] as trigger_trace_id,
         "Links.SpanId"[1] as trigger_span_id,
-        hash("Links.TraceId"[1], "Links.SpanId"[1]) as trigger_key
+        try_cast('0x' || "Links.TraceId"[1] as uhugeint) as trigger_trace_key,
+        try_cast('0x' || "Links.SpanId"[1] as ubigint) as trigger_span_key
 
     from source
 

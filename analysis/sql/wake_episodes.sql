@@ -40,7 +40,7 @@ triggered as (
     select
         wakes.*,
         trigger_attempt.trace_id as request_trace_id,
-        trigger_attempt.client_span_id,
+        trigger_attempt.trace_key as request_trace_key,
         trigger_attempt.parent_key as client_key,
         trigger_attempt.attempt_index as trigger_attempt_index,
         trigger_attempt.attempt_count,
@@ -53,20 +53,19 @@ triggered as (
 
     from wakes
     left join gates as trigger_gate
-        on wakes.trigger_key = trigger_gate.span_key
-        and wakes.trigger_trace_id = trigger_gate.trace_id
-        and wakes.trigger_span_id = trigger_gate.span_id
+        on wakes.trigger_span_key = trigger_gate.span_key
+        and wakes.trigger_trace_key = trigger_gate.trace_key
     left join attempts as trigger_attempt
         on trigger_gate.parent_key = trigger_attempt.span_key
-        and trigger_gate.trace_id = trigger_attempt.trace_id
-        and trigger_gate.parent_span_id = trigger_attempt.span_id
+        and trigger_gate.trace_key = trigger_attempt.trace_key
 
 ),
 
 successes as (
 
     select
-        triggered.span_id as wake_span_id,
+        triggered.trace_key as wake_trace_key,
+        triggered.span_key as wake_span_key,
         attempts.attempt_index,
         attempts.start_ns,
         attempts.engine_scheduled_ns,
@@ -77,12 +76,13 @@ successes as (
     from triggered
     inner join attempts
         on triggered.client_key = attempts.parent_key
-        and triggered.request_trace_id = attempts.trace_id
-        and triggered.client_span_id = attempts.client_span_id
+        and triggered.request_trace_key = attempts.trace_key
         and attempts.attempt_index >= triggered.trigger_attempt_index
         and attempts.status_code between 200 and 299
 
-    qualify row_number() over (partition by triggered.span_id order by attempts.attempt_index) = 1
+    qualify row_number() over (
+        partition by triggered.trace_key, triggered.span_key order by attempts.attempt_index
+    ) = 1
 
 ),
 
@@ -104,11 +104,11 @@ joined as (
 
     from triggered
     left join successes
-        on triggered.span_id = successes.wake_span_id
+        on triggered.span_key = successes.wake_span_key
+        and triggered.trace_key = successes.wake_trace_key
     left join clients
         on triggered.client_key = clients.span_key
-        and triggered.request_trace_id = clients.trace_id
-        and triggered.client_span_id = clients.span_id
+        and triggered.request_trace_key = clients.trace_key
 
 ),
 
