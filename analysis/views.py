@@ -28,6 +28,7 @@ from restorelens.analysis.queries import (
     VIEW_LAYERS,
     load_query,
 )
+from restorelens.collector.derived import fresh_layers
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_WAKE
@@ -85,17 +86,24 @@ class Analysis:
     ``materialize=True`` computes the layers that several views share (``SHARED_LAYERS``) once
     into temporary tables, faster when many views are read (a report); the default registers
     plain views, computed when read (cheapest when a view is read once: a view computes only the
-    columns it needs). Either way, a view whose driving span (``DRIVING_SPANS``) is absent from
+    columns it needs). The typed layers come from the store's derived tables when they are fresh
+    (``collector/derived.py``), else from ``otel_traces`` like the rest. Either way, a view whose driving span (``DRIVING_SPANS``) is absent from
     the store is answered empty without computing anything under it.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False,
+                 use_derived: bool = True) -> None:
         self.con = con
         self.slo = slo or Slo()
         self.materialize = materialize
         self._summary_materialized_for: Slo | None = None
         self._drop_layers()
+        #: Layers read from the store's derived tables (kept by the collector) instead of computed;
+        #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
+        self.stored_layers = fresh_layers(con) if use_derived else frozenset()
         for name in VIEW_LAYERS:
+            if name in self.stored_layers:
+                continue  # the store's table of that name is the layer
             kind = "table" if materialize and name in SHARED_LAYERS else "view"
             con.execute(f"create temp {kind} {name} as {load_query(name).sql}")
 

@@ -22,6 +22,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from restorelens.collector import derived
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows
@@ -143,6 +144,7 @@ class SpanStore:
         self.lock_timeout_s = lock_timeout_s
         self.threads = threads
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._derived_checked = False
         self.connection()  # fail early on a bad path, create the schema
 
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -158,6 +160,9 @@ class SpanStore:
                 if self.threads:
                     con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
                 create_schema(con)
+                if not self._derived_checked:  # once: the check counts every span
+                    derived.ensure(con)
+                    self._derived_checked = True
             except BaseException:
                 con.close()
                 raise
@@ -203,6 +208,7 @@ class SpanStore:
     def insert_table(con: duckdb.DuckDBPyConnection, table: pa.Table, *, skip_existing: bool = True) -> int:
         """Insert an Arrow table in ``otel_traces`` layout; returns how many spans were new.
 
+        The new spans' derived rows (``derived.py``) go in too, in the same transaction.
         ``skip_existing=False`` is a plain insert: about half the CPU, because DuckDB's ``insert or
         ignore`` checks the primary key row by row, but one span already stored (or twice in the
         table) raises ``duckdb.ConstraintException`` and aborts the transaction.
@@ -210,16 +216,25 @@ class SpanStore:
         if not table.num_rows:
             return 0
         if not skip_existing:
-            # No named view to unregister: a failed insert aborts the transaction, and unregistering
+            # Registered only once stored: a failed insert aborts the transaction, and unregistering
             # then would raise and hide the ConstraintException.
             con.from_arrow(table).insert_into(TABLE)
-            return table.num_rows
-        con.register("rl_incoming", table)
-        try:
-            row = con.execute(f"insert or ignore into {TABLE} select * from rl_incoming").fetchone()
-        finally:
-            con.unregister("rl_incoming")
-        return int(row[0]) if row else 0
+            new = table
+        else:
+            con.register("rl_incoming", table)
+            try:
+                # `returning` gives exactly the rows stored: not those already there, and of two
+                # copies in one table the first, as `insert or ignore` keeps it
+                new = con.sql(f"insert or ignore into {TABLE} select * from rl_incoming returning *").to_arrow_table()
+            finally:
+                con.unregister("rl_incoming")
+        if new.num_rows:
+            con.register("rl_new", new)
+            try:
+                derived.insert_rows(con, "rl_new")
+            finally:
+                con.unregister("rl_new")
+        return new.num_rows
 
     def insert_tables(self, tables: Sequence[pa.Table]) -> list[int]:
         """Insert Arrow tables in one transaction; per table, how many spans were new.

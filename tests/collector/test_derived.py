@@ -1,0 +1,89 @@
+"""The derived typed-span tables: written with every batch, equal to the layers they stand for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from restorelens.collector import SpanStore, load_paths
+from restorelens.collector.derived import DERIVED_LAYERS, META_TABLE, fingerprint, fresh_layers
+from restorelens.collector.schema import TABLE
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+ANALYSIS_SQL = Path(__file__).resolve().parents[2] / "analysis" / "sql"
+
+
+def _differences(con: duckdb.DuckDBPyConnection, name: str) -> int:
+    """Rows in the stored table and not in the layer computed from otel_traces, or the reverse."""
+    layer = (ANALYSIS_SQL / f"{name}.sql").read_text()
+    row = con.execute(
+        f"select count(*) from ((select * from {name} except all select * from ({layer})) "
+        f"union all (select * from ({layer}) except all select * from {name}))"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("derived") / "samples.duckdb"
+    load_paths(sorted(SAMPLES.glob("*.jsonl")), db)
+    return db
+
+
+def test_loading_fills_every_table_with_exactly_its_layer(sample_store: Path) -> None:
+    with duckdb.connect(str(sample_store), read_only=True) as con:
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+        for name, span_name in DERIVED_LAYERS.items():
+            stored = con.execute(f"select count(*) from {name}").fetchone()
+            spans = con.execute(f'select count(*) from {TABLE} where "SpanName" = $n', {"n": span_name}).fetchone()
+            assert stored == spans
+            assert _differences(con, name) == 0, name
+        rows = dict(con.execute(f"select name, fingerprint from {META_TABLE}").fetchall())
+        assert rows == {name: fingerprint(name) for name in DERIVED_LAYERS}
+
+
+def _all_spans(db: Path) -> pa.Table:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.sql(f"select * from {TABLE} order by \"TraceId\", \"SpanId\"").to_arrow_table()
+
+
+def test_spans_already_stored_add_no_derived_rows(sample_store: Path, tmp_path: Path) -> None:
+    spans = _all_spans(sample_store)
+    half = spans.slice(0, spans.num_rows // 2)
+    with SpanStore(tmp_path / "s.duckdb") as store:
+        assert store.insert_tables([half]) == [half.num_rows]
+        # the whole set again, one span twice: only the other half is new, each span once
+        again = pa.concat_tables([spans, spans.slice(spans.num_rows - 1, 1)])
+        assert store.insert_tables([again]) == [spans.num_rows - half.num_rows]
+        con = store.connection()
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+        for name in DERIVED_LAYERS:
+            assert _differences(con, name) == 0, name
+
+
+def test_a_store_changed_behind_the_collector_is_not_trusted_until_reopened(sample_store: Path, tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    spans = _all_spans(sample_store)
+    SpanStore(db).insert_tables([spans.slice(0, 100)])
+    with duckdb.connect(str(db)) as con:
+        con.from_arrow(spans.slice(100)).insert_into(TABLE)  # bypasses the collector
+        assert fresh_layers(con) < frozenset(DERIVED_LAYERS)
+        con.execute(f"update {META_TABLE} set fingerprint = 'older-sql' where name = 'typed_model_wakes'")
+        assert "typed_model_wakes" not in fresh_layers(con)
+    with SpanStore(db) as store:  # a writer brings every table up to date when it opens the store
+        con = store.connection()
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+        for name in DERIVED_LAYERS:
+            assert _differences(con, name) == 0, name
+
+
+def test_every_layer_it_stands_for_is_a_typed_layer_of_the_analysis() -> None:
+    from restorelens.analysis import DRIVING_SPANS, VIEW_LAYERS
+
+    for name, span_name in DERIVED_LAYERS.items():
+        assert name in VIEW_LAYERS
+        assert DRIVING_SPANS[name] == span_name
