@@ -40,6 +40,7 @@ VIEW_LAYERS = (
     "typed_engine_requests",
     "typed_gate_restores",
     "typed_model_wakes",
+    "typed_model_states",
     "gate_requests",
     "request_attempts",
     "attempts",
@@ -51,7 +52,7 @@ VIEW_LAYERS = (
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
-                 "request_attempts")
+                 "request_attempts", "requests")
 
 #: Layer -> the span name each of its rows comes from: a store without such spans gives an empty
 #: layer, so it can be answered without computing the layers under it (e.g. no wake spans, no
@@ -64,6 +65,7 @@ DRIVING_SPANS = {
     "typed_engine_requests": SPAN_LLM_REQUEST,
     "typed_gate_restores": SPAN_GATE_RESTORE,
     "typed_model_wakes": SPAN_MODELCLAIM_WAKE,
+    "typed_model_states": SPAN_MODELCLAIM_STATE,
     "gate_requests": SPAN_GATE_REQUEST,
     "request_attempts": SPAN_CLIENT_REQUEST,
     "attempts": SPAN_CLIENT_REQUEST,

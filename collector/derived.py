@@ -26,6 +26,7 @@ from restorelens.spans import (
     SPAN_GATE_RESTORE,
     SPAN_HTTP_POST,
     SPAN_LLM_REQUEST,
+    SPAN_MODELCLAIM_STATE,
     SPAN_MODELCLAIM_WAKE,
 )
 
@@ -41,6 +42,7 @@ DERIVED_LAYERS = {
     "typed_engine_requests": SPAN_LLM_REQUEST,
     "typed_gate_restores": SPAN_GATE_RESTORE,
     "typed_model_wakes": SPAN_MODELCLAIM_WAKE,
+    "typed_model_states": SPAN_MODELCLAIM_STATE,
 }
 
 #: One row per derived table: the fingerprint of the SQL that filled it.

@@ -12,7 +12,8 @@ attempts as (
 final as (
 
     select
-        trace_id,
+        -- the ids as stored: 32 and 16 lower-case hex digits of the keys
+        printf('%032x', trace_key) as trace_id,
         request_id,
         attempt_index,
         attempt_count,
@@ -33,13 +34,13 @@ final as (
         gate_wait_s,
         modelclaim_phase,
         modelclaim_reason,
-        engine_span_id is not null as reached_engine,
+        engine_span_key is not null as reached_engine,
         engine_service_name,
         (engine_scheduled_ns - start_ns) / 1e9 as engine_schedule_s,
         (next_start_ns - end_ns) / 1e9 as wait_before_next_s,
         negative_gaps,
         clock_skew,
-        span_id,
+        printf('%016x', span_key) as span_id,
         gate_span_id,
         engine_span_id
 

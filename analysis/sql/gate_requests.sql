@@ -58,6 +58,7 @@ engine_via_upstream as (
         last_engine_call.trace_key,
         last_engine_call.gate_key,
         last_engine_call.upstream_start_ns,
+        engines.span_key as engine_span_key,
         engines.span_id as engine_span_id,
         engines.service_name as engine_service_name,
         engines.arrival_ns as engine_arrival_ns,

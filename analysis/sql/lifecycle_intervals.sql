@@ -2,28 +2,9 @@
 -- ModelClaim phase/reason on one pod, in order per model.
 with
 
-source as (
+states as (
 
-    select * from otel_traces
-    where "SpanName" = 'modelclaim.state'
-
-),
-
-typed as (
-
-    select
-        "TraceId" as trace_id,
-        "SpanId" as span_id,
-        "SpanAttributes"['gen_ai.request.model'] as model,
-        "SpanAttributes"['modelclaim.pod'] as pod,
-        "SpanAttributes"['modelclaim.phase'] as phase,
-        "SpanAttributes"['modelclaim.reason'] as reason,
-
-        -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
-        epoch_ns("Timestamp") as start_ns,
-        epoch_ns("Timestamp") + "Duration"::bigint as end_ns
-
-    from source
+    select * from typed_model_states
 
 ),
 
@@ -42,7 +23,7 @@ final as (
         trace_id,
         span_id
 
-    from typed
+    from states
 
 )
 

@@ -30,9 +30,10 @@ engines as (
 
 client_attempts as (
 
+    -- the attempt's own string ids stay behind: every row below is carried through a window
+    -- and two joins; `attempts` formats them from the keys (printf gives the same hex)
     select
-        posts.*,
-        clients.span_id as client_span_id,
+        posts.* exclude (trace_id, span_id, parent_span_id, service_name),
         clients.request_id,
         clients.first_chunk_ns as client_first_chunk_ns
 
@@ -78,6 +79,7 @@ joined as (
         gates.modelclaim_reason,
         gates.upstream_first_byte_ns,
         coalesce(gates.engine_clock_skew, false) as engine_clock_skew,
+        coalesce(gates.engine_span_key, direct.span_key) as engine_span_key,
         coalesce(gates.engine_span_id, direct.span_id) as engine_span_id,
         coalesce(gates.engine_service_name, direct.service_name) as engine_service_name,
         coalesce(gates.engine_arrival_ns, direct.arrival_ns) as engine_arrival_ns,

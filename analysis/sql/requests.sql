@@ -63,7 +63,7 @@ final as (
         last_attempt.decision,
         last_attempt.slot,
         last_attempt.gate_wait_s,
-        last_attempt.engine_span_id is not null as reached_engine,
+        last_attempt.engine_span_key is not null as reached_engine,
         last_attempt.engine_service_name,
         last_attempt.engine_time_in_queue_s,
         last_attempt.engine_ttft_s,

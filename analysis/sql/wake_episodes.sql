@@ -39,7 +39,6 @@ triggered as (
 
     select
         wakes.*,
-        trigger_attempt.trace_id as request_trace_id,
         trigger_attempt.trace_key as request_trace_key,
         trigger_attempt.parent_key as client_key,
         trigger_attempt.attempt_index as trigger_attempt_index,
@@ -63,15 +62,19 @@ triggered as (
 
 successes as (
 
+    -- the first 2xx attempt from the trigger on, by aggregate rather than a window (cheaper);
+    -- arg_min_null keeps that attempt's nulls instead of skipping to another attempt's values
     select
         triggered.trace_key as wake_trace_key,
         triggered.span_key as wake_span_key,
-        attempts.attempt_index,
-        attempts.start_ns,
-        attempts.engine_scheduled_ns,
-        coalesce(attempts.engine_first_token_ns, attempts.upstream_first_byte_ns, attempts.client_first_chunk_ns)
-            as first_token_ns,
-        attempts.clock_skew
+        min(attempts.attempt_index) as attempt_index,
+        arg_min_null(attempts.start_ns, attempts.attempt_index) as start_ns,
+        arg_min_null(attempts.engine_scheduled_ns, attempts.attempt_index) as engine_scheduled_ns,
+        arg_min_null(
+            coalesce(attempts.engine_first_token_ns, attempts.upstream_first_byte_ns, attempts.client_first_chunk_ns),
+            attempts.attempt_index
+        ) as first_token_ns,
+        arg_min_null(attempts.clock_skew, attempts.attempt_index) as clock_skew
 
     from triggered
     inner join attempts
@@ -80,9 +83,7 @@ successes as (
         and attempts.attempt_index >= triggered.trigger_attempt_index
         and attempts.status_code between 200 and 299
 
-    qualify row_number() over (
-        partition by triggered.trace_key, triggered.span_key order by attempts.attempt_index
-    ) = 1
+    group by triggered.trace_key, triggered.span_key
 
 ),
 
@@ -153,7 +154,8 @@ final as (
             or coalesce(success_start_ns < ready_ns, false)
             or coalesce(engine_scheduled_ns < success_start_ns, false) as clock_skew,
         request_id,
-        request_trace_id,
+        -- the ids as stored: 32 lower-case hex digits of the key
+        printf('%032x', request_trace_key) as request_trace_id,
         trigger_span_id,
         trace_id,
         span_id
