@@ -101,9 +101,6 @@ class Analysis:
         #: Layers read from the store's derived tables (kept by the collector) instead of computed;
         #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
         self.stored_layers = fresh_layers(con) if use_derived else frozenset()
-        # Layers are sets (every read sorts what it returns): letting DuckDB write them in any
-        # order spares it re-ordering the parallel halves of each materialised layer.
-        con.execute("set preserve_insertion_order = false")
         for name in VIEW_LAYERS:
             if name in self.stored_layers:
                 continue  # the store's table of that name is the layer

@@ -15,6 +15,7 @@ Also printed: a warm rerun (cached frames), which is what every later interactio
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
@@ -59,7 +60,7 @@ select * from final
 
 
 def build_store(folder: Path, target_spans: int = TARGET_SPANS) -> tuple[Path, int]:
-    from restorelens.collector import load_paths
+    from restorelens.collector import derived, load_paths
     from restorelens.loadgen import RunTelemetry, get_scenario, run_virtual
 
     files = []
@@ -82,6 +83,9 @@ def build_store(folder: Path, target_spans: int = TARGET_SPANS) -> tuple[Path, i
         window_us = (last_us - first_us) + 60_000_000
         con.execute(REPLICATE_SQL, {"copies": copies, "window_us": window_us})
         total = con.execute("select count(*) from otel_traces").fetchone()[0]
+        # the copies went in by SQL, past the collector: derive their typed tables as a collector
+        # does when it opens the store (a store it filled itself has them already)
+        derived.ensure(con)
         con.execute("checkpoint")
     finally:
         con.close()
@@ -102,6 +106,10 @@ def time_overview(db: Path, *, cold: bool) -> tuple[float, float, int]:
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
+    # AppTest runs without a server and Streamlit logs that on every run: noise here. Set after
+    # the import, which configures Streamlit's loggers.
+    logging.getLogger("streamlit").setLevel(logging.ERROR)
+
     if cold:
         st.cache_data.clear()
         st.cache_resource.clear()
@@ -115,10 +123,6 @@ def time_overview(db: Path, *, cold: bool) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    import logging
-
-    # AppTest runs without a server; Streamlit logs that on every run, which is noise here.
-    logging.getLogger("streamlit").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as folder:
         started = time.perf_counter()
         db, spans = build_store(Path(folder))

@@ -92,12 +92,20 @@ final as (
             when grant_restored_ns is null then 'grant_not_restored'
             when drained_ns is null and coalesce(borrowed_at_return, 1) <> 0 then 'not_drained'
         end as censored_reason,
-        list_filter([
-            case when grant_restored_ns < t0_ns then 'grant_restore_s' end,
-            case when drained_ns < t0_ns then 'drain_s' end,
-            case when engine_scheduled_ns < t0_ns then 'engine_before_t0' end,
-            case when first_token_ns < t0_ns then 'ttft_s' end
-        ], lambda gap: gap is not null) as negative_gaps,
+        -- the list only when some gap is negative (rare): building and filtering it costs a
+        -- lambda call per row
+        case when (grant_restored_ns < t0_ns)
+            or (drained_ns < t0_ns)
+            or (engine_scheduled_ns < t0_ns)
+            or (first_token_ns < t0_ns)
+        then
+            list_filter([
+                case when grant_restored_ns < t0_ns then 'grant_restore_s' end,
+                case when drained_ns < t0_ns then 'drain_s' end,
+                case when engine_scheduled_ns < t0_ns then 'engine_before_t0' end,
+                case when first_token_ns < t0_ns then 'ttft_s' end
+            ], lambda gap: gap is not null)
+        else []::varchar[] end as negative_gaps,
         coalesce(engine_clock_skew, false) or coalesce(engine_scheduled_ns < t0_ns, false) as clock_skew,
         returning_request_id,
         returning_slot,

@@ -143,12 +143,20 @@ final as (
             when success_attempt_index is null then 'not_served'
         end as censored_reason,
         outcome,
-        list_filter([
-            case when ready_ns < t0_ns then 'ready_s' end,
-            case when observed_ns < ready_ns then 'observed_before_ready' end,
-            case when success_start_ns < ready_ns then 'overshoot_s' end,
-            case when engine_scheduled_ns < success_start_ns then 'engine_schedule_s' end
-        ], lambda gap: gap is not null) as negative_gaps,
+        -- the list only when some gap is negative (rare): building and filtering it costs a
+        -- lambda call per row
+        case when (ready_ns < t0_ns)
+            or (observed_ns < ready_ns)
+            or (success_start_ns < ready_ns)
+            or (engine_scheduled_ns < success_start_ns)
+        then
+            list_filter([
+                case when ready_ns < t0_ns then 'ready_s' end,
+                case when observed_ns < ready_ns then 'observed_before_ready' end,
+                case when success_start_ns < ready_ns then 'overshoot_s' end,
+                case when engine_scheduled_ns < success_start_ns then 'engine_schedule_s' end
+            ], lambda gap: gap is not null)
+        else []::varchar[] end as negative_gaps,
         coalesce(trigger_clock_skew, false)
             or coalesce(success_clock_skew, false)
             or coalesce(success_start_ns < ready_ns, false)
