@@ -104,11 +104,12 @@ def time_anchor(db: Path) -> tuple[float, float]:
 
 def time_overview(db: Path, *, cold: bool) -> tuple[float, float, int]:
     import streamlit as st
+    import streamlit.logger
     from streamlit.testing.v1 import AppTest
 
-    # AppTest runs without a server and Streamlit logs that on every run: noise here. Set after
-    # the import, which configures Streamlit's loggers.
-    logging.getLogger("streamlit").setLevel(logging.ERROR)
+    # AppTest runs without a server and Streamlit warns about that on every run: noise here.
+    # Streamlit gives each of its loggers its own level, so it is set through Streamlit.
+    streamlit.logger.set_log_level(logging.ERROR)
 
     if cold:
         st.cache_data.clear()
