@@ -30,7 +30,9 @@ from restorelens.spans import (
     SPAN_MODELCLAIM_WAKE,
 )
 
-__all__ = ["DERIVED_LAYERS", "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_rows", "rebuild"]
+__all__ = [
+    "DERIVED_LAYERS", "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_rows", "insert_table", "rebuild",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,21 @@ def ensure(con: Any) -> None:
     if stale:
         log.info("deriving %s from the stored spans", ", ".join(stale))
         rebuild(con, stale)
+
+
+def insert_table(con: Any, table: Any) -> None:
+    """Add the derived rows of the spans in an Arrow ``table`` in ``otel_traces`` layout (stored).
+
+    The batch is converted once into a temporary table: reading Arrow's MAP columns is the costly
+    part, and the seven layers would otherwise each convert it again.
+    """
+    con.register("rl_derive_incoming", table)
+    try:
+        con.execute("create or replace temp table rl_derive as select * from rl_derive_incoming")
+    finally:
+        con.unregister("rl_derive_incoming")
+    insert_rows(con, "rl_derive")
+    con.execute("drop table rl_derive")
 
 
 def insert_rows(con: Any, relation: str) -> None:

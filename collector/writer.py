@@ -55,7 +55,7 @@ class StoreWriter:
         self.max_group_spans = max_group_spans
         # Fails fast if the file is locked. One DuckDB thread: a few thousand rows per insert gain
         # nothing from parallelism, and coordinating threads cost the receiver a quarter of its CPU.
-        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1)
+        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1, defer_derived=True)
         self._store.release()
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0

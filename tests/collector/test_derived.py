@@ -87,3 +87,30 @@ def test_every_layer_it_stands_for_is_a_typed_layer_of_the_analysis() -> None:
     for name, span_name in DERIVED_LAYERS.items():
         assert name in VIEW_LAYERS
         assert DRIVING_SPANS[name] == span_name
+
+
+def test_deferred_derivation_catches_up_when_the_store_is_let_go(sample_store: Path, tmp_path: Path) -> None:
+    spans = _all_spans(sample_store)
+    db = tmp_path / "s.duckdb"
+    store = SpanStore(db, defer_derived=True)
+    for start in range(0, spans.num_rows, 100):  # many small commits, as the receiver makes them
+        store.insert_tables([spans.slice(start, 100)])
+    assert fresh_layers(store.connection()) < frozenset(DERIVED_LAYERS)  # not yet written
+    store.release()  # as the writer does when a reader asks, when idle, or at stop
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+        for name in DERIVED_LAYERS:
+            assert _differences(con, name) == 0, name
+
+
+def test_deferred_rows_of_a_rolled_back_transaction_are_forgotten(sample_store: Path, tmp_path: Path) -> None:
+    spans = _all_spans(sample_store)
+    with SpanStore(tmp_path / "s.duckdb", defer_derived=True) as store:
+        store.insert_tables([spans.slice(0, 50)])
+        with pytest.raises(duckdb.ConstraintException), store.transaction() as con:
+            store.insert_table(con, spans.slice(50, 50), skip_existing=False)
+            store.insert_table(con, spans.slice(0, 10), skip_existing=False)  # already stored
+        store.derive_pending()
+        con = store.connection()
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)  # counts match: 50 spans, not 100
+        assert store.count() == 50
