@@ -1,11 +1,8 @@
 """The durable span store: one DuckDB file holding ``otel_traces``, idempotent on (TraceId, SpanId).
 
-DuckDB lets one process write a file, and while it has the file open no other process may open it,
-not even read-only. So readers use :func:`open_read_only`, which retries while the file is locked,
-asks the writer to let go by touching ``<db>.read-request``, and should be closed promptly; the
-writer (``writer.StoreWriter``) closes its connection (:meth:`SpanStore.release`) when asked, when
-idle, and periodically. Each insert is one transaction: once it returns, DuckDB has committed it to
-its write-ahead log.
+Each insert is one transaction: once it returns, DuckDB has committed it to its write-ahead log.
+Opening the file, and sharing it with readers in other processes, is ``store_access``; the
+derived typed tables written with the spans are ``derived``.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +24,15 @@ from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.schema import TABLE, create_schema
-from restorelens.errors import InputError, RestorelensError
+from restorelens.collector.store_access import (
+    DEFAULT_LOCK_TIMEOUT_S,
+    StoreBusy,
+    connect,
+    open_read_only,
+    read_request_path,
+    read_requested,
+)
+from restorelens.errors import InputError
 
 __all__ = [
     "InsertResult",
@@ -43,16 +47,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LOCK_TIMEOUT_S = 10.0
-#: A read request older than this is ignored (its reader got in, gave up or crashed).
-READ_REQUEST_FRESH_S = 1.0
-_POLL_S = 0.01
-
-
-class StoreBusy(RestorelensError):
-    """Another process (or connection of another mode) holds the DuckDB file."""
-
-
 @dataclass(frozen=True)
 class InsertResult:
     """Spans newly stored, already present (same TraceId and SpanId), and rejected, with reasons."""
@@ -61,72 +55,6 @@ class InsertResult:
     duplicate: int
     rejected: int
     errors: tuple[str, ...] = ()
-
-
-def _is_lock_conflict(exc: duckdb.Error) -> bool:
-    text = str(exc)
-    return "Could not set lock" in text or "different configuration" in text
-
-
-def read_request_path(path: str | os.PathLike[str]) -> Path:
-    """The file a waiting reader touches to ask the writer to let go of ``path``."""
-    return Path(f"{path}.read-request")
-
-
-def read_requested(path: str | os.PathLike[str], *, within_s: float = READ_REQUEST_FRESH_S) -> bool:
-    """Whether a reader has asked for ``path`` in the last ``within_s`` (a crashed reader's request expires)."""
-    try:
-        touched = read_request_path(path).stat().st_mtime
-    except OSError:
-        return False
-    return time.time() - touched < within_s
-
-
-def _ask_for_release(path: str | os.PathLike[str]) -> bool:
-    try:
-        read_request_path(path).touch()
-    except OSError:  # a read-only directory: the writer's periodic release still lets us in
-        return False
-    return True
-
-
-def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
-    """Open ``path``, retrying while another process holds it; StoreBusy after ``timeout_s``.
-
-    A reader kept out asks the writer to let go (see :func:`read_requested`) on every retry.
-    """
-    deadline = time.monotonic() + timeout_s
-    asked = False
-    while True:
-        try:
-            con = duckdb.connect(str(path), read_only=read_only)
-        except (duckdb.IOException, duckdb.ConnectionException) as exc:
-            if not _is_lock_conflict(exc):
-                raise InputError(str(path), f"cannot open the DuckDB file: {exc}") from None
-            if time.monotonic() >= deadline:
-                raise StoreBusy(f"{path}: in use by another process for over {timeout_s:g} s ({exc})") from None
-            if read_only:
-                asked = _ask_for_release(path) or asked
-        else:
-            if asked:
-                with contextlib.suppress(OSError):
-                    read_request_path(path).unlink(missing_ok=True)
-            return con
-        time.sleep(_POLL_S)
-
-
-def open_read_only(
-    path: str | os.PathLike[str], *, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
-) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to a span store that a receiver may be writing; close it soon.
-
-    Use as ``with open_read_only(db) as con: ...``. While the writer holds the file this asks it to
-    let go (it does so before its next commit, or within ~50 ms when idle) and waits up to
-    ``timeout_s``.
-    """
-    if not Path(path).is_file():
-        raise InputError(str(path), "no such span store (run `restorelens collect` or `restorelens load` first)")
-    return connect(path, read_only=True, timeout_s=timeout_s)
 
 
 class SpanStore:
