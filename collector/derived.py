@@ -6,12 +6,18 @@ decomposition (10M spans: ~6 s of ~20 s on two cores), so the store keeps them a
 same name, filled in the same transaction as the spans (a batch's rows run through the very same
 SQL). The analysis reads a table only while it is fresh (:func:`fresh_layers`): written by the
 SQL it would run itself (fingerprint) and holding one row per span of its kind (counts), so a
-store changed behind the collector's back, or one from an older version, is still decomposed
-exactly (from ``otel_traces``) until a writer opens it and rebuilds the tables (:func:`ensure`).
+store from an older version, or one whose spans were added or removed behind the collector's back,
+is still decomposed exactly (from ``otel_traces``) until a writer opens it and rebuilds the tables
+(:func:`ensure`). An edit of stored spans that keeps every count is not detected: the collector
+never updates a span, and a hand-edited store should be rebuilt (``rebuild``).
+
+The tables are named in the store's own catalog (``_qualified``): a reader's temporary view of the
+same name (``Analysis`` registers one when a table is stale) must never receive the rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -32,6 +38,7 @@ from restorelens.spans import (
 
 __all__ = [
     "DERIVED_LAYERS", "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_rows", "insert_table", "rebuild",
+    "registered",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,6 +80,13 @@ def _from(relation: str, name: str) -> str:
     return f"with {TABLE} as (select * from {relation}) select * from ({_definition(name)})"
 
 
+def _qualified(con: Any, name: str) -> str:
+    """``name`` in the store's catalog, past any temporary view of that name."""
+    row = con.execute("select current_database()").fetchone()
+    catalog = str(row[0]).replace('"', '""') if row else "main"
+    return f'"{catalog}".main.{name}'
+
+
 def _stored_fingerprints(con: Any) -> dict[str, str]:
     tables = {row[0] for row in con.execute("select table_name from duckdb_tables() where not temporary").fetchall()}
     if META_TABLE not in tables:
@@ -99,7 +113,7 @@ def fresh_layers(con: Any) -> frozenset[str]:
     counts = _span_counts(con)
     fresh = set()
     for name in candidates:
-        row = con.execute(f"select count(*) from {name}").fetchone()  # a name from DERIVED_LAYERS
+        row = con.execute(f"select count(*) from {_qualified(con, name)}").fetchone()
         if row is not None and row[0] == counts.get(DERIVED_LAYERS[name], 0):
             fresh.add(name)
     return frozenset(fresh)
@@ -109,7 +123,7 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
     """(Re)create derived tables from every stored span, and record their fingerprints."""
     con.execute(f"create table if not exists {META_TABLE} (name varchar primary key, fingerprint varchar not null)")
     for name in names or tuple(DERIVED_LAYERS):
-        con.execute(f"create or replace table {name} as {_definition(name)}")
+        con.execute(f"create or replace table {_qualified(con, name)} as {_definition(name)}")
         con.execute(
             f"insert or replace into {META_TABLE} values ($name, $fingerprint)",
             {"name": name, "fingerprint": fingerprint(name)},
@@ -117,11 +131,18 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
 
 
 def ensure(con: Any) -> None:
-    """Bring every derived table up to date on a write connection (missing, other SQL or incomplete)."""
+    """Bring every derived table up to date on a write connection (missing, other SQL or incomplete).
+
+    Never fails the writer: a table that cannot be rebuilt stays stale and readers compute that
+    layer from ``otel_traces`` (a warning says so).
+    """
     stale = tuple(name for name in DERIVED_LAYERS if name not in fresh_layers(con))
     if stale:
         log.info("deriving %s from the stored spans", ", ".join(stale))
-        rebuild(con, stale)
+        try:
+            rebuild(con, stale)
+        except Exception as exc:  # duckdb.Error and anything else the SQL raises
+            log.warning("derived tables not rebuilt (%s); the analysis computes those layers instead", exc)
 
 
 def insert_table(con: Any, table: Any) -> None:
@@ -130,11 +151,8 @@ def insert_table(con: Any, table: Any) -> None:
     The batch is converted once into a temporary table: reading Arrow's MAP columns is the costly
     part, and the seven layers would otherwise each convert it again.
     """
-    con.register("rl_derive_incoming", table)
-    try:
+    with registered(con, "rl_derive_incoming", table):
         con.execute("create or replace temp table rl_derive as select * from rl_derive_incoming")
-    finally:
-        con.unregister("rl_derive_incoming")
     insert_rows(con, "rl_derive")
     con.execute("drop table rl_derive")
 
@@ -142,4 +160,19 @@ def insert_table(con: Any, table: Any) -> None:
 def insert_rows(con: Any, relation: str) -> None:
     """Add the derived rows of the spans in ``relation`` (a registered batch just stored)."""
     for name in DERIVED_LAYERS:
-        con.execute(f"insert into {name} {_from(relation, name)}")
+        con.execute(f"insert into {_qualified(con, name)} {_from(relation, name)}")
+
+
+@contextlib.contextmanager
+def registered(con: Any, name: str, table: Any) -> Any:
+    """``table`` (Arrow) visible to SQL as ``name`` for the block. When the block fails, the
+    transaction may be aborted and unregistering would raise too: that error is dropped so the
+    block's own propagates."""
+    con.register(name, table)
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            con.unregister(name)
+        raise
+    con.unregister(name)

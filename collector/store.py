@@ -158,8 +158,11 @@ class SpanStore:
             yield con
             con.commit()
         except BaseException:
-            con.rollback()
             del self._underived[underived:]  # those spans were not stored after all
+            # a failed commit has already ended the transaction: rolling back would raise and
+            # hide the commit's own error
+            with contextlib.suppress(duckdb.Error):
+                con.rollback()
             raise
 
     def insert_table(self, con: duckdb.DuckDBPyConnection, table: pa.Table, *, skip_existing: bool = True) -> int:
@@ -180,11 +183,8 @@ class SpanStore:
         # One conversion of the Arrow batch (its MAP columns are the costly part): the insert and
         # the derived tables' seven scans all read this copy. Derived straight from Arrow, each
         # scan converted the batch again: 2x the loader's CPU instead of +20 %.
-        con.register("rl_incoming", table)
-        try:
+        with derived.registered(con, "rl_incoming", table):
             con.execute("create or replace temp table rl_batch as select * from rl_incoming")
-        finally:
-            con.unregister("rl_incoming")
         if not skip_existing:
             con.execute(f"insert into {TABLE} select * from rl_batch")
             new_rows = table.num_rows
@@ -193,11 +193,8 @@ class SpanStore:
             # copies in one table the first, as `insert or ignore` keeps it
             new = con.sql(f"insert or ignore into {TABLE} select * from rl_batch returning *").to_arrow_table()
             new_rows = new.num_rows
-            con.register("rl_incoming", new)
-            try:
+            with derived.registered(con, "rl_incoming", new):
                 con.execute("create or replace temp table rl_batch as select * from rl_incoming")
-            finally:
-                con.unregister("rl_incoming")
         if new_rows:
             derived.insert_rows(con, "rl_batch")
         # Dropped only on success: after a failed insert the transaction is aborted (its rollback
@@ -213,11 +210,8 @@ class SpanStore:
             # then would raise and hide the ConstraintException.
             con.from_arrow(table).insert_into(TABLE)
             return table
-        con.register("rl_incoming", table)
-        try:
+        with derived.registered(con, "rl_incoming", table):
             return con.sql(f"insert or ignore into {TABLE} select * from rl_incoming returning *").to_arrow_table()
-        finally:
-            con.unregister("rl_incoming")
 
     def insert_tables(self, tables: Sequence[pa.Table]) -> list[int]:
         """Insert Arrow tables in one transaction; per table, how many spans were new.

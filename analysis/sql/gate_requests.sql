@@ -19,6 +19,7 @@ posts as (
 engines as (
 
     select * from typed_engine_requests
+    where has_latency
 
 ),
 

@@ -25,6 +25,7 @@ gates as (
 engines as (
 
     select * from typed_engine_requests
+    where has_latency
 
 ),
 

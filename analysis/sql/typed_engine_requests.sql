@@ -1,17 +1,14 @@
--- Typed engine `llm_request` SERVER spans, exactly as vLLM (or the simulator) emits them. They are
--- found by name and vLLM's latency attributes, never by service name: real vLLM reports
--- `unknown_service:python`. The span starts at arrival; vLLM's latencies are seconds, converted
--- to nanosecond instants so later differences stay exact.
+-- Typed engine `llm_request` SERVER spans, exactly as vLLM (or the simulator) emits them, one row
+-- per span of that name. Later layers take as engine spans those with vLLM's latency attributes
+-- (`has_latency`), never by service name: real vLLM reports `unknown_service:python`. The span
+-- starts at arrival; vLLM's latencies are seconds, converted to nanosecond instants so later
+-- differences stay exact.
 with
 
 source as (
 
     select * from otel_traces
     where "SpanName" = 'llm_request'
-        and (
-            map_contains("SpanAttributes", 'gen_ai.latency.time_in_queue')
-            or map_contains("SpanAttributes", 'gen_ai.latency.e2e')
-        )
 
 ),
 
@@ -42,7 +39,9 @@ typed as (
         try_cast("SpanAttributes"['gen_ai.usage.prompt_tokens'] as bigint) as prompt_tokens,
         try_cast("SpanAttributes"['gen_ai.usage.completion_tokens'] as bigint) as completion_tokens,
         "SpanAttributes"['gen_ai.request.id'] as engine_request_id,
-        "SpanAttributes"['gen_ai.response.model'] as response_model
+        "SpanAttributes"['gen_ai.response.model'] as response_model,
+        map_contains("SpanAttributes", 'gen_ai.latency.time_in_queue')
+            or map_contains("SpanAttributes", 'gen_ai.latency.e2e') as has_latency
 
     from source
 
@@ -52,11 +51,13 @@ final as (
 
     select
         *,
+        -- try(): a NaN, infinite or out-of-range latency gives no instant rather than failing
+        -- the whole layer (and the collector's batch, which writes this layer with its spans).
         -- vLLM: time_in_queue = scheduled - queued, so the schedule instant is arrival + it
         -- (seconds -> nanoseconds, rounded to the nanosecond)
-        arrival_ns + round(time_in_queue_s * 1e9)::bigint as scheduled_ns,
+        try(arrival_ns + round(time_in_queue_s * 1e9)::bigint) as scheduled_ns,
         -- time_to_first_token counts from arrival (seconds -> nanoseconds)
-        arrival_ns + round(time_to_first_token_s * 1e9)::bigint as first_token_ns
+        try(arrival_ns + round(time_to_first_token_s * 1e9)::bigint) as first_token_ns
 
     from typed
 

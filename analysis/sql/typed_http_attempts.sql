@@ -36,8 +36,13 @@ typed as (
         try_cast("SpanAttributes"['restore.retry_after_s'] as double) as retry_after_attr_s,
         "SpanAttributes"['restore.retry_after_invalid'] as retry_after_invalid,
 
-        -- string[] attributes are stored as a JSON list; the first header value is the one used
-        json_extract_string("SpanAttributes"['http.response.header.retry-after'], '$[0]') as retry_after_raw
+        -- string[] attributes are stored as a JSON list and the first header value is the one used;
+        -- a plain string (another instrumentation's) is taken as it is; neither is ever an error
+        case
+            when starts_with("SpanAttributes"['http.response.header.retry-after'], '[')
+                then try(json_extract_string("SpanAttributes"['http.response.header.retry-after'], '$[0]'))
+            else "SpanAttributes"['http.response.header.retry-after']
+        end as retry_after_raw
 
     from source
 
