@@ -190,7 +190,8 @@ class SpanStore:
             new_rows = table.num_rows
         else:
             # `returning` gives exactly the rows stored: not those already there, and of two
-            # copies in one table the first, as `insert or ignore` keeps it
+            # copies in one table the one `insert or ignore` kept (with several DuckDB threads,
+            # not necessarily the first)
             new = con.sql(f"insert or ignore into {TABLE} select * from rl_batch returning *").to_arrow_table()
             new_rows = new.num_rows
             with derived.registered(con, "rl_incoming", new):
@@ -218,8 +219,8 @@ class SpanStore:
 
         Spans are usually all new, so all tables go in as one plain insert (one statement: DuckDB's
         fixed cost per insert is milliseconds). If any span was already stored, that transaction is
-        rolled back and redone table by table with ``insert or ignore``, in order, so the first copy
-        wins and each table's count is exact.
+        rolled back and redone table by table with ``insert or ignore``, in order, so a span already
+        stored or in an earlier table keeps that copy and each table's count is exact.
         """
         present = [t for t in tables if t.num_rows]
         if not present:
