@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
+from restorelens.collector.derived import DERIVED_LAYERS
 from restorelens.spans import (
     SPAN_CLIENT_REQUEST,
     SPAN_GATE_REQUEST,
     SPAN_GATE_RESTORE,
-    SPAN_HTTP_POST,
-    SPAN_LLM_REQUEST,
     SPAN_MODELCLAIM_STATE,
     SPAN_MODELCLAIM_WAKE,
 )
@@ -59,13 +58,7 @@ SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_r
 #: wake episodes, whatever the requests cost). Exact: every row of the layer is one span of that
 #: name (or, for ``request_attempts`` / ``attempts`` / ``requests``, joined under one).
 DRIVING_SPANS = {
-    "typed_client_requests": SPAN_CLIENT_REQUEST,
-    "typed_http_attempts": SPAN_HTTP_POST,
-    "typed_gate_requests": SPAN_GATE_REQUEST,
-    "typed_engine_requests": SPAN_LLM_REQUEST,
-    "typed_gate_restores": SPAN_GATE_RESTORE,
-    "typed_model_wakes": SPAN_MODELCLAIM_WAKE,
-    "typed_model_states": SPAN_MODELCLAIM_STATE,
+    **DERIVED_LAYERS,  # the typed layers, one row per span of their kind (kept by the store)
     "gate_requests": SPAN_GATE_REQUEST,
     "request_attempts": SPAN_CLIENT_REQUEST,
     "attempts": SPAN_CLIENT_REQUEST,
