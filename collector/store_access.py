@@ -85,6 +85,9 @@ def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) 
             if asked:
                 with contextlib.suppress(OSError):
                     read_request_path(path).unlink(missing_ok=True)
+            # DuckDB draws its own progress bar on stdout for queries over 2 s (a derived-table
+            # rebuild, a 10M-span report): it would garble our CLI's output and progress bar
+            con.execute("set enable_progress_bar = false")
             return con
         time.sleep(_POLL_S)
 
