@@ -28,6 +28,8 @@ __all__ = ["LoadSummary", "expand_paths", "load_paths"]
 
 log = logging.getLogger(__name__)
 
+#: Spans stored before their derived tables are written (docs/collector.md: cheaper in bulk).
+DERIVE_EVERY_SPANS = 200_000
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
 
@@ -131,7 +133,8 @@ def load_paths(
             progress(done_bytes, total_bytes)
 
     summary = LoadSummary(files=len(files))
-    with SpanStore(db_path, lock_timeout_s=lock_timeout_s) as store:
+    # derived tables for 200k spans at a time (or a whole file, once committed), not per block
+    with SpanStore(db_path, lock_timeout_s=lock_timeout_s, max_underived_spans=DERIVE_EVERY_SPANS) as store:
         rows = SpanRows()
 
         def flush() -> None:

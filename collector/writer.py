@@ -55,7 +55,8 @@ class StoreWriter:
         self.max_group_spans = max_group_spans
         # Fails fast if the file is locked. One DuckDB thread: a few thousand rows per insert gain
         # nothing from parallelism, and coordinating threads cost the receiver a quarter of its CPU.
-        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1, defer_derived=True)
+        # Derived tables for up to 100k spans at once (and whenever the file is let go)
+        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1, max_underived_spans=100_000)
         self._store.release()
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0

@@ -90,7 +90,7 @@ def test_the_derived_tables_are_exactly_the_typed_layers_of_the_analysis() -> No
 def test_deferred_derivation_catches_up_when_the_store_is_let_go(sample_store: Path, tmp_path: Path) -> None:
     spans = _all_spans(sample_store)
     db = tmp_path / "s.duckdb"
-    store = SpanStore(db, defer_derived=True)
+    store = SpanStore(db, max_underived_spans=10_000)
     for start in range(0, spans.num_rows, 100):  # many small commits, as the receiver makes them
         store.insert_tables([spans.slice(start, 100)])
     assert fresh_layers(store.connection()) < frozenset(DERIVED_LAYERS)  # not yet written
@@ -103,7 +103,7 @@ def test_deferred_derivation_catches_up_when_the_store_is_let_go(sample_store: P
 
 def test_deferred_rows_of_a_rolled_back_transaction_are_forgotten(sample_store: Path, tmp_path: Path) -> None:
     spans = _all_spans(sample_store)
-    with SpanStore(tmp_path / "s.duckdb", defer_derived=True) as store:
+    with SpanStore(tmp_path / "s.duckdb", max_underived_spans=10_000) as store:
         store.insert_tables([spans.slice(0, 50)])
         with pytest.raises(duckdb.ConstraintException), store.transaction() as con:
             store.insert_table(con, spans.slice(50, 50), skip_existing=False)
