@@ -134,9 +134,14 @@ class SpanStore:
             return
         tables, self._underived = self._underived, []
         try:
+            # the batches come from different decoders; "permissive" unifies any type difference
+            batch = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             with self.transaction() as con:
-                derived.insert_table(con, tables[0] if len(tables) == 1 else pa.concat_tables(tables))
-        except duckdb.Error as exc:  # the spans are stored; the next writer to open the store rederives
+                derived.insert_table(con, batch)
+        # Anything: this runs after the spans' own commit (often inside the caller's transaction
+        # block), and an error here must not read as if they were not stored. The next writer to
+        # open the store rederives.
+        except Exception as exc:
             log.warning("%s: derived tables not updated (%s); they are rebuilt when the store is next opened",
                         self.path, exc)
             self._derived_checked = False

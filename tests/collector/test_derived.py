@@ -112,3 +112,24 @@ def test_deferred_rows_of_a_rolled_back_transaction_are_forgotten(sample_store: 
         con = store.connection()
         assert fresh_layers(con) == frozenset(DERIVED_LAYERS)  # counts match: 50 spans, not 100
         assert store.count() == 50
+
+
+def test_a_failed_derivation_never_reads_as_spans_not_stored(
+    sample_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from restorelens.collector import derived
+
+    spans = _all_spans(sample_store)
+    db = tmp_path / "s.duckdb"
+
+    def broken(con: object, table: object) -> None:
+        raise RuntimeError("derivation broke")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(derived, "insert_table", broken)
+        with SpanStore(db) as store:
+            assert store.insert_tables([spans]) == [spans.num_rows]  # stored, and said so
+            assert store.count() == spans.num_rows
+            assert fresh_layers(store.connection()) == frozenset()  # stale, so readers compute
+    with SpanStore(db) as store:  # the next writer rebuilds them
+        assert fresh_layers(store.connection()) == frozenset(DERIVED_LAYERS)
