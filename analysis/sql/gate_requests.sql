@@ -16,7 +16,9 @@ posts as (
 
 ),
 
-engines as (
+-- read twice below: not materialised, since it is a scan of a table (the store's derived table,
+-- or the materialised layer) and a materialised CTE would copy 1.25M rows per 10M spans first
+engines as not materialized (
 
     select * from typed_engine_requests
     where has_latency
