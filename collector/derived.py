@@ -1,10 +1,10 @@
-"""Typed span tables kept next to ``otel_traces``, written with every batch of spans.
+"""Typed span tables kept next to ``otel_traces``, written for the spans the store takes in.
 
 The analysis' first layers (``analysis/sql/typed_*.sql``) are a pure function of each span row:
 typed attributes, integer keys, event instants. Deriving them on every read costs a third of a
 decomposition (10M spans: ~6 s of ~20 s on two cores), so the store keeps them as tables of the
-same name, filled in the same transaction as the spans (a batch's rows run through the very same
-SQL). The analysis reads a table only while it is fresh (:func:`fresh_layers`): written by the
+same name, filled after the spans commit (``SpanStore`` decides when: at once, or in bulk) by
+running the new spans through the very same SQL. The analysis reads a table only while it is fresh (:func:`fresh_layers`): written by the
 SQL it would run itself (fingerprint) and holding one row per span of its kind (counts), so a
 store from an older version, or one whose spans were added or removed behind the collector's back,
 is still decomposed exactly (from ``otel_traces``) until a writer opens it and rebuilds the tables
