@@ -37,8 +37,7 @@ from restorelens.spans import (
 )
 
 __all__ = [
-    "DERIVED_LAYERS", "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_rows", "insert_table", "rebuild",
-    "registered",
+    "DERIVED_LAYERS", "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,14 +152,9 @@ def insert_table(con: Any, table: Any) -> None:
     """
     with registered(con, "rl_derive_incoming", table):
         con.execute("create or replace temp table rl_derive as select * from rl_derive_incoming")
-    insert_rows(con, "rl_derive")
-    con.execute("drop table rl_derive")
-
-
-def insert_rows(con: Any, relation: str) -> None:
-    """Add the derived rows of the spans in ``relation`` (a registered batch just stored)."""
     for name in DERIVED_LAYERS:
-        con.execute(f"insert into {_qualified(con, name)} {_from(relation, name)}")
+        con.execute(f"insert into {_qualified(con, name)} {_from('rl_derive', name)}")
+    con.execute("drop table rl_derive")
 
 
 @contextlib.contextmanager
