@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from restorelens.collector.derived import DERIVED_LAYERS
+from restorelens.collector.derived import SPAN_LAYERS
 from restorelens.spans import (
     SPAN_CLIENT_REQUEST,
     SPAN_GATE_REQUEST,
@@ -58,7 +58,7 @@ SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_r
 #: wake episodes, whatever the requests cost). Exact: every row of the layer is one span of that
 #: name (or, for ``request_attempts`` / ``attempts`` / ``requests``, joined under one).
 DRIVING_SPANS = {
-    **DERIVED_LAYERS,  # the typed layers, one row per span of their kind (kept by the store)
+    **SPAN_LAYERS,  # the typed layers, one row per span of their kind (kept by the store)
     "gate_requests": SPAN_GATE_REQUEST,
     "request_attempts": SPAN_CLIENT_REQUEST,
     "attempts": SPAN_CLIENT_REQUEST,

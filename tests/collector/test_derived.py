@@ -1,15 +1,25 @@
-"""The derived typed-span tables: written with every batch, equal to the layers they stand for."""
+"""The derived tables (typed spans, trace layers): written with every batch, equal to the layers they stand for."""
 
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pytest
 
-from restorelens.collector import SpanStore, load_paths
-from restorelens.collector.derived import DERIVED_LAYERS, META_TABLE, fingerprint, fresh_layers
+from restorelens.analysis import Analysis
+from restorelens.collector import SpanStore, derived, load_paths
+from restorelens.collector.derived import (
+    DERIVED_LAYERS,
+    META_TABLE,
+    SPAN_LAYERS,
+    TRACE_LAYERS,
+    fingerprint,
+    fresh_layers,
+)
 from restorelens.collector.schema import TABLE
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -18,13 +28,20 @@ ANALYSIS_SQL = Path(__file__).resolve().parents[2] / "analysis" / "sql"
 
 def _differences(con: duckdb.DuckDBPyConnection, name: str) -> int:
     """Rows in the stored table and not in the layer computed from otel_traces, or the reverse."""
-    layer = (ANALYSIS_SQL / f"{name}.sql").read_text()
+    Analysis(con, use_derived=False)  # every layer as a temporary view over otel_traces
+    stored = derived._qualified(con, name)
     row = con.execute(
-        f"select count(*) from ((select * from {name} except all select * from ({layer})) "
-        f"union all (select * from ({layer}) except all select * from {name}))"
+        f"select count(*) from ((select * from {stored} except all select * from temp.{name}) "
+        f"union all (select * from temp.{name} except all select * from {stored}))"
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _all_equal(con: duckdb.DuckDBPyConnection) -> None:
+    assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+    for name in DERIVED_LAYERS:
+        assert _differences(con, name) == 0, name
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +53,15 @@ def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_loading_fills_every_table_with_exactly_its_layer(sample_store: Path) -> None:
     with duckdb.connect(str(sample_store), read_only=True) as con:
-        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
-        for name, span_name in DERIVED_LAYERS.items():
+        for name, span_name in SPAN_LAYERS.items():
             stored = con.execute(f"select count(*) from {name}").fetchone()
             spans = con.execute(f'select count(*) from {TABLE} where "SpanName" = $n', {"n": span_name}).fetchone()
             assert stored == spans
-            assert _differences(con, name) == 0, name
+        for name in TRACE_LAYERS:
+            assert con.execute(f"select count(*) from {name}").fetchone() > (0,), name
         rows = dict(con.execute(f"select name, fingerprint from {META_TABLE}").fetchall())
         assert rows == {name: fingerprint(name) for name in DERIVED_LAYERS}
+        _all_equal(con)
 
 
 def _all_spans(db: Path) -> pa.Table:
@@ -59,10 +77,7 @@ def test_spans_already_stored_add_no_derived_rows(sample_store: Path, tmp_path: 
         # the whole set again, one span twice: only the other half is new, each span once
         again = pa.concat_tables([spans, spans.slice(spans.num_rows - 1, 1)])
         assert store.insert_tables([again]) == [spans.num_rows - half.num_rows]
-        con = store.connection()
-        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
-        for name in DERIVED_LAYERS:
-            assert _differences(con, name) == 0, name
+        _all_equal(store.connection())
 
 
 def test_a_store_changed_behind_the_collector_is_not_trusted_until_reopened(sample_store: Path, tmp_path: Path) -> None:
@@ -71,20 +86,81 @@ def test_a_store_changed_behind_the_collector_is_not_trusted_until_reopened(samp
     SpanStore(db).insert_tables([spans.slice(0, 100)])
     with duckdb.connect(str(db)) as con:
         con.from_arrow(spans.slice(100)).insert_into(TABLE)  # bypasses the collector
-        assert fresh_layers(con) < frozenset(DERIVED_LAYERS)
+        assert fresh_layers(con) < frozenset(SPAN_LAYERS)  # and no trace layer: their inputs are stale
         con.execute(f"update {META_TABLE} set fingerprint = 'older-sql' where name = 'typed_model_wakes'")
         assert "typed_model_wakes" not in fresh_layers(con)
     with SpanStore(db) as store:  # a writer brings every table up to date when it opens the store
-        con = store.connection()
-        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
-        for name in DERIVED_LAYERS:
-            assert _differences(con, name) == 0, name
+        _all_equal(store.connection())
 
 
 def test_the_derived_tables_are_exactly_the_typed_layers_of_the_analysis() -> None:
     from restorelens.analysis import VIEW_LAYERS
 
-    assert set(DERIVED_LAYERS) == {name for name in VIEW_LAYERS if name.startswith("typed_")}
+    assert set(SPAN_LAYERS) == {name for name in VIEW_LAYERS if name.startswith("typed_")}
+
+
+def test_each_trace_layer_lists_exactly_the_layers_its_sql_reads() -> None:
+    from restorelens.analysis import VIEW_LAYERS
+
+    for name, inputs in TRACE_LAYERS.items():
+        sql = (ANALYSIS_SQL / f"{name}.sql").read_text()
+        read = {layer for layer in VIEW_LAYERS if re.search(rf"\bfrom {layer}\b", sql)}
+        assert read == set(inputs), name
+        assert all(DERIVED_LAYERS.index(source) < DERIVED_LAYERS.index(name) for source in inputs), name
+
+
+def test_traces_whose_spans_arrive_in_many_commits_are_derived_as_if_loaded_at_once(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    spans = _all_spans(sample_store)
+    # shuffled: most traces are spread over several commits, children often before their parents
+    order = random.Random(7).sample(range(spans.num_rows), spans.num_rows)
+    shuffled = spans.take(pa.array(order))
+    with SpanStore(tmp_path / "s.duckdb") as store:
+        for start in range(0, shuffled.num_rows, 400):
+            store.insert_tables([shuffled.slice(start, 400)])
+        _all_equal(store.connection())
+
+
+def test_a_trace_layer_is_stale_once_spans_of_any_kind_are_added_behind_the_collector(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "s.duckdb"
+    spans = _all_spans(sample_store)
+    SpanStore(db).insert_tables([spans])
+    unrelated = spans.slice(0, 1).set_column(
+        spans.schema.get_field_index("SpanId"), "SpanId", pa.array(["00000000000000aa"])
+    ).set_column(spans.schema.get_field_index("SpanName"), "SpanName", pa.array(["not.a.layer"]))
+    with duckdb.connect(str(db)) as con:
+        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
+        con.from_arrow(unrelated).insert_into(TABLE)  # no typed table counts it; the total changes
+        assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+
+
+def test_incremental_writes_never_refresh_a_trace_layer_left_by_other_sql(sample_store: Path, tmp_path: Path) -> None:
+    spans = _all_spans(sample_store)
+    db = tmp_path / "s.duckdb"
+    SpanStore(db).insert_tables([spans.slice(0, 100)])
+    with duckdb.connect(str(db)) as con:
+        con.execute(f"update {META_TABLE} set fingerprint = 'older-sql' where name = 'gate_requests'")
+        rest = spans.slice(100)
+        con.from_arrow(rest).insert_into(TABLE)
+        derived.insert_table(con, rest)
+        # request_attempts reads gate_requests: stale with it
+        assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+
+
+def test_a_store_from_before_the_trace_layers_is_read_and_then_upgraded(sample_store: Path, tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    SpanStore(db).insert_tables([_all_spans(sample_store)])
+    with duckdb.connect(str(db)) as con:  # as the previous version left it
+        for name in TRACE_LAYERS:
+            con.execute(f"drop table {name}")
+        con.execute(f"delete from {META_TABLE} where name in $names", {"names": list(TRACE_LAYERS)})
+        con.execute(f"alter table {META_TABLE} drop column spans")
+        assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+    with SpanStore(db) as store:
+        _all_equal(store.connection())
 
 
 def test_deferred_derivation_catches_up_when_the_store_is_let_go(sample_store: Path, tmp_path: Path) -> None:
@@ -93,12 +169,10 @@ def test_deferred_derivation_catches_up_when_the_store_is_let_go(sample_store: P
     store = SpanStore(db, max_underived_spans=10_000)
     for start in range(0, spans.num_rows, 100):  # many small commits, as the receiver makes them
         store.insert_tables([spans.slice(start, 100)])
-    assert fresh_layers(store.connection()) < frozenset(DERIVED_LAYERS)  # not yet written
+    assert fresh_layers(store.connection()) < frozenset(SPAN_LAYERS)  # not yet written
     store.release()  # as the writer does when a reader asks, when idle, or at stop
     with duckdb.connect(str(db), read_only=True) as con:
-        assert fresh_layers(con) == frozenset(DERIVED_LAYERS)
-        for name in DERIVED_LAYERS:
-            assert _differences(con, name) == 0, name
+        _all_equal(con)
 
 
 def test_deferred_rows_of_a_rolled_back_transaction_are_forgotten(sample_store: Path, tmp_path: Path) -> None:
@@ -132,4 +206,4 @@ def test_a_failed_derivation_never_reads_as_spans_not_stored(
             assert store.count() == spans.num_rows
             assert fresh_layers(store.connection()) == frozenset()  # stale, so readers compute
     with SpanStore(db) as store:  # the next writer rebuilds them
-        assert fresh_layers(store.connection()) == frozenset(DERIVED_LAYERS)
+        _all_equal(store.connection())
