@@ -86,9 +86,11 @@ class Analysis:
     ``materialize=True`` computes the layers that several views share (``SHARED_LAYERS``) once
     into temporary tables, faster when many views are read (a report); the default registers
     plain views, computed when read (cheapest when a view is read once: a view computes only the
-    columns it needs). The typed layers come from the store's derived tables when they are fresh
-    (``collector/derived.py``), else from ``otel_traces`` like the rest. Either way, a view whose driving span (``DRIVING_SPANS``) is absent from
-    the store is answered empty without computing anything under it.
+    columns it needs). The layers the collector keeps (``DERIVED_LAYERS``: the typed layers,
+    ``gate_requests`` and ``request_attempts``) are read from the store's tables while they are
+    fresh (``collector/derived.py``), else computed from ``otel_traces`` like the rest. Either
+    way, a view whose driving span (``DRIVING_SPANS``) is absent from the store is answered empty
+    without computing anything under it.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False,

@@ -222,7 +222,7 @@ def insert_table(con: Any, table: Any) -> None:
         con.execute(f"insert into {_qualified(con, name)} {_from('rl_derive', name)}")
     # the typed layers' trace_key, from the same expression
     con.execute("create or replace temp table rl_dirty as "
-                f"select distinct try_cast('0x' || \"TraceId\" as uhugeint) as trace_key from rl_derive")
+                "select distinct try_cast('0x' || \"TraceId\" as uhugeint) as trace_key from rl_derive")
     con.execute("drop table rl_derive")
     total = _total_spans(con)
     for name in TRACE_LAYERS:
