@@ -4,6 +4,7 @@ and the queue times the analysis reports are vLLM's own."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from restorelens import spans
 from restorelens.analysis import Analysis
 from restorelens.collector import open_read_only
 from restorelens.gate import GateSettings, create_gate_app
+from restorelens.gate.admission import Admission
 from restorelens.loadgen import ClientRequest, RunLabels, TracedClient
 from restorelens.serving import ServerThread
 
@@ -23,22 +25,28 @@ pytestmark = pytest.mark.live
 
 BATCH_REQUESTS = 4
 INTERACTIVE_REQUESTS = 2
+LEND_TIMEOUT_S = 120.0
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 
 
-async def _drive(gate_url: str, provider: TracerProvider) -> list:
+async def _drive(gate_url: str, provider: TracerProvider, admission: Admission) -> list:
     labels = RunLabels(scenario="live-vllm-lend", workload="live", seed=0, run_id="live")
     async with TracedClient(gate_url, tracer_provider=provider, timeout_s=300) as client:
         batch = [
             asyncio.create_task(
                 client.request(
-                    ClientRequest(f"b{i}", "tiny", PROMPT, 128, traffic_class="batch", arrival_phase="borrow", labels=labels)
+                    ClientRequest(f"b{i}", "tiny", PROMPT, 256, traffic_class="batch", arrival_phase="borrow", labels=labels)
                 )
             )
             for i in range(BATCH_REQUESTS)
         ]
-        # Interactive demand returns while batch holds the lent slot.
-        await asyncio.sleep(0.5)
+        # Interactive demand returns while batch holds the lent slot: waited for, not slept for
+        # (vLLM, the gate and this client share two cores; a fixed sleep once let the batch
+        # finish first, and no restoration happened).
+        deadline_s = time.monotonic() + LEND_TIMEOUT_S
+        while admission.occupancy().borrowed == 0:
+            assert time.monotonic() < deadline_s, "the gate never lent its protected slot to batch"
+            await asyncio.sleep(0.02)
         interactive = [
             asyncio.create_task(
                 client.request(ClientRequest(f"i{i}", "tiny", PROMPT, 16, arrival_phase="return", labels=labels))
@@ -59,8 +67,9 @@ def test_real_vllm_spans_join_the_gate_and_client_traces(
             lendable_slots=1, wait_timeout_s=240,
         )
         gate_provider, client_provider = providers("restorelens-gate"), providers("restorelens-loadgen")
-        with ServerThread(create_gate_app(settings, tracer_provider=gate_provider)) as gate:
-            results = asyncio.run(_drive(gate.url, client_provider))
+        app = create_gate_app(settings, tracer_provider=gate_provider)
+        with ServerThread(app) as gate:
+            results = asyncio.run(_drive(gate.url, client_provider, app.state.admission))
         assert [r.statuses[-1] for r in results] == [200] * (BATCH_REQUESTS + INTERACTIVE_REQUESTS)
         gate_provider.force_flush()
         client_provider.force_flush()
