@@ -64,7 +64,8 @@ final as (
             retry_after_attr_s,
             try_cast(retry_after_raw as double),
             -- an HTTP-date counts from the response, i.e. the end of the gate span (ns -> s)
-            (epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT')) - end_ns) / 1e9
+            -- (try: a date past 2262 does not fit nanoseconds, and gives no value rather than an error)
+            (try(epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT'))) - end_ns) / 1e9
         ) as retry_after_s
 
     from typed

@@ -57,7 +57,8 @@ final as (
             try_cast(retry_after_raw as double),
             -- an HTTP-date (IMF-fixdate) counts from the response, i.e. the end of the attempt;
             -- epoch_ns gives nanoseconds, hence / 1e9 for seconds
-            (epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT')) - end_ns) / 1e9
+            -- (try: a date past 2262 does not fit nanoseconds, and gives no value rather than an error)
+            (try(epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT'))) - end_ns) / 1e9
         ) as retry_after_s
 
     from typed
