@@ -14,12 +14,15 @@ Deriving these on every read cost half of a decomposition (10M spans: ~11 s of ~
 cores), so the store pays for them once, after the spans commit (``SpanStore`` decides when: at
 once, or in bulk). The analysis reads a table only while it is fresh (:func:`fresh_layers`):
 written by the SQL it would run itself (fingerprint, which for a trace layer covers its inputs'
-SQL too), and complete: a typed table holds one row per span of its kind; a trace layer's inputs
-are fresh and it was last written when ``otel_traces`` held as many spans as it does now. So a
-store from an older version, or one whose spans were added or removed behind the collector's
-back, is still decomposed exactly (from ``otel_traces``) until a writer opens it and rebuilds the
-tables (:func:`ensure`). An edit of stored spans that keeps every count is not detected: the
-collector never updates a span, and a hand-edited store should be rebuilt (``rebuild``).
+SQL too), and complete. A typed table is complete when it holds one row per span of its kind. A
+trace layer records the span count at which it was complete: set by a rebuild, and moved on by a
+derivation only from the count just before its batch (so a batch whose derivation failed, or
+spans stored by another writer, leave it behind for good); it is complete while its inputs are
+and that count is the span count now. So a store from an older version, or one whose spans were
+added or removed behind the collector's back, is still decomposed exactly (from ``otel_traces``)
+until a writer opens it and rebuilds the tables (:func:`ensure`, all or nothing). An edit of
+stored spans that keeps every count is not detected: the collector never updates a span, and a
+hand-edited store should be rebuilt (``rebuild``).
 
 The tables are named in the store's own catalog (``_qualified``): a reader's temporary view of the
 same name (``Analysis`` registers one when a table is stale) must never receive the rows.
@@ -48,7 +51,7 @@ from restorelens.spans import (
 
 __all__ = [
     "DERIVED_LAYERS", "META_TABLE", "SPAN_LAYERS", "TRACE_LAYERS",
-    "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered",
+    "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered", "snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,7 +67,7 @@ SPAN_LAYERS = {
     "typed_model_states": SPAN_MODELCLAIM_STATE,
 }
 
-#: Trace layer -> the derived layers its SQL reads, in the order they are written (inputs first).
+#: Trace layer -> the derived layers its SQL reads. Written in this order, after every typed table.
 TRACE_LAYERS = {
     "gate_requests": ("typed_gate_requests", "typed_http_attempts", "typed_engine_requests"),
     "request_attempts": ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests"),
@@ -170,6 +173,14 @@ def fresh_layers(con: Any) -> frozenset[str]:
     return frozenset(fresh)
 
 
+def snapshot(con: Any) -> tuple[int, tuple[tuple[str, str, int | None], ...]]:
+    """The span count and the derived-table records: cheap (milliseconds at 10M spans, where
+    :func:`fresh_layers` counts every span kind), so a writer taking a file back can tell whether
+    anyone else wrote to it meanwhile."""
+    records = tuple(sorted((name, value, spans) for name, (value, spans) in _stored_meta(con).items()))
+    return _total_spans(con), records
+
+
 def _record(con: Any, name: str, spans: int | None) -> None:
     con.execute(
         f"insert or replace into {META_TABLE} values ($name, $fingerprint, $spans)",
@@ -178,8 +189,9 @@ def _record(con: Any, name: str, spans: int | None) -> None:
 
 
 def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
-    """(Re)create derived tables from every stored span, and record their fingerprints. The trace
-    layers are always recreated: they read the typed tables."""
+    """(Re)create the typed tables ``names`` (default: all) from every stored span, then every
+    trace layer from the typed tables, and record their fingerprints. The caller decides the
+    transaction (:func:`ensure` makes it one)."""
     con.execute(f"create table if not exists {META_TABLE} "
                 "(name varchar primary key, fingerprint varchar not null, spans ubigint)")
     con.execute(f"alter table {META_TABLE} add column if not exists spans ubigint")
@@ -196,16 +208,21 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
 def ensure(con: Any) -> None:
     """Bring every derived table up to date on a write connection (missing, other SQL or incomplete).
 
-    Never fails the writer: a table that cannot be rebuilt stays stale and readers compute that
-    layer from ``otel_traces`` (a warning says so).
+    One transaction: a rebuild that fails (or a process killed on the way) leaves every table as
+    it was, so what was stale stays stale. Never fails the writer: readers compute the stale layers
+    from ``otel_traces`` (a warning says so).
     """
     fresh = fresh_layers(con)
     stale = tuple(name for name in DERIVED_LAYERS if name not in fresh)
     if stale:
         log.info("deriving %s from the stored spans", ", ".join(stale))
+        con.begin()
         try:
             rebuild(con, stale)
+            con.commit()
         except Exception as exc:  # duckdb.Error and anything else the SQL raises
+            with contextlib.suppress(Exception):  # a failed commit has ended the transaction already
+                con.rollback()
             log.warning("derived tables not rebuilt (%s); the analysis computes those layers instead", exc)
 
 
@@ -229,8 +246,14 @@ def insert_table(con: Any, table: Any) -> None:
         stored = _qualified(con, name)
         con.execute(f"delete from {stored} where trace_key in (select trace_key from rl_dirty) or trace_key is null")
         con.execute(f"insert into {stored} {_from_tables(con, name, dirty_only=True)}")
-        # the spans only: a table left by other SQL keeps its fingerprint, and stays stale
-        con.execute(f"update {META_TABLE} set spans = $spans where name = $name", {"spans": total, "name": name})
+        # Complete now only if complete before this batch, and by today's SQL: the touched traces
+        # are all that was recomputed. A layer behind (a failed derivation, spans stored by another
+        # writer) or written by other SQL keeps its record, and stays stale until a rebuild.
+        con.execute(
+            f"update {META_TABLE} set spans = $total "
+            "where name = $name and fingerprint = $fingerprint and spans = $before",
+            {"total": total, "name": name, "fingerprint": fingerprint(name), "before": total - table.num_rows},
+        )
     con.execute("drop table rl_dirty")
 
 

@@ -69,7 +69,9 @@ class SpanStore:
     closed. Deriving many batches at once costs less (the receiver: seven statements per small
     commit group halved its throughput; the loader: per Arrow block it cost 35 % more CPU and 80 %
     more memory than once per 200k spans). Until then readers see the tables stale and compute
-    those layers; a crash in between is repaired by the next writer that opens the store.
+    those layers; a crash in between is repaired by the next writer that opens the store. Taking
+    the file back after :meth:`release`, the store checks the derived tables again if anyone else
+    wrote meanwhile (``derived.snapshot``), so another writer's spans are never left underived.
     """
 
     def __init__(
@@ -86,7 +88,11 @@ class SpanStore:
         self.max_underived_spans = max_underived_spans
         self._underived: list[pa.Table] = []  # stored spans whose derived rows are not written yet
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._derived_checked = False
+        # derived.snapshot() when this store last let the file go with every derived row written:
+        # unchanged when it comes back, nobody else wrote and the (costlier) freshness check is
+        # skipped; None checks
+        self._left_as: tuple[Any, ...] | None = None
+        self._derive_failed = False  # since the last check: the tables are stale until rebuilt
         self.connection()  # fail early on a bad path, create the schema
 
     def connection(self) -> duckdb.DuckDBPyConnection:
@@ -102,9 +108,9 @@ class SpanStore:
                 if self.threads:
                     con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
                 create_schema(con)
-                if not self._derived_checked:  # once: the check counts every span
-                    derived.ensure(con)
-                    self._derived_checked = True
+                if self._left_as is None or derived.snapshot(con) != self._left_as:
+                    derived.ensure(con)  # first open, or another writer (maybe older) was here
+                    self._derive_failed = False
             except BaseException:
                 con.close()
                 raise
@@ -118,20 +124,27 @@ class SpanStore:
     def release(self) -> None:
         """Close the connection so that other processes can open the file (in-memory stores stay)."""
         if self._con is not None and self.path != ":memory:":
-            self.derive_pending()
-            self._con.close()
-            self._con = None
+            self._let_go()
 
     def close(self) -> None:
         if self._con is not None:
-            self.derive_pending()
-            self._con.close()
-            self._con = None
+            self._let_go()
 
-    def derive_pending(self) -> None:
-        """Write the derived rows of every span stored since the last time, in one transaction."""
+    def _let_go(self) -> None:
+        assert self._con is not None
+        derived_all = self.derive_pending() and not self._derive_failed
+        self._left_as = None
+        if derived_all:
+            with contextlib.suppress(duckdb.Error):
+                self._left_as = derived.snapshot(self._con)
+        self._con.close()
+        self._con = None
+
+    def derive_pending(self) -> bool:
+        """Write the derived rows of every span stored since the last time, in one transaction.
+        False when that failed (logged; the tables stay stale until the next writer's check)."""
         if not self._underived:
-            return
+            return True
         tables, self._underived = self._underived, []
         try:
             # the batches come from different decoders; "permissive" unifies any type difference
@@ -144,7 +157,9 @@ class SpanStore:
         except Exception as exc:
             log.warning("%s: derived tables not updated (%s); they are rebuilt when the store is next opened",
                         self.path, exc)
-            self._derived_checked = False
+            self._derive_failed = True
+            return False
+        return True
 
     def __enter__(self) -> SpanStore:
         return self

@@ -207,3 +207,73 @@ def test_a_failed_derivation_never_reads_as_spans_not_stored(
             assert fresh_layers(store.connection()) == frozenset()  # stale, so readers compute
     with SpanStore(db) as store:  # the next writer rebuilds them
         _all_equal(store.connection())
+
+
+def _split_off_an_engine_span(spans: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """(most spans, one engine span whose trace's request rows depend on it, one span of another
+    trace), from spans sorted by trace."""
+    names = spans.column("SpanName").to_pylist()
+    index = names.index(SPAN_LAYERS["typed_engine_requests"])
+    other = spans.num_rows - 1
+    assert spans.column("TraceId")[other] != spans.column("TraceId")[index]
+    keep = pa.array([i not in (index, other) for i in range(spans.num_rows)])
+    return spans.filter(keep), spans.slice(index, 1), spans.slice(other, 1)
+
+
+def _store_as_an_older_writer(con: duckdb.DuckDBPyConnection, spans: pa.Table) -> None:
+    """What a writer from before the trace layers does: the spans and their typed rows, nothing else."""
+    con.from_arrow(spans).insert_into(TABLE)
+    with derived.registered(con, "older_batch", spans):
+        for name in SPAN_LAYERS:
+            con.execute(f"insert into {name} {derived._from('older_batch', name)}")
+
+
+def test_a_trace_layer_left_behind_is_never_marked_complete_by_a_later_batch(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    spans = _all_spans(sample_store)
+    rest, engine, later = _split_off_an_engine_span(spans)
+    db = tmp_path / "s.duckdb"
+    SpanStore(db).insert_tables([rest])
+    with duckdb.connect(str(db)) as con:
+        _store_as_an_older_writer(con, engine)  # typed tables complete, trace layers behind
+        assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+        con.from_arrow(later).insert_into(TABLE)
+        derived.insert_table(con, later)  # recomputes that span's trace only
+        assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+        assert any(_differences(con, name) for name in TRACE_LAYERS)  # what a reader must not see
+
+
+def test_a_writer_taking_the_file_back_checks_it_when_another_writer_was_there(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    spans = _all_spans(sample_store)
+    rest, engine, later = _split_off_an_engine_span(spans)
+    store = SpanStore(tmp_path / "s.duckdb", max_underived_spans=10_000)
+    store.insert_tables([rest])
+    store.release()  # as the receiver does when a reader asks or it is idle
+    with duckdb.connect(str(tmp_path / "s.duckdb")) as con:
+        _store_as_an_older_writer(con, engine)
+    store.insert_tables([later])  # takes the file back: sees the change, rebuilds
+    store.close()
+    with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as con:
+        _all_equal(con)
+
+
+def test_a_failed_rebuild_changes_nothing(
+    sample_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "s.duckdb"
+    spans = _all_spans(sample_store)
+    SpanStore(db).insert_tables([spans.slice(0, 100)])
+    with duckdb.connect(str(db)) as con:
+        con.from_arrow(spans.slice(100)).insert_into(TABLE)  # typed tables short of rows
+        before = {name: con.execute(f"select count(*) from {name}").fetchall() for name in DERIVED_LAYERS}
+
+        def broken(*args: object, **kwargs: object) -> str:
+            raise RuntimeError("trace layer SQL broke")
+
+        monkeypatch.setattr(derived, "_from_tables", broken)  # after the typed tables are rebuilt
+        derived.ensure(con)
+        assert fresh_layers(con) == frozenset()
+        assert {name: con.execute(f"select count(*) from {name}").fetchall() for name in DERIVED_LAYERS} == before
