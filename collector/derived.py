@@ -77,7 +77,7 @@ TRACE_LAYERS = {
 DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: One row per derived table: the fingerprint of the SQL that filled it and, for a trace layer,
-#: how many spans ``otel_traces`` held when it was last written.
+#: the span count at which it was last complete.
 META_TABLE = "restorelens_derived"
 
 
@@ -155,7 +155,7 @@ def _total_spans(con: Any) -> int:
 def fresh_layers(con: Any) -> frozenset[str]:
     """The derived tables a reader may use instead of computing the layer: written by today's SQL
     and complete (a typed table: as many rows as ``otel_traces`` has spans of its kind; a trace
-    layer: its inputs fresh, and written when ``otel_traces`` held the spans it holds now)."""
+    layer: its inputs fresh, and complete at the span count there is now)."""
     stored = _stored_meta(con)
     current = [name for name in DERIVED_LAYERS if name in stored and stored[name][0] == fingerprint(name)]
     if not current:
