@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections import deque
 from collections.abc import Mapping
@@ -42,6 +43,9 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_STDERR_TAIL_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4096
 _TAIL_SHOWN_CHARS = 400
+#: A Python exception's last line ("ValueError: Available memory ..."): vLLM's reason for refusing
+#: to start, which its shutdown chatter usually pushes out of the last few hundred characters.
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): .+$", re.MULTILINE)
 #: What vLLM (uvicorn), ``restorelens sim`` and most servers print when the port was taken.
 _BIND_FAILURE = "address already in use"
 
@@ -108,6 +112,17 @@ class _Process:
     drain: asyncio.Task[None]
 
 
+def _failure_message(error: str, stderr: str) -> str:
+    """``error`` with the engine's first exception line and the end of its stderr."""
+    shown = stderr[-_TAIL_SHOWN_CHARS:].strip()
+    if not shown:
+        return error
+    raised = [m.group(0).strip() for m in _EXCEPTION_LINE.finditer(stderr)]
+    # The first exception is the cause; later ones are the workers' and the server's reactions to it.
+    cause = f"; it raised {raised[0][:_TAIL_SHOWN_CHARS]}" if raised and raised[0] not in shown else ""
+    return f"{error}{cause}; its stderr ends: {shown}"
+
+
 def _free_port() -> int:
     # The socket closes before the engine binds: a small race; start() retries once when it is lost.
     with bind_socket(LOOPBACK, 0) as sock:
@@ -164,8 +179,7 @@ class ProcessBackend(VllmSleepBackend):
                 self._instances.pop(key, None)
                 if attempt == 1 and exited and _BIND_FAILURE in tail.lower():
                     continue  # the free port was taken before the engine bound it: once more, new port
-                shown = tail[-_TAIL_SHOWN_CHARS:].strip()
-                raise EngineOperationError(f"{exc}; its stderr ends: {shown}" if shown else str(exc)) from None
+                raise EngineOperationError(_failure_message(str(exc), tail)) from None
             return EngineAnswer(ready_at_s, url)
         raise AssertionError("unreachable: the second attempt returns or raises")
 

@@ -32,6 +32,14 @@ if mode == "chatty":
     sys.stderr.flush()
 if mode == "hang":
     time.sleep(600)
+if mode == "refuses":
+    # vLLM's shape: the engine core's exception, then pages of the server's reaction to it.
+    sys.stderr.write("Traceback (most recent call last):\n  File \"x.py\", line 1\n")
+    sys.stderr.write("ValueError: Available memory on node 0 is less than requested memory for kv\n")
+    for _ in range(40):
+        sys.stderr.write("(APIServer) shutting down the engine core after its failure\n")
+    sys.stderr.write("RuntimeError: Engine core initialization failed. See root cause above.\n")
+    sys.exit(1)
 if mode == "port-taken-once" and starts == 1:
     sys.stderr.write("OSError: [Errno 98] Address already in use\n")
     sys.exit(1)
@@ -97,6 +105,23 @@ def test_an_engine_that_never_gets_healthy_is_stopped(tmp_path: Path) -> None:
             assert backend.pid("m", 1) is None
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)  # terminated and reaped at once, not at gate shutdown
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_engine_that_exits_fails_its_start_at_once_naming_its_first_exception(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "refuses", start_timeout_s=600)
+        try:
+            with pytest.raises(EngineOperationError) as raised:
+                await backend.start(_start(), 0.0)
+            message = str(raised.value)
+            assert "the engine process exited before it was healthy" in message  # not the start timeout
+            assert "raised ValueError: Available memory on node 0" in message
+            assert message.endswith("RuntimeError: Engine core initialization failed. See root cause above.")
+            assert (tmp_path / "starts").read_text() == "1"  # an engine's own refusal is not retried
         finally:
             await backend.close()
 

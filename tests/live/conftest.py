@@ -26,6 +26,12 @@ from restorelens.telemetry import build_tracer_provider
 VLLM_START_TIMEOUT_S = 600.0
 #: vLLM exports spans with the SDK's BatchSpanProcessor (5 s schedule delay).
 SPAN_ARRIVAL_TIMEOUT_S = 60.0
+#: The CPU backend's KV cache, in GiB (``VLLM_CPU_KVCACHE_SPACE``). An absolute size, because
+#: ``--gpu-memory-utilization`` on the CPU backend is a fraction of NUMA node 0's memory: on a
+#: 2-core machine whose node 0 holds 5-15 GiB, 0.05 of it is less than the model's own footprint
+#: and vLLM refuses to start ("less than requested memory for kv"). 1 GiB holds the tiny model's
+#: 1,024-token context thousands of times over.
+VLLM_KV_CACHE_GIB = 1
 
 
 def _required_env(name: str) -> str:
@@ -52,7 +58,7 @@ def model_dir() -> str:
 
 
 def vllm_argv(live_python: str, model_dir: str, *, host: str, port: str, served_name: str) -> list[str]:
-    """The DESIGN.md section 6 command line; CPU memory kept small for a shared 2-core machine."""
+    """vLLM's OpenAI server on the tiny model, one sequence at a time (a shared 2-core machine)."""
     return [
         live_python, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model_dir,
@@ -61,8 +67,6 @@ def vllm_argv(live_python: str, model_dir: str, *, host: str, port: str, served_
         "--port", port,
         "--max-num-seqs", "1",
         "--max-model-len", "1024",
-        # On the CPU backend this is the fraction of host memory reserved for the KV cache.
-        "--gpu-memory-utilization", "0.05",
     ]  # fmt: skip
 
 
@@ -72,6 +76,7 @@ def vllm_env() -> dict[str, str]:
         VLLM_SERVER_DEV_MODE="1",
         OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="http/protobuf",
         VLLM_CPU_OMP_THREADS_BIND="nobind",
+        VLLM_CPU_KVCACHE_SPACE=str(VLLM_KV_CACHE_GIB),
     )
     return env
 

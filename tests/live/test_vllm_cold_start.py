@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,32 @@ def _modelclaim_table(live_python: str, model_dir: str, collector_url: str) -> d
     }
 
 
+class _EngineFailures:
+    """A lifecycle listener that ends the test as soon as an engine start fails.
+
+    A failed start is retried with backoff and the client keeps polling its 503s, so without this
+    an engine that refuses to start (say, vLLM's KV sizing) would only show as the client's
+    deadline running out, minutes later, without vLLM's reason.
+    """
+
+    def __init__(self) -> None:
+        # Set on the gate's server thread, waited on by the client's loop.
+        self.failed = threading.Event()
+        self.error = ""
+
+    async def wait(self) -> None:
+        while not self.failed.is_set():
+            await asyncio.sleep(0.2)
+
+    def on_state_interval(self, interval) -> None:  # noqa: ANN001 - the LifecycleListener protocol
+        pass
+
+    def on_wake_finished(self, record) -> None:  # noqa: ANN001
+        if record.outcome != "ready" and not self.failed.is_set():
+            self.error = f"{record.outcome}: {record.error}"
+            self.failed.set()
+
+
 def _engine_pids() -> set[int]:
     found = set()
     for entry in Path("/proc").iterdir():
@@ -72,12 +99,23 @@ def test_first_request_cold_starts_real_vllm_and_the_wake_is_decomposed(
     policy = make_policy("honour-retry-after", max_attempts=200, deadline_s=VLLM_START_TIMEOUT_S + 60)
     request = ClientRequest("cold-1", "tiny", "hello there", 8, labels=RunLabels(scenario="live-cold-start"))
 
+    failures = _EngineFailures()
+    app = create_gate_app(settings, tracer_provider=gate_provider)
+    app.proxy.router.core.listeners.append(failures)
+
     async def drive(url: str):
         async with TracedClient(url, policy=policy, tracer_provider=client_provider, timeout_s=120) as client:
-            return await client.request(request)
+            answer = asyncio.ensure_future(client.request(request))
+            failed = asyncio.ensure_future(failures.wait())
+            await asyncio.wait((answer, failed), return_when=asyncio.FIRST_COMPLETED)
+            failed.cancel()
+            if not answer.done():
+                answer.cancel()
+                pytest.fail(f"the lifecycle could not start vLLM: {failures.error}", pytrace=False)
+            return answer.result()
 
     try:
-        with ServerThread(create_gate_app(settings, tracer_provider=gate_provider)) as gate:
+        with ServerThread(app) as gate:
             result = asyncio.run(drive(gate.url))
     finally:
         # The router stops the engines it started in the gate's lifespan; make sure nothing is left.
