@@ -106,7 +106,7 @@ def _build_transport(
 def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
     if settings.modelclaim is None:
         return None
-    from restorelens.gate.modelclaim_config import build_router  # the lifecycle engineer's module
+    from restorelens.gate.modelclaim import build_router
 
     return build_router(settings.modelclaim, tracer_provider=tracer_provider, clock=clock, admin_token=settings.admin_token)
 

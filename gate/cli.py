@@ -74,7 +74,7 @@ def gate(
     )
     if check:
         if settings.modelclaim is not None:
-            from restorelens.gate.modelclaim_config import check_table
+            from restorelens.gate.modelclaim import check_table
 
             check_table(settings.modelclaim)  # what a start would refuse, without starting engines
         shown = {k: v for k, v in _as_dict(settings).items() if k != "admin_token"}

@@ -27,9 +27,9 @@ from typing import Any
 import httpx
 
 from restorelens.errors import RestorelensError
-from restorelens.gate.modelclaim_actions import StartEngine, StopEngine
-from restorelens.gate.modelclaim_backends import EngineAnswer
-from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend, poll_health
+from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
+from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
 from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
 from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
 from restorelens.loadgen.protocol_time import ProtocolTimeline
@@ -192,9 +192,9 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
 def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
                         time_scale: float = 1.0) -> Any:
     from restorelens.gate.app import create_gate_app
-    from restorelens.gate.modelclaim_config import build_core
-    from restorelens.gate.modelclaim_router import ModelClaimRouter
-    from restorelens.gate.modelclaim_spans import ModelClaimSpans
+    from restorelens.gate.modelclaim.config import build_core
+    from restorelens.gate.modelclaim.router import ModelClaimRouter
+    from restorelens.gate.modelclaim.spans import ModelClaimSpans
     from restorelens.gate.settings import GateSettings
     from restorelens.loadgen.runner import RunReport
     from restorelens.serving import ServerThread

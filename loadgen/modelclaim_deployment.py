@@ -1,7 +1,7 @@
 """A ModelClaim scenario's deployment: its ``[modelclaim]`` table and the steps that set it up.
 
 ``deployment_table`` is the same table a user puts in the gate's TOML file, so both runners build
-the lifecycle core through the gate's own config path (``modelclaim_config.build_core``).
+the lifecycle core through the gate's own config path (``modelclaim.config.build_core``).
 
 ``SetupDirector`` is sans-I/O: it watches each model's (phase, since) and says when to put the
 model to sleep and when the first request is due (t0). The virtual runner feeds it the core's

@@ -62,9 +62,9 @@ class VirtualModelClaimRun(VirtualWire):
 
     def __post_init__(self) -> None:
         from restorelens.gate import Admission, GateSpans
-        from restorelens.gate.modelclaim_backends import InProcessBackend
-        from restorelens.gate.modelclaim_config import build_core
-        from restorelens.gate.modelclaim_virtual import VirtualLifecycle
+        from restorelens.gate.modelclaim.backends import InProcessBackend
+        from restorelens.gate.modelclaim.config import build_core
+        from restorelens.gate.modelclaim.virtual import VirtualLifecycle
 
         self.clock = VirtualClock()
         self.table = deployment_table(self.scenario)
@@ -99,7 +99,7 @@ class VirtualModelClaimRun(VirtualWire):
     # --- driving -------------------------------------------------------------------------------
 
     def run(self) -> list[RequestResult]:
-        from restorelens.gate.modelclaim_spans import ModelClaimSpans
+        from restorelens.gate.modelclaim.spans import ModelClaimSpans
 
         self.t0_s = self._set_up()
         self.clock.advance_to(self.t0_s)

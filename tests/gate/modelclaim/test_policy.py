@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from restorelens.errors import SettingError
-from restorelens.gate.modelclaim_policy import PoolPolicy, parse_pool_policy
+from restorelens.gate.modelclaim.policy import PoolPolicy, parse_pool_policy
 
 
 def test_defaults_make_room_after_30_s_or_sleep_after_when_shorter() -> None:

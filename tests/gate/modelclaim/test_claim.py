@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from restorelens.gate.modelclaim_actions import StateInterval, WakeRecord
-from restorelens.gate.modelclaim_claim import OP_WAKING, ClaimState, EngineInstance
-from restorelens.gate.modelclaim_placement import ClaimSpec, GpuSlot
+from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
+from restorelens.gate.modelclaim.claim import OP_WAKING, ClaimState, EngineInstance
+from restorelens.gate.modelclaim.placement import ClaimSpec, GpuSlot
 
 GIB = 2**30
 

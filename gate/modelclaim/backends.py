@@ -8,8 +8,8 @@ observed time.
 
 Implementations: ``InProcessBackend`` (here: engines are plain objects with ``cold_start(now_s)``,
 ``wake_up(now_s)``, ``sleep(level, now_s)``, ``is_ready(now_s)`` — ``restorelens.sim.EngineCore``'s
-shape — used in virtual time and for demos), ``modelclaim_vllm_backend.VllmSleepBackend`` (vLLM's
-HTTP sleep API against running engines) and ``modelclaim_process_backend.ProcessBackend`` (start
+shape — used in virtual time and for demos), ``modelclaim.vllm_backend.VllmSleepBackend`` (vLLM's
+HTTP sleep API against running engines) and ``modelclaim.process_backend.ProcessBackend`` (start
 and stop engine processes, poll ``/health``).
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 
 __all__ = ["BackendByModel", "EngineAnswer", "EngineBackend", "FixedLatencyEngine", "InProcessBackend", "InProcessEngine"]
 

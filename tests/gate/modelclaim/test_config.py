@@ -7,10 +7,10 @@ import tomllib
 import pytest
 
 from restorelens.errors import SettingError
-from restorelens.gate.modelclaim_config import build_core, build_router
-from restorelens.gate.modelclaim_process_backend import ProcessBackend
-from restorelens.gate.modelclaim_router import ModelClaimRouter
-from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
+from restorelens.gate.modelclaim.config import build_core, build_router
+from restorelens.gate.modelclaim.process_backend import ProcessBackend
+from restorelens.gate.modelclaim.router import ModelClaimRouter
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.gate.routing import ModelRouter
 
 GIB = 2**30

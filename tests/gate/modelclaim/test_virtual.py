@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine, WakeEngine
-from restorelens.gate.modelclaim_backends import FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import RESTART_BACKOFF_S, ClaimControlError, ModelClaimCore
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_virtual import VirtualLifecycle
+from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, WakeEngine
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import RESTART_BACKOFF_S, ClaimControlError, ModelClaimCore
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.virtual import VirtualLifecycle
 from restorelens.gate.routing import NotReady, Routed
 from restorelens.sim import EngineCore, get_preset
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
-from restorelens.gate.modelclaim_claim import (
+from restorelens.gate.modelclaim.actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.claim import (
     OP_SLEEPING,
     OP_STARTING,
     OP_WAKING,
@@ -27,7 +27,7 @@ from restorelens.gate.modelclaim_claim import (
     EngineInstance,
     WakeInProgress,
 )
-from restorelens.gate.modelclaim_phases import (
+from restorelens.gate.modelclaim.phases import (
     ACTIVATING,
     LOADING,
     REASON_ENGINE_SLEEPING,
@@ -38,11 +38,11 @@ from restorelens.gate.modelclaim_phases import (
     SCHEDULING,
     SLEEPING,
 )
-from restorelens.gate.modelclaim_placement import GpuSlot
-from restorelens.gate.modelclaim_room import plan_room
+from restorelens.gate.modelclaim.placement import GpuSlot
+from restorelens.gate.modelclaim.room import plan_room
 
 if TYPE_CHECKING:
-    from restorelens.gate.modelclaim_core import ModelClaimCore
+    from restorelens.gate.modelclaim.core import ModelClaimCore
 
 __all__ = ["WAKE_WAIT_LIMIT_S", "deadlines", "reconcile", "release_instance", "sleep_engine"]
 

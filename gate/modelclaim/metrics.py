@@ -25,8 +25,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from restorelens.gate.modelclaim_actions import StateInterval, WakeRecord
-from restorelens.gate.modelclaim_core import ModelClaimCore
+from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
+from restorelens.gate.modelclaim.core import ModelClaimCore
 
 __all__ = ["WAKE_DURATION_BUCKETS_S", "ModelClaimMetrics"]
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine, StateInterval, WakeEngine, WakeRecord
-from restorelens.gate.modelclaim_core import RESTART_BACKOFF_S, ModelClaimCore
-from restorelens.gate.modelclaim_placement import ClaimSpec, GpuSlot, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
+from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StateInterval, WakeEngine, WakeRecord
+from restorelens.gate.modelclaim.core import RESTART_BACKOFF_S, ModelClaimCore
+from restorelens.gate.modelclaim.placement import ClaimSpec, GpuSlot, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
 
 GIB = 2**30
 T0 = 500.0

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from restorelens.clock import to_ns
-from restorelens.gate.modelclaim_actions import StateInterval, WakeRecord
-from restorelens.gate.modelclaim_phases import ACTIVATING, SLEEPING
+from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
+from restorelens.gate.modelclaim.phases import ACTIVATING, SLEEPING
 from restorelens.spans import (
     ATTR_GEN_AI_REQUEST_MODEL,
     ATTR_MODELCLAIM_FROM_POD,

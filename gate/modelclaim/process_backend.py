@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from restorelens.clock import Clock
-from restorelens.gate.modelclaim_actions import StartEngine, StopEngine
-from restorelens.gate.modelclaim_backends import EngineAnswer
-from restorelens.gate.modelclaim_vllm_backend import (
+from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
+from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.gate.modelclaim.vllm_backend import (
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_START_TIMEOUT_S,
     EngineOperationError,

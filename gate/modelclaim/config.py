@@ -36,14 +36,14 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from restorelens.clock import Clock
 from restorelens.errors import SettingError
-from restorelens.gate.modelclaim_backends import BackendByModel, EngineBackend, FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
-from restorelens.gate.modelclaim_phases import AnswerTable
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod, parse_quantity
-from restorelens.gate.modelclaim_policy import parse_pool_policy
-from restorelens.gate.modelclaim_process_backend import EngineCommand, ProcessBackend
-from restorelens.gate.modelclaim_router import ModelClaimRouter
-from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
+from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend, FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.phases import AnswerTable
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
+from restorelens.gate.modelclaim.policy import parse_pool_policy
+from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend
+from restorelens.gate.modelclaim.router import ModelClaimRouter
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.settings import require_keys
 
 __all__ = ["build_core", "build_router", "check_table"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from restorelens.gate.modelclaim_claim import OP_SLEEPING, OP_STARTING, OP_WAKING, ClaimState
-from restorelens.gate.modelclaim_phases import (
+from restorelens.gate.modelclaim.claim import OP_SLEEPING, OP_STARTING, OP_WAKING, ClaimState
+from restorelens.gate.modelclaim.phases import (
     ACTIVE,
     FAILED,
     LOADING,
@@ -27,7 +27,7 @@ from restorelens.gate.modelclaim_phases import (
 )
 
 if TYPE_CHECKING:
-    from restorelens.gate.modelclaim_core import ModelClaimCore
+    from restorelens.gate.modelclaim.core import ModelClaimCore
 
 __all__ = ["RESTART_BACKOFF_S", "engine_failed", "engine_ready", "engine_slept"]
 

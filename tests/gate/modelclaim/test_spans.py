@@ -7,13 +7,13 @@ from opentelemetry.trace import SpanContext, TraceFlags
 from prometheus_client import CollectorRegistry, generate_latest
 
 from restorelens.clock import to_ns
-from restorelens.gate.modelclaim_backends import FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
-from restorelens.gate.modelclaim_metrics import ModelClaimMetrics
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_spans import ModelClaimSpans
-from restorelens.gate.modelclaim_virtual import VirtualLifecycle
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.metrics import ModelClaimMetrics
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.spans import ModelClaimSpans
+from restorelens.gate.modelclaim.virtual import VirtualLifecycle
 from restorelens.spans import (
     ATTR_GEN_AI_REQUEST_MODEL,
     ATTR_MODELCLAIM_NEIGHBOUR,

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from restorelens.gate.modelclaim_phases import (
+from restorelens.gate.modelclaim.phases import (
     REASON_INVALID_ENGINE_CONFIG,
     REASON_INVALID_PER_GPU,
     REASON_TOO_LARGE_FOR_ANY_CARD,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine
-from restorelens.gate.modelclaim_backends import FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_virtual import VirtualLifecycle
+from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.virtual import VirtualLifecycle
 
 GIB = 2**30
 T0 = 2_000.0

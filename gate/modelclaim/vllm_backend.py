@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 import httpx
 
 from restorelens.clock import Clock, WallClock
-from restorelens.gate.modelclaim_actions import SleepEngine, StartEngine, StopEngine, WakeEngine
-from restorelens.gate.modelclaim_backends import EngineAnswer
+from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.backends import EngineAnswer
 
 __all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "VllmSleepBackend", "poll_health"]
 

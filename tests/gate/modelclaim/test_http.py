@@ -13,12 +13,12 @@ import httpx
 import pytest
 
 from restorelens.gate.app import create_gate_app
-from restorelens.gate.modelclaim_backends import BackendByModel, FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_router import ModelClaimRouter
-from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
+from restorelens.gate.modelclaim.backends import BackendByModel, FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.router import ModelClaimRouter
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.gate.settings import GateSettings
 from restorelens.sim.app import create_app
 

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from restorelens.gate.modelclaim_backends import FixedLatencyEngine, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
-from restorelens.gate.modelclaim_placement import ClaimSpec, Pod
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_process_backend import EngineCommand, ProcessBackend
-from restorelens.gate.modelclaim_router import ModelClaimRouter
-from restorelens.gate.modelclaim_vllm_backend import VllmSleepBackend
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend
+from restorelens.gate.modelclaim.router import ModelClaimRouter
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.gate.routing import NotReady, Routed
 from restorelens.loadgen.timebase import ScaledClock
 from restorelens.sim.app import create_app

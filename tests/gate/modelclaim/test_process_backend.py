@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from restorelens.gate.modelclaim_actions import StartEngine
-from restorelens.gate.modelclaim_process_backend import EngineCommand, ProcessBackend, StderrTail
-from restorelens.gate.modelclaim_vllm_backend import EngineOperationError
+from restorelens.gate.modelclaim.actions import StartEngine
+from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend, StderrTail
+from restorelens.gate.modelclaim.vllm_backend import EngineOperationError
 
 ENGINE = r"""
 import http.server, os, sys, time

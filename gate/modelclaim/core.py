@@ -1,6 +1,6 @@
 """The sans-I/O ModelClaim lifecycle over all models of one deployment.
 
-Every method takes ``now_s`` and returns the engine actions to perform (``modelclaim_actions``);
+Every method takes ``now_s`` and returns the engine actions to perform (``modelclaim.actions``);
 ``next_deadline_s()`` says when ``advance()`` must next be called, so the same object runs under a
 discrete-event loop in virtual time and under the live router's asyncio task.
 
@@ -17,10 +17,10 @@ Behaviour (AIBrix ModelClaim semantics, ``reference/engines.md`` §1):
 - crash: restart on the same GPUs after 2/4/8/16/32 s, then ``Failed``.
 
 ``ModelClaimCore`` is the public face. The work lives beside it: each model's state and the
-transitions listeners see in ``modelclaim_claim``, the backend's reports in
-``modelclaim_engine_reports``, and the decisions taken at every tick (placement, idle sleep,
-restart, wake, room, move) and their deadlines in ``modelclaim_reconcile``, which asks
-``modelclaim_room`` where a wake finds room.
+transitions listeners see in ``modelclaim.claim``, the backend's reports in
+``modelclaim.engine_reports``, and the decisions taken at every tick (placement, idle sleep,
+restart, wake, room, move) and their deadlines in ``modelclaim.reconcile``, which asks
+``modelclaim.room`` where a wake finds room.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from opentelemetry.trace import SpanContext
 
 from restorelens.errors import RestorelensError
-from restorelens.gate.modelclaim_actions import Action, LifecycleListener, StopEngine
-from restorelens.gate.modelclaim_claim import ClaimState, ClaimStatus
-from restorelens.gate.modelclaim_engine_reports import RESTART_BACKOFF_S, engine_failed, engine_ready, engine_slept
-from restorelens.gate.modelclaim_phases import FAILED, PENDING, REASON_NOT_PLACED, SCHEDULING, AnswerTable
-from restorelens.gate.modelclaim_placement import ClaimSpec, MemoryLedger, Pod, held_back_reason
-from restorelens.gate.modelclaim_policy import PoolPolicy
-from restorelens.gate.modelclaim_reconcile import (
+from restorelens.gate.modelclaim.actions import Action, LifecycleListener, StopEngine
+from restorelens.gate.modelclaim.claim import ClaimState, ClaimStatus
+from restorelens.gate.modelclaim.engine_reports import RESTART_BACKOFF_S, engine_failed, engine_ready, engine_slept
+from restorelens.gate.modelclaim.phases import FAILED, PENDING, REASON_NOT_PLACED, SCHEDULING, AnswerTable
+from restorelens.gate.modelclaim.placement import ClaimSpec, MemoryLedger, Pod, held_back_reason
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.reconcile import (
     WAKE_WAIT_LIMIT_S,
     deadlines,
     reconcile,

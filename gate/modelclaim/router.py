@@ -31,12 +31,12 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from restorelens.clock import Clock, WallClock
-from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
-from restorelens.gate.modelclaim_backends import EngineBackend
-from restorelens.gate.modelclaim_core import ClaimControlError, ModelClaimCore
-from restorelens.gate.modelclaim_metrics import ModelClaimMetrics
-from restorelens.gate.modelclaim_phases import ACTIVE
-from restorelens.gate.modelclaim_spans import ModelClaimSpans
+from restorelens.gate.modelclaim.actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.backends import EngineBackend
+from restorelens.gate.modelclaim.core import ClaimControlError, ModelClaimCore
+from restorelens.gate.modelclaim.metrics import ModelClaimMetrics
+from restorelens.gate.modelclaim.phases import ACTIVE
+from restorelens.gate.modelclaim.spans import ModelClaimSpans
 from restorelens.gate.routing import RouteAnswer
 
 __all__ = ["CONTROL_OPERATIONS", "ModelClaimRouter", "STATUS_PATH"]

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from opentelemetry.trace import SpanContext
 
-from restorelens.gate.modelclaim_actions import LifecycleListener, StateInterval, WakeRecord
-from restorelens.gate.modelclaim_phases import FAILED, REASON_NOT_PLACED, SCHEDULING
-from restorelens.gate.modelclaim_placement import ClaimSpec, GpuSlot
+from restorelens.gate.modelclaim.actions import LifecycleListener, StateInterval, WakeRecord
+from restorelens.gate.modelclaim.phases import FAILED, REASON_NOT_PLACED, SCHEDULING
+from restorelens.gate.modelclaim.placement import ClaimSpec, GpuSlot
 
 __all__ = [
     "OP_SLEEPING",

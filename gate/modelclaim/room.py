@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from restorelens.gate.modelclaim_claim import ClaimState
-from restorelens.gate.modelclaim_placement import GpuSlot
+from restorelens.gate.modelclaim.claim import ClaimState
+from restorelens.gate.modelclaim.placement import GpuSlot
 
 if TYPE_CHECKING:
-    from restorelens.gate.modelclaim_core import ModelClaimCore
+    from restorelens.gate.modelclaim.core import ModelClaimCore
 
 __all__ = ["RoomPlan", "plan_room"]
 

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from opentelemetry.trace import SpanContext
 
-from restorelens.gate.modelclaim_actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
-from restorelens.gate.modelclaim_backends import EngineAnswer, InProcessBackend
-from restorelens.gate.modelclaim_core import ModelClaimCore
+from restorelens.gate.modelclaim.actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.backends import EngineAnswer, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.routing import RouteAnswer
 
 __all__ = ["VirtualLifecycle"]
