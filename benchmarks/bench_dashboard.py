@@ -61,7 +61,7 @@ select * from final
 
 def build_store(folder: Path, target_spans: int = TARGET_SPANS) -> tuple[Path, int]:
     from restorelens.collector import derived, load_paths
-    from restorelens.loadgen import RunTelemetry, get_scenario, run_virtual
+    from restorelens.experiments import RunTelemetry, get_scenario, run_virtual
 
     files = []
     for arm in ("lend", "static"):

@@ -81,7 +81,7 @@ class ProxyEndpoint:
         self.upstreams = upstreams
         self.clock = clock
         # asyncio waits in real seconds; a ScaledClock (demo, `run --time-scale X`) runs X times faster.
-        self._real_s_per_clock_s = 1.0 / getattr(clock, "time_scale", 1.0)
+        self._real_s_per_clock_s = 1.0 / clock.time_scale
         self.router = router
         self.router_models = frozenset(router.models()) if router is not None else frozenset()
         self.tracing = tracer_provider is not None

@@ -1,4 +1,4 @@
-"""``restorelens probe`` and ``restorelens run``: the client side, from the command line.
+"""``restorelens probe``: the client side, from the command line.
 
 Kept light: heavy imports (httpx, the OTel SDK, the cores) happen inside the commands.
 """
@@ -11,13 +11,13 @@ import click
 
 from restorelens.errors import SettingError
 
-__all__ = ["COMMANDS", "probe", "run"]
+__all__ = ["COMMANDS", "probe", "traces_endpoint"]
 
 POLICY_CHOICES = ("honour-retry-after", "backoff", "fixed")
 SERVICE_NAME = "restorelens-loadgen"
 
 
-def _traces_endpoint(collector: str) -> str:
+def traces_endpoint(collector: str) -> str:
     endpoint = _check_url("--collector", collector).rstrip("/")
     return endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces"
 
@@ -34,7 +34,7 @@ def _tracer_provider(out: str | None, collector: str | None) -> tuple[Any, Any]:
     elif collector:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        endpoint = _traces_endpoint(collector)
+        endpoint = traces_endpoint(collector)
         counting = CountingExporter(OTLPSpanExporter(endpoint=endpoint), endpoint)
     else:
         return build_tracer_provider(SERVICE_NAME, "none"), None
@@ -144,51 +144,4 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
         click.get_current_context().exit(1)
 
 
-@click.command()
-@click.argument("scenario")
-@click.option("--virtual", is_flag=True, help="Run in virtual time (a discrete-event loop; no servers, no waiting).")
-@click.option("--arm", default=None, help="Gate policy arm: fcfs, priority, static, lend (alias moflux). Default: lend.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Workload seed (the same seed replays the same load).")
-@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
-              help="Live runs: speed-up over real time (10 runs a 105-s protocol in ~10.5 s).")
-@click.option("--out", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write every service's spans to this OTLP/JSON-lines file.")
-@click.option("--collector", default=None, help="Send spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318).")
-@click.option("--run-id", default=None, help="Label for this run (restore.run_id); random by default.")
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as one JSON object.")
-def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: float, out: str | None,
-        collector: str | None, run_id: str | None, as_json: bool) -> None:
-    """Play SCENARIO (e.g. moflux-balanced, moflux-long-context) and record its spans.
-
-    Live (default): the simulator and the gate run on loopback and the client drives them in real
-    time, sped up by --time-scale. --virtual: the same client, gate and engine cores run together
-    in virtual time and emit the same spans with virtual timestamps, in well under a second.
-    Exits 1 when spans could not be exported (e.g. the collector is unreachable).
-    """
-    import json
-
-    from restorelens.loadgen.runner import RunTelemetry, run_live, run_virtual
-    from restorelens.loadgen.scenarios import get_scenario
-
-    chosen = get_scenario(scenario, arm)
-    if bool(out) == bool(collector):
-        raise SettingError("--out/--collector", "give exactly one: --out FILE or --collector URL")
-    if collector:
-        telemetry = RunTelemetry("otlp", endpoint=_traces_endpoint(collector))
-    else:
-        telemetry = RunTelemetry("file", path=out)
-    with telemetry:
-        if virtual:
-            report = run_virtual(chosen, seed, telemetry.providers, run_id)
-        else:
-            report = run_live(chosen, seed, telemetry.providers, run_id, time_scale=time_scale)
-    summary = report.summary()
-    if as_json:
-        click.echo(json.dumps(summary))
-    else:
-        for key, value in summary.items():
-            click.echo(f"{key:30} {value}")
-    telemetry.raise_if_spans_dropped()
-
-
-COMMANDS = [probe, run]
+COMMANDS = [probe]

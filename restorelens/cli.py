@@ -9,7 +9,6 @@ Errors meant for users (``RestorelensError``) print as one line, never a traceba
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from typing import Any
 
@@ -20,30 +19,32 @@ from restorelens.errors import RestorelensError
 
 __all__ = ["COMMAND_MODULES", "main"]
 
-#: Component packages that may contribute commands, in help order.
+#: Every command, in help order, with the module that holds it. A module's ``COMMANDS`` list holds
+#: its click commands; one module may hold several, and the help order follows the data flow, not
+#: the modules.
 COMMAND_MODULES = (
-    "restorelens.demo_cli",
-    "restorelens.sim.cli",
-    "restorelens.gate.cli",
-    "restorelens.loadgen.cli",
-    "restorelens.collector.cli",
-    "restorelens.analysis.cli",
-    "restorelens.dashboard.cli",
+    ("demo", "restorelens.experiments.cli"),
+    ("sim", "restorelens.sim.cli"),
+    ("gate", "restorelens.gate.cli"),
+    ("probe", "restorelens.loadgen.cli"),
+    ("run", "restorelens.experiments.cli"),
+    ("collect", "restorelens.collector.cli"),
+    ("load", "restorelens.collector.cli"),
+    ("export", "restorelens.collector.cli"),
+    ("report", "restorelens.analysis.cli"),
+    ("check", "restorelens.analysis.cli"),
+    ("dashboard", "restorelens.dashboard.cli"),
 )
 
 
 def _discover() -> dict[str, click.Command]:
     commands: dict[str, click.Command] = {}
-    for module_name in COMMAND_MODULES:
-        try:
-            found = importlib.util.find_spec(module_name)
-        except ModuleNotFoundError:
-            found = None
-        if found is None:
-            continue
+    for name, module_name in COMMAND_MODULES:
         module = importlib.import_module(module_name)
-        for command in getattr(module, "COMMANDS", ()):
-            commands[command.name] = command
+        found = {command.name: command for command in getattr(module, "COMMANDS", ())}
+        if name not in found:
+            raise RuntimeError(f"{module_name} has no command {name!r}")  # a packaging error, not a user's
+        commands[name] = found[name]
     return commands
 
 

@@ -63,7 +63,7 @@ class ModelClaimRouter:
         self.backend = backend
         self.clock = clock or WallClock()
         # Deadlines are clock seconds, asyncio waits real ones; a ScaledClock runs time_scale x the wall.
-        self._real_s_per_clock_s = 1.0 / getattr(self.clock, "time_scale", 1.0)
+        self._real_s_per_clock_s = 1.0 / self.clock.time_scale
         self.admin_token = admin_token
         self.health_interval_s = health_interval_s
         self._lock = threading.Lock()  # the prometheus scrape may run on another thread

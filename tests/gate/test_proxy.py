@@ -25,7 +25,7 @@ from starlette.routing import Route
 from restorelens import spans as S
 from restorelens.gate import GateSettings
 from restorelens.gate.app import create_gate_app
-from restorelens.loadgen.timebase import ScaledClock
+from restorelens.clock import ScaledClock
 from restorelens.serving import ServerThread
 
 BOUNDED_POLLS = 400

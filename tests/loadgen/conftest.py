@@ -72,34 +72,3 @@ class SleepAdvancesClock:
     async def __call__(self, wait_s: float) -> None:
         self.waits_s.append(wait_s)
         self.clock.advance_to(self.clock.now_s() + wait_s)
-
-
-@pytest.fixture(scope="module")
-def loopback_round_trip_s() -> Iterator[Callable[[], float]]:
-    """Measures, when called, the median real seconds of a few small POSTs to a uvicorn server on
-    loopback: how long one HTTP hop takes on this machine right now. Live tests scale their
-    tolerances with it (times the time scale), so a busy machine widens them and an idle one
-    keeps them tight."""
-    import statistics
-    import time
-
-    import httpx
-
-    async def echo(request: Request) -> Response:
-        return JSONResponse({"n": len(await request.body())})
-
-    server = ServerThread(Starlette(routes=[Route("/echo", echo, methods=["POST"])])).start()
-    client = httpx.Client(base_url=server.url, timeout=10.0)
-
-    def measure(samples: int = 7) -> float:
-        client.post("/echo", content=b"warm-up")  # opens the connection: not a round trip to count
-        times_s = []
-        for _ in range(samples):
-            started = time.perf_counter()
-            client.post("/echo", content=b"x" * 400).raise_for_status()
-            times_s.append(time.perf_counter() - started)
-        return statistics.median(times_s)
-
-    yield measure
-    client.close()
-    server.stop()

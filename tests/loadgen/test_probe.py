@@ -15,7 +15,7 @@ from restorelens.loadgen.probe import decompose, run_probe
 from restorelens.loadgen.request import AttemptRecord, ClientRequest, RequestResult
 from restorelens.loadgen.retry import HonourRetryAfter
 from restorelens.loadgen.retry_after import RetryAfter
-from restorelens.loadgen.timebase import ScaledClock
+from restorelens.clock import ScaledClock
 from restorelens.spans import SPAN_CLIENT_REQUEST, SPAN_HTTP_POST
 
 

@@ -99,7 +99,7 @@ def test_unknown_profile_is_a_setting_error() -> None:
 
 
 def test_modelclaim_scenarios_cover_the_four_wake_paths_with_their_hints() -> None:
-    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, get_modelclaim_scenario
+    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, get_modelclaim_scenario
     from restorelens.spans import WAKE_PATHS
 
     assert sorted(s.wake_path for s in MODELCLAIM_SCENARIOS.values()) == sorted(WAKE_PATHS)

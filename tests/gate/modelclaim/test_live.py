@@ -20,7 +20,7 @@ from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBa
 from restorelens.gate.modelclaim.router import ModelClaimRouter
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.gate.routing import NotReady, Routed
-from restorelens.loadgen.timebase import ScaledClock
+from restorelens.clock import ScaledClock
 from restorelens.sim.app import create_app
 from restorelens.spans import (
     ATTR_MODELCLAIM_WAKE_PATH,

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.request import RequestResult
-from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.experiments.providers import ServiceProviders
 
 __all__ = ["SERVICE_NAMES", "RunReport", "RunTelemetry", "run_virtual"]
 
@@ -189,7 +189,7 @@ def new_run_id() -> str:
 
 def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None) -> RunReport:
     """Play ``scenario`` in virtual time; spans go to ``providers`` with virtual timestamps."""
-    from restorelens.loadgen.virtual_moflux import VirtualMofluxRun
+    from restorelens.experiments.moflux.virtual import VirtualMofluxRun
 
     run_id = run_id or new_run_id()
     if scenario.kind == "modelclaim":
@@ -204,17 +204,17 @@ def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: s
 def run_live(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None, *,
              time_scale: float = 1.0) -> RunReport:
     """Play ``scenario`` against real servers on loopback (see ``live_moflux``, ``live_modelclaim``)."""
-    from restorelens.loadgen.live_moflux import run_live_moflux
+    from restorelens.experiments.moflux.live import run_live_moflux
 
     if scenario.kind == "modelclaim":
-        from restorelens.loadgen.live_modelclaim import run_live_modelclaim
+        from restorelens.experiments.modelclaim.live import run_live_modelclaim
 
         return run_live_modelclaim(scenario, seed, providers, run_id or new_run_id(), time_scale=time_scale)
     return run_live_moflux(scenario, seed, providers, run_id or new_run_id(), time_scale=time_scale)
 
 
 def _run_virtual_modelclaim(scenario: Any, seed: int, providers: ServiceProviders, run_id: str) -> RunReport:
-    from restorelens.loadgen.virtual_modelclaim import VirtualModelClaimRun
+    from restorelens.experiments.modelclaim.virtual import VirtualModelClaimRun
 
     run = VirtualModelClaimRun(scenario, seed, providers, run_id)
     results = tuple(sorted(run.run(), key=lambda r: r.start_s))

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from restorelens.clock import VirtualClock
-from restorelens.loadgen.event_loop import EventLoop, TimeSource
-from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
-from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
+from restorelens.experiments.event_loop import EventLoop, TimeSource
+from restorelens.experiments.modelclaim.deployment import SetupDirector, deployment_table
+from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.tracing import RequestSpan
-from restorelens.loadgen.virtual_moflux import ServiceProviders
-from restorelens.loadgen.virtual_wire import Flight, VirtualWire
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival
 
 __all__ = ["VirtualModelClaimRun", "modelclaim_client_request"]

@@ -112,14 +112,14 @@ SCENARIOS: dict[str, MofluxScenario] = {
 
 
 def scenario_names() -> list[str]:
-    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS
+    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
 
     return sorted(SCENARIOS) + list(MODELCLAIM_SCENARIOS)
 
 
 def get_scenario(name: str, arm: str | None = None) -> Any:
     """A MoFlux scenario (with its arm) or a ModelClaim wake scenario, by name."""
-    from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS
+    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
 
     if name in MODELCLAIM_SCENARIOS:
         return MODELCLAIM_SCENARIOS[name].with_arm(arm)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from restorelens.clock import to_ns
-from restorelens.loadgen.protocol_time import RescaledExporter
+from restorelens.experiments.protocol_time import RescaledExporter
 from restorelens.spans import (
     ATTR_LATENCY_E2E,
     ATTR_LATENCY_TIME_IN_MODEL_DECODE,

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from restorelens.analysis import Analysis
 from restorelens.cli import cli
 from restorelens.collector import load_paths
-from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, expected_wake
+from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, expected_wake
 from restorelens.spans import (
     ATTR_MODELCLAIM_GPU_BYTES,
     ATTR_MODELCLAIM_HOST_RAM_BYTES,
@@ -137,9 +137,9 @@ def test_the_runners_drive_the_lifecycle_through_its_public_calls() -> None:
     import ast
     import inspect
 
-    from restorelens.loadgen import modelclaim_deployment, virtual_modelclaim
+    from restorelens.experiments.modelclaim import deployment, virtual
 
-    for module in (virtual_modelclaim, modelclaim_deployment):
+    for module in (virtual, deployment):
         private = [node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))
                    if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                    and isinstance(node.value, ast.Attribute) and node.value.attr in ("lifecycle", "core", "backend")]

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from restorelens.loadgen.runner import RunReport, RunTelemetry, run_live, run_virtual
-from restorelens.loadgen.scenarios import get_scenario
+from restorelens.experiments.runner import RunReport, RunTelemetry, run_live, run_virtual
+from restorelens.experiments.scenarios import get_scenario
 from restorelens.spans import (
     ATTR_GATE_DECISION,
     ATTR_GATE_SLOT,

@@ -30,13 +30,13 @@ from restorelens.errors import RestorelensError
 from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
-from restorelens.loadgen.modelclaim_deployment import SetupDirector, deployment_table
-from restorelens.loadgen.modelclaim_scenarios import ModelClaimScenario
-from restorelens.loadgen.protocol_time import ProtocolTimeline
+from restorelens.experiments.modelclaim.deployment import SetupDirector, deployment_table
+from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
+from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.timebase import ScaledClock
-from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.clock import ScaledClock
+from restorelens.experiments.providers import ServiceProviders
 
 __all__ = ["DeferredStartRouter", "SimServerBackend", "run_live_modelclaim"]
 
@@ -171,7 +171,7 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
     (cold start) sends its first request right after the gate's lifespan started the lifecycle.
     """
     from restorelens.loadgen.client import TracedClient
-    from restorelens.loadgen.virtual_modelclaim import modelclaim_client_request
+    from restorelens.experiments.modelclaim.virtual import modelclaim_client_request
 
     policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, deadline_s=scenario.deadline_s,
                          seed=labels.seed or 0)
@@ -196,7 +196,7 @@ def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: Serv
     from restorelens.gate.modelclaim.router import ModelClaimRouter
     from restorelens.gate.modelclaim.spans import ModelClaimSpans
     from restorelens.gate.settings import GateSettings
-    from restorelens.loadgen.runner import RunReport
+    from restorelens.experiments.runner import RunReport
     from restorelens.serving import ServerThread
 
     timeline = ProtocolTimeline(providers, time_scale)

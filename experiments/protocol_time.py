@@ -25,8 +25,8 @@ from typing import Any
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from restorelens.loadgen.timebase import ScaledClock
-from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.clock import ScaledClock
+from restorelens.experiments.providers import ServiceProviders
 from restorelens.spans import VLLM_LATENCY_PREFIX, VLLM_LLM_REQUEST_ATTRIBUTES
 
 __all__ = ["WALL_CLOCK_SCOPES", "ProtocolTimeline", "RescaledExporter"]
@@ -84,7 +84,7 @@ class ProtocolTimeline:
     """
 
     def __init__(self, providers: ServiceProviders, time_scale: float) -> None:
-        from restorelens.loadgen.runner import SERVICE_NAMES
+        from restorelens.experiments.runner import SERVICE_NAMES
         from restorelens.telemetry import build_tracer_provider
 
         self.clock = ScaledClock(time_scale)

@@ -1,6 +1,6 @@
 """Record the sample traces: every demo scenario in virtual time, as OTLP JSON lines.
 
-``python -m restorelens.loadgen.record sample_traces/`` writes one file per scenario: the Balanced
+``python -m restorelens.experiments.record sample_traces/`` writes one file per scenario: the Balanced
 and Long-context MoFlux protocols under the lending arm and under the static arm (the study's
 comparison, same seed, so the policy summary has a pair), and the four ModelClaim wake paths. Runs
 are virtual (timestamps from the fixed virtual epoch), ids come from a seeded generator and spans
@@ -42,8 +42,8 @@ def sample_file_name(scenario: str, arm: str | None) -> str:
 
 def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
     """Write every sample scenario's spans into ``folder``; returns the files written."""
-    from restorelens.loadgen.runner import RunTelemetry, run_virtual
-    from restorelens.loadgen.scenarios import get_scenario
+    from restorelens.experiments.runner import RunTelemetry, run_virtual
+    from restorelens.experiments.scenarios import get_scenario
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -60,7 +60,7 @@ def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m restorelens.loadgen.record FOLDER", file=sys.stderr)
+        print("usage: python -m restorelens.experiments.record FOLDER", file=sys.stderr)
         return 2
     try:
         for path in record_samples(Path(args[0])):

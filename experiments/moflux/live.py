@@ -19,11 +19,11 @@ import asyncio
 from typing import Any
 
 from restorelens.loadgen.client import TracedClient
-from restorelens.loadgen.protocol_time import ProtocolTimeline
+from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.timebase import ScaledClock
-from restorelens.loadgen.virtual_moflux import ServiceProviders
+from restorelens.clock import ScaledClock
+from restorelens.experiments.providers import ServiceProviders
 
 __all__ = ["run_live_moflux"]
 
@@ -46,7 +46,7 @@ async def _drive(gate_url: str, scenario: Any, workload: Any, labels: RunLabels,
 def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_id: str, *,
                     time_scale: float = 1.0) -> Any:
     from restorelens.gate.app import create_gate_app
-    from restorelens.loadgen.runner import RunReport
+    from restorelens.experiments.runner import RunReport
     from restorelens.serving import ServerThread
     from restorelens.sim.app import create_app
 

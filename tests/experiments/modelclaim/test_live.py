@@ -19,8 +19,8 @@ import pytest
 
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
-from restorelens.loadgen.modelclaim_scenarios import MODELCLAIM_SCENARIOS, ModelClaimScenario, expected_wake
-from restorelens.loadgen.runner import RunTelemetry, run_live, run_virtual
+from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, ModelClaimScenario, expected_wake
+from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
 
 TIME_SCALE = 5.0
 

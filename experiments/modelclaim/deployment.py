@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from restorelens.loadgen.modelclaim_scenarios import NEIGHBOUR_MODEL, ModelClaimScenario
+from restorelens.experiments.modelclaim.scenarios import NEIGHBOUR_MODEL, ModelClaimScenario
 
 __all__ = ["SetupDirector", "deployment_table"]
 

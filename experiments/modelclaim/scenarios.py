@@ -172,7 +172,7 @@ class ExpectedWake:
         """Protocol seconds a live value may be off (at least 1 s: the lifecycle's 0.5-s readiness
         polls land on either side of a ready instant); ``round_trip_s``: see
         ``scenarios.live_tolerance_s``."""
-        from restorelens.loadgen.scenarios import live_tolerance_s
+        from restorelens.experiments.scenarios import live_tolerance_s
 
         return max(1.0, live_tolerance_s(self.live_slack_real_s, time_scale, round_trip_s))
 

@@ -21,28 +21,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from restorelens.clock import VirtualClock
-from restorelens.loadgen.event_loop import EventLoop, TimeSource
+from restorelens.experiments.event_loop import EventLoop, TimeSource
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.tracing import RequestSpan
-from restorelens.loadgen.virtual_wire import Flight, VirtualWire
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival, Workload
 
-__all__ = ["VIRTUAL_UPSTREAM_URL", "ServiceProviders", "VirtualMofluxRun"]
+__all__ = ["VIRTUAL_UPSTREAM_URL", "VirtualMofluxRun"]
 
 #: What the virtual gate records as its upstream (there is no socket).
 VIRTUAL_UPSTREAM_URL = "http://virtual-engine"
-
-
-@dataclass(frozen=True)
-class ServiceProviders:
-    """One tracer provider per service, as the live run has one process-side provider each."""
-
-    client: Any = None
-    gate: Any = None
-    engine: Any = None
-    #: The exporter the providers share (``RunTelemetry`` sets it), for providers a runner adds.
-    exporter: Any = None
 
 
 @dataclass

@@ -31,7 +31,7 @@ from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
 
-__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "serve_dashboard"]
+__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "run_demo", "serve_dashboard"]
 
 #: Fits every scenario (about 920 protocol seconds) into ~92 s of wall time plus start-ups.
 DEFAULT_TIME_SCALE = 10.0
@@ -73,9 +73,9 @@ def collector(db: Path) -> Iterator[str]:
 def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
                    on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
     """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
-    from restorelens.loadgen.record import SAMPLE_SCENARIOS, sample_run_name
-    from restorelens.loadgen.runner import RunTelemetry, run_live
-    from restorelens.loadgen.scenarios import get_scenario
+    from restorelens.experiments.record import SAMPLE_SCENARIOS, sample_run_name
+    from restorelens.experiments.runner import RunTelemetry, run_live
+    from restorelens.experiments.scenarios import get_scenario
 
     summaries = []
     with RunTelemetry("otlp", endpoint=endpoint) as telemetry:
@@ -91,7 +91,7 @@ def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
 
 def total_protocol_s() -> float:
     """Protocol seconds of every scenario the demo plays."""
-    from restorelens.loadgen.record import SAMPLE_SCENARIOS
+    from restorelens.experiments.record import SAMPLE_SCENARIOS
 
     return sum(PROTOCOL_S.get(name, 0.0) for name, _ in SAMPLE_SCENARIOS)
 

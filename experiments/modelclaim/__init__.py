@@ -1,0 +1,2 @@
+"""ModelClaim wake scenarios (``scenarios``), their deployment (``deployment``) and their runners
+(``virtual``, ``live``)."""

@@ -1,0 +1,1 @@
+"""The MoFlux protocol's runners: virtual time (``virtual``) and live on loopback (``live``)."""
