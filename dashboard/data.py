@@ -39,7 +39,7 @@ LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
 WAKE_METRICS = ("retry_after_s", "ready_s", "observed_s", "overshoot_s", "engine_schedule_s", "total_s")
 REQUEST_METRICS = ("ttft_s", "e2e_s", "gate_wait_s", "engine_schedule_s")
 
-#: The five instants of a lending episode, in causal order (DESIGN.md section 2, story A).
+#: The five instants of a lending episode, in causal order (docs/design.md, "Lending").
 LENDING_EVENTS = ("demand returned", "grant restored", "borrowed drained", "engine scheduled", "first token")
 
 #: Limits shown when none are configured: the interactive TTFT SLO (5 s) at p95, and the wake

@@ -3,7 +3,7 @@
 ``restorelens run SCENARIO`` looks names up here. A scenario is data; the runner (live or virtual)
 builds the servers or the cores from it, so both shells run exactly the same experiment.
 
-MoFlux arms (reference/engines.md section 4) map onto gate policies: ``fcfs`` (pass-through, the
+MoFlux arms (the benchmark's `demo/VLLM-CONTENTION.md`; docs/experiments.md) map onto gate policies: ``fcfs`` (pass-through, the
 engine queues), ``priority`` (pass-through, vLLM priority 0/10), ``static`` (floors 3/1) and
 ``lend`` (the MoFlux arm: same floors, two interactive slots lendable, one never lent).
 """

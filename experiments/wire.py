@@ -16,6 +16,7 @@ A runner sets, before playing: ``clock``, ``loop`` (its ``EventLoop``), ``gate_s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from opentelemetry import trace
@@ -28,7 +29,10 @@ from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_sp
 from restorelens.loadgen.workloads import Arrival
 from restorelens.spans import ATTR_GATE_UPSTREAM
 
-__all__ = ["Flight", "VirtualWire"]
+__all__ = ["ENGINE_ACCEPTED", "Flight", "VirtualWire"]
+
+#: The engine's answer to a request it accepted (the gate's own answers come from gate.decide).
+ENGINE_ACCEPTED = int(HTTPStatus.OK)  # a plain int, as span attributes and the retry loop want
 
 
 @dataclass(eq=False)
@@ -93,16 +97,16 @@ class VirtualWire:
         engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
                                       arrival.max_tokens, priority=priority), now_s)
         self._by_request[arrival.request_id] = flight
-        end_attempt_span(flight.upstream_span, now_s, 200, NO_HINT)
+        end_attempt_span(flight.upstream_span, now_s, ENGINE_ACCEPTED, NO_HINT)
         self.gate_spans.first_byte(flight.gate_span, now_s)
-        self._answer(flight, 200, [])
+        self._answer(flight, ENGINE_ACCEPTED, [])
 
     def _answer(self, flight: Flight, status: int, headers: list[tuple[str, str]]) -> None:
         """The answer's headers reached the client: close the attempt span, maybe retry."""
         now_s = self.clock.now_s()
         decision = flight.loop.answered(status, headers, now_s)
         end_attempt_span(flight.attempt_span, now_s, status, decision.retry_after if headers else RetryAfter(None))
-        if 200 <= status < 300:
+        if status == ENGINE_ACCEPTED:
             return  # the body follows from the engine's events
         if flight.loop.done:
             self._finish_client(flight)
@@ -132,5 +136,5 @@ class VirtualWire:
                 emit_llm_request_span(self._engine_tracer, event.record, model=model,
                                       parent_context=trace.set_span_in_context(flight.upstream_span),
                                       request_params={"max_tokens": flight.arrival.max_tokens})
-                self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, 200)
+                self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
                 self._request_done(flight, event.at_s)

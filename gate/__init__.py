@@ -1,4 +1,4 @@
-"""restorelens.gate: the admission gate (story A of DESIGN.md) and the ModelRouter seam.
+"""restorelens.gate: the admission gate (the lending story of docs/design.md) and the ModelRouter seam.
 
 The sans-I/O core (``Admission`` + an ``AdmissionPolicy``) runs live behind ``create_gate_app`` or
 in virtual time; ``GateSpans`` emits the gate's spans with explicit timestamps either way.

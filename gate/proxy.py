@@ -27,11 +27,11 @@ from restorelens.clock import Clock
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission, Grant, Rejection, Waiter
+from .decide import Admit, Answer, Forward, Respond, decide, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .proxy_asgi import ClientGone, DisconnectWatch, GateAnswer, Receive, Scope, Send, error_body, send_json
-from .retry_hint import retry_after_header
-from .routing import ModelRouter, NotReady, Routed
+from .routing import ModelRouter, NotReady, Routed, RouteAnswer
 from .settings import ANY_MODEL, GateSettings
 from .upstream_transport import UpstreamTransport
 
@@ -39,9 +39,13 @@ __all__ = ["ProxyEndpoint", "Receive", "Scope", "Send", "UpstreamTable", "error_
 
 TRAFFIC_CLASS_HEADER = b"x-traffic-class"
 REQUEST_ID_HEADER = b"x-request-id"
-RETRY_AFTER_MS_HEADER = b"x-restorelens-retry-after-ms"
 _TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _gate_answer(answer: Respond) -> GateAnswer:
+    headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
+    return GateAnswer(answer.status, answer.message, answer.error_type, headers)
 
 
 class UpstreamTable:
@@ -130,7 +134,7 @@ class ProxyEndpoint:
         try:
             if early is not None:
                 raise early
-            upstream = self._route(model, span, now_s)
+            upstream = self._route(model, traffic_class, span, now_s)
             # Admission and forwarding run in this task; a watcher on receive() (after the body it
             # only says disconnect) cancels it wherever it waits: queue, upstream, a slow stream.
             watch = DisconnectWatch(receive)
@@ -160,11 +164,10 @@ class ProxyEndpoint:
         grant: Grant | None = None
         routed_model: str | None = None
         try:
-            grant = await self._admit(request_id, traffic_class, span, upstream)
+            grant, priority = await self._admit(request_id, traffic_class, span, upstream)
             if self.router is not None and model in self.router_models:
                 routed_model = model
                 self.router.request_started(model, self.clock.now_s())
-            priority = self.admission.policy.upstream_priority(traffic_class)
             if priority is not None:
                 payload["priority"] = priority
                 body = json.dumps(payload).encode()
@@ -205,41 +208,39 @@ class ProxyEndpoint:
             raise GateAnswer(400, "request body must be a JSON object", "invalid_request_error")
         return payload
 
-    def _route(self, model: Any, span: Span, now_s: float) -> str:
+    def _route(self, model: Any, traffic_class: str, span: Span, now_s: float) -> str:
         if model is not None and not isinstance(model, str):
             raise GateAnswer(400, "'model' must be a string", "invalid_request_error")
+        route: RouteAnswer
         if self.router is not None and model in self.router_models:
-            answer = self.router.route(model, now_s, trigger=span.get_span_context())
-            if isinstance(answer, Routed):
-                return answer.upstream_url.rstrip("/")
-            if isinstance(answer, NotReady):
-                self.emitter.not_ready(span, answer.phase, answer.reason, answer.status_code, answer.retry_after_s)
-                extra = [] if answer.retry_after_s is None else [(b"retry-after", str(answer.retry_after_s).encode())]
-                message = answer.message or f"model {model!r} is not ready ({answer.phase}/{answer.reason})"
-                raise GateAnswer(answer.status_code, message, "not_ready", extra)
+            route = self.router.route(model, now_s, trigger=span.get_span_context())
+            if isinstance(route, NotReady):
+                self.emitter.not_ready(span, route.phase, route.reason, route.status_code, route.retry_after_s)
         else:
-            upstream = self.upstreams.pick(model)
-            if upstream is not None:
-                return upstream
-        # AIBrix's gateway answers 400 for a model it does not manage; a plain proxy says 404.
-        status = 400 if self.router is not None else 404
-        raise GateAnswer(status, f"model {model!r} is not served by this gate", "model_not_found")
+            route = static_route(self.upstreams.pick(model), model)
+        answer = self._decide(route, None, model, traffic_class)
+        if isinstance(answer, Respond):
+            raise _gate_answer(answer)
+        assert isinstance(answer, Admit)
+        return answer.upstream
 
-    async def _admit(self, request_id: str, traffic_class: str, span: Span, upstream: str) -> Grant:
+    async def _admit(self, request_id: str, traffic_class: str, span: Span, upstream: str) -> tuple[Grant, int | None]:
+        """A grant for the request and the engine-side priority to forward it with."""
         decision = self.admission.request(request_id, traffic_class, self.clock.now_s())
         if isinstance(decision, Waiter):
             decision = await self._wait(decision)
-        if isinstance(decision, Rejection):
+        answer = self._decide(Routed(upstream), decision, None, traffic_class)
+        if isinstance(answer, Respond):
+            assert isinstance(decision, Rejection)
             self.emitter.rejected(span, decision)
-            extra: list[tuple[bytes, bytes]] = []
-            if decision.retry_after_ms is not None:
-                extra.append((RETRY_AFTER_MS_HEADER, str(decision.retry_after_ms).encode()))
-                header = retry_after_header(decision.retry_after_ms)
-                if header is not None:
-                    extra.append((b"retry-after", header.encode()))
-            raise GateAnswer(429, f"{traffic_class} request not admitted ({decision.reason})", "admission_rejected", extra)
+            raise _gate_answer(answer)
+        assert isinstance(decision, Grant) and isinstance(answer, Forward)
         self.emitter.granted(span, decision, upstream=upstream)
-        return decision
+        return decision, answer.priority
+
+    def _decide(self, route: RouteAnswer, admitted: Grant | Rejection | None, model: str | None, traffic_class: str) -> Answer:
+        return decide(route, admitted, model=model, traffic_class=traffic_class, policy=self.admission.policy,
+                      lifecycle=self.router is not None)
 
     async def _wait(self, waiter: Waiter) -> Grant | Rejection:
         """Park on a future until a release grants the waiter or its deadline passes."""

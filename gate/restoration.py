@@ -1,6 +1,6 @@
 """Lending and restoration bookkeeping: the records behind ``gate.lend`` and ``gate.restore``.
 
-Definitions (DESIGN.md section 2, story A):
+Definitions (docs/design.md, "Lending"):
 
 - A **lending period** starts with the first grant on borrowed capacity while no period is lending,
   stops lending when protected demand returns (or the gate closes / changes policy), and is drained

@@ -1,4 +1,4 @@
-"""Retry-After from an EWMA of completion intervals (the estimate Tyr uses; reference/engines.md §4).
+"""Retry-After from an EWMA of completion intervals (the estimate MoFlux's Tyr admission controller uses).
 
 The mean time between completions estimates how long until a slot frees; a request with ``k``
 waiters ahead of it needs ``k + 1`` slots to free. The average is time-weighted (half-life

@@ -2,7 +2,7 @@
 
 Point it at any OpenAI-compatible gateway (AIBrix, the restorelens gate, vLLM itself). It sends one
 request with the retrying traced client and, when given a readiness URL, polls it alongside, then
-decomposes the wait (DESIGN.md section 2, wake episode), from the client's side:
+decomposes the wait (docs/analysis.md, wake episodes), from the client's side:
 
 - ``first_status`` / ``retry_after_s``: what the first answer said (``t0`` is when it was sent);
 - ``ready_s``: the first readiness poll that answered 2xx, after t0 (an upper bound on engine

@@ -11,7 +11,7 @@ import hashlib
 
 __all__ = ["CHARS_PER_TOKEN", "approx_tokens", "filler_prompt"]
 
-#: metal-long-context-v1: 7,100-character prompts are 1,607 prompt tokens (reference/engines.md 4).
+#: metal-long-context-v1: 7,100-character prompts are 1,607 prompt tokens (the MoFlux long-context profile).
 CHARS_PER_TOKEN = 7_100 / 1_607
 
 _WORDS = (

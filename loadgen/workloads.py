@@ -6,7 +6,7 @@ are Poisson per traffic class with a piecewise-constant rate; each class draws f
 RNG stream (seeded with seed and class), so changing one class's rates leaves the other's arrival
 times unchanged.
 
-The MoFlux protocol (reference/engines.md section 4, demo/VLLM-CONTENTION.md): 105 s in four
+The MoFlux protocol (the MoFlux benchmark's demo/VLLM-CONTENTION.md): 105 s in four
 phases. Interactive alone 0-25 s at 0.25 req/s; batch from 25 s at 0.75 req/s while interactive is
 idle (its protected slots become lendable); interactive returns 60-85 s at 0.5 req/s; drain
 85-105 s with no arrivals. SLO: TTFT <= 5 s and e2e <= 30 s.

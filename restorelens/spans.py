@@ -101,7 +101,7 @@ ATTR_GEN_AI_RESPONSE_FINISH_REASONS = _gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
 #: Every vLLM latency attribute starts with this (vLLM's own namespace, not a semconv one).
 VLLM_LATENCY_PREFIX = "gen_ai.latency."
 
-#: The attributes vLLM's V1 do_tracing sets on llm_request (reference/engines.md section 3).
+#: The attributes vLLM's V1 do_tracing sets on llm_request (vLLM's ``vllm/tracing``; docs/spans.md).
 VLLM_LLM_REQUEST_ATTRIBUTES = (
     ATTR_LATENCY_TIME_TO_FIRST_TOKEN,
     ATTR_LATENCY_E2E,

@@ -159,10 +159,10 @@ class EngineConfig:
 
 
 PRESETS: dict[str, EngineConfig] = {
-    # A tiny random-weight Qwen2 model under vLLM's CPU backend on 2 cores (DESIGN.md section 6):
+    # A tiny random-weight Qwen2 model under vLLM's CPU backend on 2 cores (the live suite's engine, tests/live):
     # --max-num-seqs 4 --max-model-len 1024, ~60 s from process start to /health.
     "tiny-cpu": EngineConfig(),
-    # The MoFlux long-context setting (reference/engines.md section 4): Qwen2.5-1.5B-Instruct under
+    # The MoFlux long-context setting (the MoFlux benchmark's own figures): Qwen2.5-1.5B-Instruct under
     # vllm-metal on an Apple M1, --max-num-seqs 4 --block-size 16 --num-gpu-blocks-override 320,
     # max-model-len 4096. ~1,600-token batch prompts take ~2 s to prefill and single-stream decode
     # runs at ~30 tokens/s, which with 3 long requests resident puts a newcomer's TTFT in the

@@ -1,4 +1,4 @@
-"""ModelClaim wake scenarios as data (DESIGN.md story B, reference/engines.md section 1).
+"""ModelClaim wake scenarios as data (the wake story of docs/design.md; AIBrix semantics: docs/modelclaim.md).
 
 Each scenario is a small deployment (pods, declared claims, pool policy, the simulator preset that
 plays each model's engine), the state it is brought into before the first request, and the
@@ -154,7 +154,7 @@ def get_modelclaim_scenario(name: str) -> ModelClaimScenario:
 
 @dataclass(frozen=True, slots=True)
 class ExpectedWake:
-    """The decomposition a scenario must show (seconds after the first request; DESIGN.md section 2)."""
+    """The decomposition a scenario must show (seconds after the first request; docs/analysis.md, wake episodes)."""
 
     wake_path: str
     retry_after_s: float

@@ -151,25 +151,31 @@ class VirtualModelClaimRun(VirtualWire):
 
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
         from restorelens.gate import Grant
-        from restorelens.gate.routing import NotReady, Routed
+        from restorelens.gate.decide import Admit, Forward, Respond, decide
+        from restorelens.gate.routing import NotReady
 
         now_s = self.clock.now_s()
         flight = self._open_attempt(arrival, loop, request_span, self.scenario.model)
         gate_span = flight.gate_span
-        answer = self.lifecycle.route(self.scenario.model, now_s, trigger=gate_span.get_span_context())
-        if isinstance(answer, NotReady):
-            self.gate_spans.not_ready(gate_span, answer.phase, answer.reason, answer.status_code, answer.retry_after_s)
-            self.gate_spans.end_request(gate_span, arrival.request_id, now_s, answer.status_code)
-            hint = [] if answer.retry_after_s is None else [("retry-after", str(answer.retry_after_s))]
-            self._answer(flight, answer.status_code, hint)
+        route = self.lifecycle.route(self.scenario.model, now_s, trigger=gate_span.get_span_context())
+        options = {"model": self.scenario.model, "traffic_class": arrival.traffic_class,
+                   "policy": self.admission.policy, "lifecycle": True}
+        answer = decide(route, **options)
+        if isinstance(answer, Respond):
+            if isinstance(route, NotReady):
+                self.gate_spans.not_ready(gate_span, route.phase, route.reason, route.status_code, route.retry_after_s)
+            self.gate_spans.end_request(gate_span, arrival.request_id, now_s, answer.status)
+            self._answer(flight, answer.status, list(answer.headers))
             return
-        assert isinstance(answer, Routed)
-        decision = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
-        assert isinstance(decision, Grant), "the fcfs policy without a cap grants at once"
-        flight.grant = decision
-        self.gate_spans.granted(gate_span, decision)
+        assert isinstance(answer, Admit)
+        admitted = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
+        assert isinstance(admitted, Grant), "the fcfs policy without a cap grants at once"
+        forward = decide(route, admitted, **options)
+        assert isinstance(forward, Forward)
+        flight.grant = admitted
+        self.gate_spans.granted(gate_span, admitted)
         self.lifecycle.request_started(self.scenario.model, now_s)
-        self._reach_engine(flight, self.engines[answer.upstream_url], answer.upstream_url)
+        self._reach_engine(flight, self.engines[answer.upstream], answer.upstream, forward.priority or 0)
 
     def _request_done(self, flight: Flight, at_s: float) -> None:
         self.admission.release(flight.grant, at_s)

@@ -60,6 +60,10 @@ class VirtualMofluxRun(VirtualWire):
             queue_limit=settings.queue_limit,
             listeners=[self.gate_spans],
         )
+        from restorelens.gate.routing import Routed
+
+        # One engine behind the gate: every request routes to it, as through a one-URL upstream table.
+        self._route = Routed(VIRTUAL_UPSTREAM_URL)
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts, seed=self.seed)
         self.labels = RunLabels(self.scenario.name, self.workload.name, self.seed, self.run_id)
         self._tracers(self.providers)
@@ -91,35 +95,29 @@ class VirtualMofluxRun(VirtualWire):
         decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s())
         self._decided(flight, decision)
 
-    def _decided(self, flight: Flight, decision: Any) -> None:
-        from restorelens.gate import Grant, Rejection
+    def _decided(self, flight: Flight, admitted: Any) -> None:
+        """Admission answered (at once, or later from the queue): the gate's decision, as live."""
+        from restorelens.gate import Waiter
+        from restorelens.gate.decide import Respond, decide
 
-        if isinstance(decision, Grant):
-            self._forward(flight, decision)
-        elif isinstance(decision, Rejection):
-            self._reject(flight, decision)
-        else:
+        if isinstance(admitted, Waiter):
             self._waiting[flight.arrival.request_id] = flight
-
-    def _reject(self, flight: Flight, rejection: Any) -> None:
-        from restorelens.gate.retry_hint import retry_after_header
-
-        now_s = self.clock.now_s()
-        self.gate_spans.rejected(flight.gate_span, rejection)
-        self.gate_spans.end_request(flight.gate_span, flight.arrival.request_id, now_s, 429)
-        header = retry_after_header(rejection.retry_after_ms)
-        self._answer(flight, 429, [("retry-after", header)] if header is not None else [])
-
-    def _forward(self, flight: Flight, grant: Any) -> None:
-        flight.grant = grant
-        self.gate_spans.granted(flight.gate_span, grant)
-        priority = self.admission.policy.upstream_priority(flight.arrival.traffic_class) or 0
-        self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, priority)
+            return
+        answer = decide(self._route, admitted, model=self.workload.model, traffic_class=flight.arrival.traffic_class,
+                        policy=self.admission.policy, lifecycle=False)
+        if isinstance(answer, Respond):
+            self.gate_spans.rejected(flight.gate_span, admitted)
+            self.gate_spans.end_request(flight.gate_span, flight.arrival.request_id, self.clock.now_s(), answer.status)
+            self._answer(flight, answer.status, list(answer.headers))
+            return
+        flight.grant = admitted
+        self.gate_spans.granted(flight.gate_span, admitted)
+        self._reach_engine(flight, self.engine, answer.upstream, answer.priority or 0)
 
     def _request_done(self, flight: Flight, at_s: float) -> None:
         self._finish_client(flight)
         for grant in self.admission.release(flight.grant, at_s):
-            self._granted_waiter(grant)
+            self._decided(self._waiting.pop(grant.request_id), grant)
 
     # --- time sources --------------------------------------------------------------------------
 
@@ -128,10 +126,5 @@ class VirtualMofluxRun(VirtualWire):
 
     def _gate_due(self, now_s: float) -> None:
         rejections, grants = self.admission.expire(now_s)
-        for rejection in rejections:
-            self._reject(self._waiting.pop(rejection.request_id), rejection)
-        for grant in grants:
-            self._granted_waiter(grant)
-
-    def _granted_waiter(self, grant: Any) -> None:
-        self._forward(self._waiting.pop(grant.request_id), grant)
+        for answer in (*rejections, *grants):
+            self._decided(self._waiting.pop(answer.request_id), answer)

@@ -4,7 +4,7 @@ Every method takes ``now_s`` and returns the engine actions to perform (``modelc
 ``next_deadline_s()`` says when ``advance()`` must next be called, so the same object runs under a
 discrete-event loop in virtual time and under the live router's asyncio task.
 
-Behaviour (AIBrix ModelClaim semantics, ``reference/engines.md`` §1):
+Behaviour (AIBrix ModelClaim semantics, docs/modelclaim.md):
 
 - start: each claim is placed on the first candidate pod with room (``perGPU.maximumFootprint +
   kvFloor`` on ``tensor_parallel`` GPUs) and its engine started; no room -> ``NotPlaced``, retried

@@ -1,7 +1,7 @@
 """ModelClaim phases, Ready-condition reasons, and the gateway's 503 / Retry-After table.
 
-Names follow AIBrix's ModelClaim (``reference/engines.md`` §1.1): there is no ``Waking`` phase; a
-wake shows as a reason. The table below is the newer AIBrix docs' "Requests" table (DESIGN.md §1):
+Names follow AIBrix's ModelClaim CRD (``api/model/v1alpha1/modelclaim_types.go``): there is no ``Waking`` phase; a
+wake shows as a reason. The table below is the newer AIBrix docs' "Requests" table (``docs/source/features/modelclaim.rst``):
 
 ====================================================================  =========================
 model state                                                           answer

@@ -1,6 +1,6 @@
 """The pool's lifecycle policy, validated the way AIBrix validates ``poolLifecyclePolicy``.
 
-Keys are AIBrix's JSON names (``reference/engines.md`` §1.4):
+Keys are AIBrix's JSON names (AIBrix's ``pool.aibrix.ai/policy`` annotation):
 
 - ``sleepAfterSeconds``: an Active engine idle this long is put to sleep (level 1). 0 or absent
   means "never sleep when idle", which AIBrix only allows together with ``noWakeReserveWhileAsleep``.

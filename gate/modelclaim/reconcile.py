@@ -174,7 +174,7 @@ def _start_instance(
     claim.set_state(LOADING, reason, now_s, core.listeners, pod=pod)
 
 
-# --- waking a sleeping engine (AIBrix's order, reference/engines.md §1.4) ---------------------------
+# --- waking a sleeping engine (AIBrix's order, docs/modelclaim.md) ---------------------------
 
 
 def _wake_sleeping(core: ModelClaimCore, claim: ClaimState, now_s: float, actions: list[Action]) -> bool:

@@ -1,6 +1,6 @@
 """Where a sleeping model without a wake reserve finds room to wake.
 
-AIBrix's order (``reference/engines.md`` §1.4): room at once on its own GPUs; else put the
+AIBrix's order (its ModelClaim docs, ``docs/source/features/modelclaim.rst``): room at once on its own GPUs; else put the
 longest-idle neighbour to sleep (only neighbours idle at least ``sleepToMakeRoomAfterSeconds``
 qualify, one at a time); else move to another candidate pod with room now; else wait.
 

@@ -1,0 +1,101 @@
+"""The gate's decision for one request, as data: forward it, ask admission, or answer it here.
+
+Sans-I/O. The live proxy and both virtual-time runners call ``decide`` with where the request
+routes and, once asked, what admission said; they only carry out the answer (send the HTTP answer,
+or hand the status and headers to the virtual client). So a 503 or a 429 carries the same status,
+headers and error type live and in virtual time, by construction:
+
+- ``NotReady`` (a lifecycle-managed model that cannot serve yet): its status (503 in AIBrix's
+  table), ``Retry-After`` in whole seconds when the lifecycle gives one;
+- ``UnknownModel``: 400 behind a lifecycle (AIBrix's gateway answers 400 for a model it does not
+  manage), 404 from a plain proxy;
+- ``Routed`` and not yet admitted: ``Admit`` (the shell asks ``Admission``, which may queue);
+- a ``Rejection``: 429 with the gate's own ``x-restorelens-retry-after-ms`` estimate and, when it
+  is at least a second, ``Retry-After`` in whole seconds;
+- a ``Grant``: ``Forward`` to the routed engine, with the engine-side priority the policy sets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .admission import Grant, Rejection
+from .policies import AdmissionPolicy
+from .retry_hint import retry_after_header
+from .routing import NotReady, Routed, RouteAnswer, UnknownModel
+
+__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respond", "decide", "static_route"]
+
+RETRY_AFTER = "retry-after"
+#: The gate's estimate in milliseconds: finer than Retry-After's whole seconds, for clients that know it.
+RETRY_AFTER_MS = "x-restorelens-retry-after-ms"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Routed to ``upstream``: ask admission for a grant, then decide again with its answer."""
+
+    upstream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the request to ``upstream``; ``priority`` goes into the body when not None."""
+
+    upstream: str
+    priority: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Answer without forwarding: an OpenAI-style JSON error with these headers (lower-case names)."""
+
+    status: int
+    message: str
+    error_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Answer = Admit | Forward | Respond
+
+
+def decide(
+    route: RouteAnswer,
+    admitted: Grant | Rejection | None = None,
+    *,
+    model: str | None,
+    traffic_class: str,
+    policy: AdmissionPolicy,
+    lifecycle: bool,
+) -> Answer:
+    """What the gate does with a request for ``model`` that routes to ``route``.
+
+    ``admitted`` is admission's answer, read only for a ``Routed`` request. ``lifecycle`` says
+    whether a lifecycle router fronts models here (it decides the unknown-model status).
+    """
+    if isinstance(route, NotReady):
+        headers = () if route.retry_after_s is None else ((RETRY_AFTER, str(route.retry_after_s)),)
+        message = route.message or f"model {model!r} is not ready ({route.phase}/{route.reason})"
+        return Respond(route.status_code, message, "not_ready", headers)
+    if isinstance(route, UnknownModel):
+        return Respond(400 if lifecycle else 404, f"model {model!r} is not served by this gate", "model_not_found")
+    if admitted is None:
+        return Admit(route.upstream_url.rstrip("/"))
+    if isinstance(admitted, Rejection):
+        return Respond(429, f"{traffic_class} request not admitted ({admitted.reason})", "admission_rejected",
+                       _rejection_headers(admitted.retry_after_ms))
+    return Forward(route.upstream_url.rstrip("/"), policy.upstream_priority(traffic_class))
+
+
+def _rejection_headers(retry_after_ms: int | None) -> tuple[tuple[str, str], ...]:
+    if retry_after_ms is None:
+        return ()
+    seconds = retry_after_header(retry_after_ms)
+    if seconds is None:
+        return ((RETRY_AFTER_MS, str(retry_after_ms)),)
+    return ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds))
+
+
+def static_route(upstream: str | None, model: str | None) -> Routed | UnknownModel:
+    """A static upstream table's answer as a route: the URL it picked, or none for ``model``."""
+    return Routed(upstream) if upstream is not None else UnknownModel(model or "")
