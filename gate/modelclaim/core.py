@@ -20,12 +20,12 @@ Behaviour (AIBrix ModelClaim semantics, docs/modelclaim.md):
 transitions listeners see in ``modelclaim.claim``, the backend's reports in
 ``modelclaim.engine_reports``, and the decisions taken at every tick (placement, idle sleep,
 restart, wake, room, move) and their deadlines in ``modelclaim.reconcile``, which asks
-``modelclaim.room`` where a wake finds room.
+``modelclaim.room`` where a wake finds room. Those modules take the deployment's
+``LifecycleState`` (``modelclaim.state``), not the core.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Mapping, Sequence
 
 from opentelemetry.trace import SpanContext
@@ -44,6 +44,7 @@ from restorelens.gate.modelclaim.reconcile import (
     release_instance,
     sleep_engine,
 )
+from restorelens.gate.modelclaim.state import LifecycleState
 from restorelens.gate.routing import RouteAnswer, Routed, UnknownModel
 
 __all__ = ["RESTART_BACKOFF_S", "WAKE_WAIT_LIMIT_S", "ClaimControlError", "ClaimStatus", "ModelClaimCore"]
@@ -69,19 +70,47 @@ class ModelClaimCore:
         restart_backoff_s: Sequence[float] = RESTART_BACKOFF_S,
         wake_wait_limit_s: float = WAKE_WAIT_LIMIT_S,
     ) -> None:
-        self.pods = {pod.name: pod for pod in pods}
-        self.policy = policy
         self.answers = answers or AnswerTable()
-        self.ledger = MemoryLedger(pods, host_ram_limit_bytes)
-        self.listeners = list(listeners)
-        self.sleep_level = sleep_level
-        self.restart_backoff_s = tuple(restart_backoff_s)
-        self.wake_wait_limit_s = wake_wait_limit_s
-        self.host_ram_refusals = 0
-        self._claims = {spec.model: ClaimState(spec, held_back_reason(spec, pods)) for spec in claims}
-        self._instance_ids = itertools.count(1)
+        self.state = LifecycleState(
+            pods={pod.name: pod for pod in pods},
+            policy=policy,
+            ledger=MemoryLedger(pods, host_ram_limit_bytes),
+            claims={spec.model: ClaimState(spec, held_back_reason(spec, pods)) for spec in claims},
+            listeners=list(listeners),
+            sleep_level=sleep_level,
+            restart_backoff_s=tuple(restart_backoff_s),
+            wake_wait_limit_s=wake_wait_limit_s,
+        )
+        self._claims = self.state.claims
         self._now_s = float("-inf")
         self._started = False
+
+    # --- the deployment, for status, metrics and spans -----------------------------------------
+
+    @property
+    def pods(self) -> Mapping[str, Pod]:
+        return self.state.pods
+
+    @property
+    def policy(self) -> PoolPolicy:
+        return self.state.policy
+
+    @property
+    def ledger(self) -> MemoryLedger:
+        return self.state.ledger
+
+    @property
+    def listeners(self) -> list[LifecycleListener]:
+        """Mutable: a listener added here sees every later transition."""
+        return self.state.listeners
+
+    @property
+    def sleep_level(self) -> int:
+        return self.state.sleep_level
+
+    @property
+    def host_ram_refusals(self) -> int:
+        return self.state.host_ram_refusals
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -93,7 +122,7 @@ class ModelClaimCore:
 
     def next_deadline_s(self) -> float | None:
         """The earliest future time at which ``advance`` has something to do, or None."""
-        due = [t for c in self._claims.values() for t in deadlines(self, c) if t > self._now_s]
+        due = [t for c in self._claims.values() for t in deadlines(self.state, c) if t > self._now_s]
         return min(due) if due else None
 
     # --- requests ------------------------------------------------------------------------------
@@ -133,16 +162,16 @@ class ModelClaimCore:
         self, model: str, instance_id: int, now_s: float, *, ready_at_s: float | None = None, url: str | None = None
     ) -> list[Action]:
         """The backend reported the instance ready at ``ready_at_s``; the core observes it at ``now_s``."""
-        engine_ready(self, self._claims[model], instance_id, now_s, ready_at_s=ready_at_s, url=url)
+        engine_ready(self.state, self._claims[model], instance_id, now_s, ready_at_s=ready_at_s, url=url)
         return self._tick(now_s)
 
     def on_engine_slept(self, model: str, instance_id: int, now_s: float) -> list[Action]:
-        engine_slept(self, self._claims[model], instance_id)
+        engine_slept(self.state, self._claims[model], instance_id)
         return self._tick(now_s)
 
     def on_engine_failed(self, model: str, instance_id: int, now_s: float, error: str = "") -> list[Action]:
         """The instance died or an operation on it failed: restart with backoff, then Failed."""
-        engine_failed(self, self._claims[model], instance_id, now_s, error)
+        engine_failed(self.state, self._claims[model], instance_id, now_s, error)
         return self._tick(now_s)
 
     # --- control -------------------------------------------------------------------------------
@@ -165,7 +194,7 @@ class ModelClaimCore:
             raise ClaimControlError(f"model {model} is {claim.phase} ({claim.reason}), not Active")
         if claim.inflight:
             raise ClaimControlError(f"model {model} has {claim.inflight} requests in flight")
-        action = sleep_engine(self, claim, now_s)
+        action = sleep_engine(self.state, claim, now_s)
         if action is None:
             raise ClaimControlError(f"model {model}: sleeping would pass the host-RAM limit")
         return actions + [action]
@@ -197,7 +226,7 @@ class ModelClaimCore:
                 actions.append(StopEngine(model, inst.id, inst.pod))
             claim.finish_wake(now_s, "stopped", self.listeners)
             if inst is not None:
-                release_instance(self, model, inst)
+                release_instance(self.state, model, inst)
             claim.instance, claim.op = None, None
             claim.close_interval(now_s, self.listeners)
             claim.since_s = now_s
@@ -212,18 +241,9 @@ class ModelClaimCore:
         return self._reconcile(now_s)
 
     def _reconcile(self, now_s: float) -> list[Action]:
-        return reconcile(self, now_s) if self._started else []
+        return reconcile(self.state, now_s) if self._started else []
 
-    # --- views for the decision modules, the room planner, status and metrics -----------------
+    # --- views for status, metrics and the runners ---------------------------------------------
 
     def claims_view(self) -> Mapping[str, ClaimState]:
         return self._claims
-
-    def candidate_pods(self, spec: ClaimSpec) -> list[Pod]:
-        if spec.pods is None:
-            return list(self.pods.values())
-        return [self.pods[name] for name in spec.pods if name in self.pods]
-
-    def new_instance_id(self) -> int:
-        """An id never given before, so a report about an earlier instance is recognisably stale."""
-        return next(self._instance_ids)

@@ -27,7 +27,7 @@ from restorelens.gate.modelclaim.phases import (
 )
 
 if TYPE_CHECKING:
-    from restorelens.gate.modelclaim.core import ModelClaimCore
+    from restorelens.gate.modelclaim.state import LifecycleState
 
 __all__ = ["RESTART_BACKOFF_S", "engine_failed", "engine_ready", "engine_slept"]
 
@@ -35,7 +35,7 @@ RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
 
 
 def engine_ready(
-    core: ModelClaimCore, claim: ClaimState, instance_id: int, now_s: float, *, ready_at_s: float | None,
+    state: LifecycleState, claim: ClaimState, instance_id: int, now_s: float, *, ready_at_s: float | None,
     url: str | None,
 ) -> None:
     """The instance was ready at ``ready_at_s`` (by the backend's account); the core observes it at ``now_s``."""
@@ -43,53 +43,53 @@ def engine_ready(
     if inst is None or claim.op not in (OP_STARTING, OP_WAKING):
         return
     if claim.op == OP_WAKING:
-        core.ledger.free_host(claim.spec.model, core.pods[inst.pod].node_name)
+        state.ledger.free_host(claim.spec.model, state.pods[inst.pod].node_name)
     claim.op = None
     inst.asleep = False
     if url is not None:
         inst.url = url
     claim.idle_since_s = now_s
     claim.sleep_refused_idle_since_s = None
-    claim.finish_wake(now_s, "ready", core.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
-    claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, core.listeners)
+    claim.finish_wake(now_s, "ready", state.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
+    claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, state.listeners)
 
 
-def engine_slept(core: ModelClaimCore, claim: ClaimState, instance_id: int) -> None:
+def engine_slept(state: LifecycleState, claim: ClaimState, instance_id: int) -> None:
     inst = claim.current_instance(instance_id)
     if inst is None or claim.op != OP_SLEEPING:
         return
     claim.op = None
     inst.asleep = True
-    if core.policy.no_wake_reserve_while_asleep:
-        core.ledger.charge(claim.spec.model, inst.gpus, claim.spec.sleeping_footprint_bytes)
-    _release_waiters(core, claim.spec.model)
+    if state.policy.no_wake_reserve_while_asleep:
+        state.ledger.charge(claim.spec.model, inst.gpus, claim.spec.sleeping_footprint_bytes)
+    _release_waiters(state, claim.spec.model)
 
 
-def engine_failed(core: ModelClaimCore, claim: ClaimState, instance_id: int, now_s: float, error: str) -> None:
+def engine_failed(state: LifecycleState, claim: ClaimState, instance_id: int, now_s: float, error: str) -> None:
     """The instance died or an operation on it failed: restart after the next backoff, or Failed."""
     inst = claim.current_instance(instance_id)
     if inst is None or inst.crashed:
         return
     model = claim.spec.model
     if claim.op in (OP_STARTING, OP_WAKING):
-        claim.finish_wake(now_s, "failed", core.listeners, error=error)
+        claim.finish_wake(now_s, "failed", state.listeners, error=error)
     claim.op = None
     inst.crashed, inst.asleep, inst.url = True, False, None
-    core.ledger.free_host(model, core.pods[inst.pod].node_name)
-    _release_waiters(core, model)
-    if claim.restarts < len(core.restart_backoff_s):
-        claim.restart_at_s = now_s + core.restart_backoff_s[claim.restarts]
-        claim.set_state(LOADING, REASON_ENGINE_FAILED, now_s, core.listeners)
+    state.ledger.free_host(model, state.pods[inst.pod].node_name)
+    _release_waiters(state, model)
+    if claim.restarts < len(state.restart_backoff_s):
+        claim.restart_at_s = now_s + state.restart_backoff_s[claim.restarts]
+        claim.set_state(LOADING, REASON_ENGINE_FAILED, now_s, state.listeners)
     else:
         # A wake wanted while no start or wake ran (say, during the failed sleep) cannot happen now.
-        claim.finish_wake(now_s, "failed", core.listeners, error=error)
-        core.ledger.release(model, inst.gpus)
+        claim.finish_wake(now_s, "failed", state.listeners, error=error)
+        state.ledger.release(model, inst.gpus)
         claim.instance = None
-        claim.set_state(FAILED, REASON_ENGINE_FAILED, now_s, core.listeners, pod=None)
+        claim.set_state(FAILED, REASON_ENGINE_FAILED, now_s, state.listeners, pod=None)
 
 
-def _release_waiters(core: ModelClaimCore, model: str) -> None:
+def _release_waiters(state: LifecycleState, model: str) -> None:
     # The neighbour ``model`` is no longer being slept: a wake that waited on it decides again.
-    for other in core.claims_view().values():
+    for other in state.claims.values():
         if other.wake is not None and other.wake.waiting_on == model:
             other.wake.waiting_on = None

@@ -17,7 +17,7 @@ from restorelens.gate.modelclaim.claim import ClaimState
 from restorelens.gate.modelclaim.placement import GpuSlot
 
 if TYPE_CHECKING:
-    from restorelens.gate.modelclaim.core import ModelClaimCore
+    from restorelens.gate.modelclaim.state import LifecycleState
 
 __all__ = ["RoomPlan", "plan_room"]
 
@@ -29,7 +29,7 @@ class RoomPlan:
     move_to: tuple[str, tuple[GpuSlot, ...]] | None = None
 
 
-def _qualifies(core: ModelClaimCore, other: ClaimState, gpus: set[GpuSlot], now_s: float) -> bool:
+def _qualifies(state: LifecycleState, other: ClaimState, gpus: set[GpuSlot], now_s: float) -> bool:
     """``other`` may be slept to make room: awake and unused, on one of ``gpus``, idle long enough."""
     if not other.routable or other.inflight or other.wake:
         return False
@@ -37,37 +37,37 @@ def _qualifies(core: ModelClaimCore, other: ClaimState, gpus: set[GpuSlot], now_
     assert inst is not None  # routable
     if not gpus & set(inst.gpus):
         return False
-    if now_s < other.idle_since_s + core.policy.sleep_to_make_room_after_s:
+    if now_s < other.idle_since_s + state.policy.sleep_to_make_room_after_s:
         return False
-    node = core.pods[inst.pod].node_name
-    return core.sleep_level != 1 or core.ledger.host_room(node, other.spec.weight_bytes)
+    node = state.pods[inst.pod].node_name
+    return state.sleep_level != 1 or state.ledger.host_room(node, other.spec.weight_bytes)
 
 
-def plan_room(core: ModelClaimCore, claim: ClaimState, now_s: float) -> RoomPlan:
+def plan_room(state: LifecycleState, claim: ClaimState, now_s: float) -> RoomPlan:
     """The next step for ``claim`` (asleep, wanting a wake) at ``now_s``."""
     spec, inst = claim.spec, claim.instance
     assert inst is not None
     need = spec.per_gpu_bytes
-    free = {slot: core.ledger.free_bytes(slot, excluding=spec.model) for slot in inst.gpus}
+    free = {slot: state.ledger.free_bytes(slot, excluding=spec.model) for slot in inst.gpus}
     if all(b >= need for b in free.values()):
         return RoomPlan(fits=True)
     qualifying = [
-        other for other in core.claims_view().values()
-        if other is not claim and _qualifies(core, other, set(inst.gpus), now_s)
+        other for other in state.claims.values()
+        if other is not claim and _qualifies(state, other, set(inst.gpus), now_s)
     ]
     freeable = dict(free)
     for other in qualifying:
         for slot in other.instance.gpus:
             if slot in freeable:
-                held = core.ledger.charges(slot).get(other.spec.model, 0)
+                held = state.ledger.charges(slot).get(other.spec.model, 0)
                 freeable[slot] += held - other.spec.sleeping_footprint_bytes
     if qualifying and all(b >= need for b in freeable.values()):
         longest_idle = min(qualifying, key=lambda o: (o.idle_since_s, o.spec.model))
         return RoomPlan(fits=False, neighbour=longest_idle.spec.model)
-    for pod in core.candidate_pods(spec):
+    for pod in state.candidate_pods(spec):
         if pod.name == inst.pod:
             continue
-        gpus = core.ledger.find_gpus(spec, pod)
+        gpus = state.ledger.find_gpus(spec, pod)
         if gpus is not None:
             return RoomPlan(fits=False, move_to=(pod.name, gpus))
     return RoomPlan(fits=False)

@@ -68,7 +68,7 @@ class ModelClaimRouter:
         self.health_interval_s = health_interval_s
         self._lock = threading.Lock()  # the prometheus scrape may run on another thread
         self.metrics = ModelClaimMetrics(core, self._lock)
-        core.listeners += [ModelClaimSpans(tracer_provider, core=core), self.metrics]
+        core.listeners.extend([ModelClaimSpans(tracer_provider, core=core), self.metrics])
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued: list[Action] = []
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -39,7 +39,7 @@ def run_make_room(tracer_provider):  # noqa: ANN001, ANN201
     claims = [ClaimSpec(m, 12 * GIB, 4 * GIB, weight_bytes=8 * GIB) for m in ("a", "b")]
     core = ModelClaimCore([Pod("p1", (24 * GIB,))], claims, policy)
     metrics = ModelClaimMetrics(core)
-    core.listeners += [ModelClaimSpans(tracer_provider), metrics]
+    core.listeners.extend([ModelClaimSpans(tracer_provider), metrics])
     backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(30.0, 4.0, 0.5))
     life = VirtualLifecycle(core, backend, poll_interval_s=1.5)
     life.start(T0)
