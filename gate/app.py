@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from opentelemetry.trace import NoOpTracerProvider, TracerProvider
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -29,7 +31,7 @@ from .routing import ModelRouter
 from .settings import GateSettings
 from .upstream_transport import UpstreamTransport
 
-__all__ = ["GateApp", "create_gate_app"]
+__all__ = ["GateApp", "GateEndpoints", "create_gate_app"]
 
 INFERENCE_PATHS = ("/v1/completions", "/v1/chat/completions")
 
@@ -111,6 +113,108 @@ def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock
     return build_router(settings.modelclaim, tracer_provider=tracer_provider, clock=clock, admin_token=settings.admin_token)
 
 
+def _wake(waiters: dict[Waiter, asyncio.Future[Grant]], waiter: Waiter) -> None:
+    """Admission's ``on_waiter_granted``: resolve the proxy's future of a waiter that got its grant."""
+    future = waiters.get(waiter)
+    if future is not None and not future.done() and waiter.grant is not None:
+        future.set_result(waiter.grant)
+
+
+@dataclass(frozen=True)
+class GateEndpoints:
+    """The gate's own endpoints (models, metrics, health, admin) and its lifespan; the proxy is apart."""
+
+    settings: GateSettings
+    admission: Admission
+    emitter: GateSpans
+    registry: CollectorRegistry
+    client: httpx.AsyncClient  # for /v1/models only: the proxy calls the transport directly
+    upstreams: UpstreamTable
+    router: ModelRouter | None
+    clock: Clock
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/admin/state", self.admin_state, methods=["GET"]),
+            Route("/admin/policy", self.admin_policy, methods=["PUT", "POST"]),
+        ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.router is not None:
+            await self.router.start()
+        try:
+            yield
+        finally:
+            if self.router is not None:
+                await self.router.stop()
+            now_s = self.clock.now_s()
+            self.admission.close(now_s)
+            self.emitter.flush(self.admission.periods, self.admission.episodes, now_s)
+            await self.client.aclose()
+
+    async def models(self, request: Request) -> Response:
+        listed: dict[str, dict[str, Any]] = {}
+        urls = sorted({u for urls in self.upstreams.urls.values() for u in urls})
+        # Concurrently and briefly: one hung engine must not hold the listing for upstream_timeout_s.
+        timeout_s = self.settings.connect_timeout_s
+        answers = await asyncio.gather(*(_list_models(self.client, url, request, timeout_s) for url in urls))
+        unreachable = []
+        for url, (entries, problem) in zip(urls, answers, strict=True):
+            if problem is not None:
+                unreachable.append({"upstream": url, "error": problem})
+            for entry in entries:
+                listed.setdefault(entry["id"], entry)
+        for name in self.router.models() if self.router is not None else ():
+            listed.setdefault(name, {"id": name, "object": "model", "owned_by": "restorelens"})
+        return JSONResponse({"object": "list", "data": list(listed.values()), "unreachable": unreachable})
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "policy": self.admission.policy.name})
+
+    async def admin_state(self, request: Request) -> Response:
+        if (denied := self._admin_denied(request)) is not None:
+            return denied
+        return JSONResponse(_state(self.admission))
+
+    async def admin_policy(self, request: Request) -> Response:
+        if (denied := self._admin_denied(request)) is not None:
+            return denied
+        try:
+            change = await request.json()
+        except ValueError:
+            return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
+        if not isinstance(change, dict):
+            return _error(400, "body must be a JSON object", "invalid_request_error")
+        allowed = {"policy", "floors", "lendable_slots", "capacity"}
+        if unknown := sorted(set(change) - allowed):
+            return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
+        try:
+            # From the start settings, not the last change: a body names every field it sets apart from them.
+            new_policy = self.settings.with_changes(**change).build_policy()
+        except SettingError as exc:
+            # Every field is type-checked before use, so a wrong type is this one-line 400, never a 500.
+            return _error(400, str(exc), "invalid_request_error", param=exc.setting.removeprefix("gate."))
+        self.admission.set_policy(new_policy, self.clock.now_s())  # waiters it admits wake via on_waiter_granted
+        self.emitter.policy_name = new_policy.name
+        return JSONResponse(_state(self.admission))
+
+    def _admin_denied(self, request: Request) -> Response | None:
+        token = self.settings.admin_token
+        if token is None:
+            return _error(403, "admin endpoints are disabled: set gate.admin_token (RESTORELENS_GATE_ADMIN_TOKEN)", "admin_disabled")
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            return _error(401, "admin endpoints need 'Authorization: Bearer <gate.admin_token>'", "unauthorized", {"www-authenticate": "Bearer"})
+        return None
+
+
 def create_gate_app(
     settings: GateSettings,
     *,
@@ -128,121 +232,26 @@ def create_gate_app(
     policy = settings.build_policy()
     emitter = GateSpans(tracer_provider, policy_name=policy.name)
     waiters: dict[Waiter, asyncio.Future[Grant]] = {}
-
-    def wake(waiter: Waiter) -> None:
-        future = waiters.get(waiter)
-        if future is not None and not future.done() and waiter.grant is not None:
-            future.set_result(waiter.grant)
-
     admission = Admission(
-        policy,
-        wait_timeout_s=settings.wait_timeout_s,
-        queue_limit=settings.queue_limit,
-        retry_hint=RetryHint(),
-        listeners=[emitter],
-        on_waiter_granted=wake,
+        policy, wait_timeout_s=settings.wait_timeout_s, queue_limit=settings.queue_limit, retry_hint=RetryHint(),
+        listeners=[emitter], on_waiter_granted=functools.partial(_wake, waiters),
     )
     transport, pool = _build_transport(settings, tracer_provider)
     timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
-    client = httpx.AsyncClient(transport=transport, timeout=timeout)  # /v1/models; the proxy calls the transport
+    client = httpx.AsyncClient(transport=transport, timeout=timeout)
     upstreams = UpstreamTable(settings.upstream_urls())
     proxy = ProxyEndpoint(
-        settings=settings,
-        admission=admission,
-        emitter=emitter,
-        transport=transport,
-        upstream=pool,
-        timeout=timeout,
-        upstreams=upstreams,
-        clock=clock,
-        router=router,
+        settings=settings, admission=admission, emitter=emitter, transport=transport, upstream=pool, timeout=timeout,
+        upstreams=upstreams, clock=clock, router=router, waiters=waiters,
         tracer_provider=tracer_provider if settings.tracing else None,
-        waiters=waiters,
     )
     registry = new_registry(admission, lambda: proxy.upstream_errors)
     if router is not None:
         router.register_metrics(registry)
-
-    def admin_denied(request: Request) -> Response | None:
-        if settings.admin_token is None:
-            return _error(403, "admin endpoints are disabled: set gate.admin_token (RESTORELENS_GATE_ADMIN_TOKEN)", "admin_disabled")
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), settings.admin_token.encode()):
-            return _error(401, "admin endpoints need 'Authorization: Bearer <gate.admin_token>'", "unauthorized", {"www-authenticate": "Bearer"})
-        return None
-
-    async def state(request: Request) -> Response:
-        if (denied := admin_denied(request)) is not None:
-            return denied
-        return JSONResponse(_state(admission))
-
-    async def set_policy(request: Request) -> Response:
-        if (denied := admin_denied(request)) is not None:
-            return denied
-        try:
-            change = await request.json()
-        except ValueError:
-            return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
-        if not isinstance(change, dict):
-            return _error(400, "body must be a JSON object", "invalid_request_error")
-        allowed = {"policy", "floors", "lendable_slots", "capacity"}
-        if unknown := sorted(set(change) - allowed):
-            return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
-        try:
-            new_policy = settings.with_changes(**change).build_policy()
-        except SettingError as exc:
-            # Every field is type-checked before use, so a wrong type is this one-line 400, never a 500.
-            return _error(400, str(exc), "invalid_request_error", param=exc.setting.removeprefix("gate."))
-        admission.set_policy(new_policy, clock.now_s())  # waiters it admits wake via on_waiter_granted
-        emitter.policy_name = new_policy.name
-        return JSONResponse(_state(admission))
-
-    async def metrics(request: Request) -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "policy": admission.policy.name})
-
-    async def models(request: Request) -> Response:
-        listed: dict[str, dict[str, Any]] = {}
-        urls = sorted({u for urls in upstreams.urls.values() for u in urls})
-        # Concurrently and briefly: one hung engine must not hold the listing for upstream_timeout_s.
-        answers = await asyncio.gather(*(_list_models(client, url, request, settings.connect_timeout_s) for url in urls))
-        unreachable = []
-        for url, (entries, problem) in zip(urls, answers, strict=True):
-            if problem is not None:
-                unreachable.append({"upstream": url, "error": problem})
-            for entry in entries:
-                listed.setdefault(entry["id"], entry)
-        for name in router.models() if router is not None else ():
-            listed.setdefault(name, {"id": name, "object": "model", "owned_by": "restorelens"})
-        return JSONResponse({"object": "list", "data": list(listed.values()), "unreachable": unreachable})
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if router is not None:
-            await router.start()
-        try:
-            yield
-        finally:
-            if router is not None:
-                await router.stop()
-            now_s = clock.now_s()
-            admission.close(now_s)
-            emitter.flush(admission.periods, admission.episodes, now_s)
-            await client.aclose()
-
-    routes: list[Any] = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS]
-    routes += [
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/admin/state", state, methods=["GET"]),
-        Route("/admin/policy", set_policy, methods=["PUT", "POST"]),
-    ]
-    if router is not None:
-        routes += list(router.routes())
-    app = GateApp(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    endpoints = GateEndpoints(settings, admission, emitter, registry, client, upstreams, router, clock)
+    routes = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS] + endpoints.routes()
+    routes += router.routes() if router is not None else []
+    app = GateApp(routes=routes, lifespan=endpoints.lifespan, exception_handlers={HTTPException: _http_error})
     app.proxy = proxy
     app.state.admission = admission
     app.state.settings = settings

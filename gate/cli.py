@@ -3,75 +3,74 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
+from typing import Any
 
 import click
+
+from restorelens.errors import SettingError
+from restorelens.gate.settings import SETTINGS, GateSettings, Setting
 
 __all__ = ["COMMANDS", "gate"]
 
 
-@click.command("gate")
-@click.option("--upstream", "upstreams", multiple=True, metavar="[MODEL=]URL",
-              help="Engine base URL; MODEL=URL routes one model (repeat for several models or replicas).")
-@click.option("--policy", type=click.Choice(["fcfs", "priority", "static", "lend"]), default=None,
-              help="Admission policy (default lend).")
-@click.option("--floors", default=None, metavar="CLASS=N,...", help="Per-class slots, e.g. interactive=3,batch=1.")
-@click.option("--lendable", "lendable_slots", type=int, default=None,
-              help="Protected slots lendable to batch while interactive is idle (at least one is never lent).")
-@click.option("--capacity", type=int, default=None, help="Shared cap of the fcfs/priority policies (default: none).")
-@click.option("--default-class", "default_traffic_class", type=click.Choice(["interactive", "batch"]), default=None,
-              help="Traffic class of requests without an x-traffic-class header.")
-@click.option("--wait-timeout-s", "wait_timeout_s", type=float, default=None,
-              help="Seconds a request may queue for a grant before 429 (default 30).")
-@click.option("--wait-timeout", "wait_timeout_alias", type=float, default=None, hidden=True)  # the old name
-@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port (default 8080).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="TOML file with a [gate] table (and optionally [modelclaim] for the lifecycle driver).")
-@click.option("--otlp-endpoint", default=None, metavar="URL", help="Export spans over OTLP/HTTP to URL/v1/traces.")
-@click.option("--trace-file", type=click.Path(dir_okay=False), default=None, help="Write spans as OTLP JSON lines.")
-@click.option("--no-tracing", is_flag=True, help="Emit no spans at all.")
-@click.option("--check", is_flag=True, help="Validate the settings, print them as JSON and exit.")
-def gate(
-    upstreams: tuple[str, ...],
-    policy: str | None,
-    floors: str | None,
-    lendable_slots: int | None,
-    capacity: int | None,
-    default_traffic_class: str | None,
-    wait_timeout_s: float | None,
-    wait_timeout_alias: float | None,
-    host: str | None,
-    port: int | None,
-    config_file: str | None,
-    otlp_endpoint: str | None,
-    trace_file: str | None,
-    no_tracing: bool,
-    check: bool,
-) -> None:
+def _option(setting: Setting, flag: str, dest: str, *, hidden: bool = False) -> click.Option:
+    """The flag of a declared setting; None when absent, so that the environment and TOML decide."""
+    if setting.flag_value is not None:
+        return click.Option([flag, dest], is_flag=True, flag_value=setting.flag_value, default=None, help=setting.help)
+    value_type = click.Choice(setting.choices) if setting.choices else setting.kind.from_text
+    return click.Option([flag, dest], type=value_type, multiple=setting.repeatable, metavar=setting.metavar,
+                        default=None, help=setting.help, hidden=hidden)
+
+
+def _old_dest(setting: Setting) -> str:
+    return f"{setting.name}_old_flag"
+
+
+def _params() -> list[click.Parameter]:
+    flags = []
+    for each in SETTINGS:
+        if each.flag is not None:
+            flags.append(_option(each, each.flag, each.name))
+        if each.old_flag is not None:
+            flags.append(_option(each, each.old_flag, _old_dest(each), hidden=True))
+    no_tracing = next(option for option in flags if option.name == "tracing")
+    flags.remove(no_tracing)  # --help has always listed it with the span destinations
+    return [
+        *flags,
+        click.Option(["--config", "config_file"], type=click.Path(dir_okay=False), default=None,
+                     help="TOML file with a [gate] table (and optionally [modelclaim] for the lifecycle driver)."),
+        click.Option(["--otlp-endpoint"], default=None, metavar="URL", help="Export spans over OTLP/HTTP to URL/v1/traces."),
+        click.Option(["--trace-file"], type=click.Path(dir_okay=False), default=None, help="Write spans as OTLP JSON lines."),
+        no_tracing,
+        click.Option(["--check"], is_flag=True, help="Validate the settings, print them as JSON and exit."),
+    ]
+
+
+def _flag_values(params: dict[str, Any]) -> dict[str, Any]:
+    """The settings given as flags, by setting name (None: not given)."""
+    values = {}
+    for each in SETTINGS:
+        if each.flag is None:
+            continue
+        value = params[each.name]
+        if value is None and each.old_flag is not None:
+            value = params[_old_dest(each)]
+        values[each.name] = (list(value) or None) if each.repeatable else value
+    return values
+
+
+@click.command("gate", params=_params())
+def gate(config_file: str | None, otlp_endpoint: str | None, trace_file: str | None, check: bool, **flags: Any) -> None:
     """Admission gate: protect interactive capacity, lend it to batch, trace every restoration.
 
     Settings come from flags, then RESTORELENS_GATE_* environment variables (e.g.
     RESTORELENS_GATE_ADMIN_TOKEN), then the --config file's [gate] table, then defaults.
     Admin endpoints (/admin/state, /admin/policy) need gate.admin_token as a bearer token.
     """
-    from restorelens.errors import SettingError
-    from restorelens.gate.settings import GateSettings
-
     if otlp_endpoint and trace_file:
         raise SettingError("--otlp-endpoint/--trace-file", "choose one span destination")
-    settings = GateSettings.load(
-        config_file,
-        upstreams=list(upstreams) or None,
-        policy=policy,
-        floors=floors,
-        lendable_slots=lendable_slots,
-        capacity=capacity,
-        default_traffic_class=default_traffic_class,
-        wait_timeout_s=wait_timeout_alias if wait_timeout_s is None else wait_timeout_s,
-        host=host,
-        port=port,
-        tracing=False if no_tracing else None,
-    )
+    settings = GateSettings.load(config_file, **_flag_values(flags))
     if check:
         if settings.modelclaim is not None:
             from restorelens.gate.modelclaim import check_table
@@ -84,9 +83,7 @@ def gate(
     _serve(settings, otlp_endpoint, trace_file)
 
 
-def _as_dict(settings) -> dict:
-    from dataclasses import asdict
-
+def _as_dict(settings: GateSettings) -> dict[str, Any]:
     return {k: (dict(v) if hasattr(v, "items") else v) for k, v in asdict(settings).items()}
 
 
@@ -94,11 +91,14 @@ def _listen(host: str, port: int):  # -> socket.socket
     """Bind before anything else starts, so a busy port or bad host is one line and no banner."""
     import socket
 
-    from restorelens.errors import SettingError
     from restorelens.serving import bind_socket
 
     try:
-        return bind_socket(host, port)
+        sock = bind_socket(host, port)
+        # Listening before the banner: whoever reads it may connect at once, and the kernel queues
+        # that connection until uvicorn accepts it (refused otherwise).
+        sock.listen()
+        return sock
     except socket.gaierror as exc:
         raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
     except (OSError, OverflowError) as exc:
@@ -106,7 +106,7 @@ def _listen(host: str, port: int):  # -> socket.socket
         raise SettingError("--port", f"cannot listen on {host}:{port}: {problem}") from None
 
 
-def _serve(settings, otlp_endpoint: str | None, trace_file: str | None) -> None:
+def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | None) -> None:
     import uvicorn
 
     from restorelens.gate.app import create_gate_app

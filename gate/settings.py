@@ -1,7 +1,9 @@
 """The gate's settings: flags > ``RESTORELENS_GATE_*`` environment > ``[gate]`` in a TOML file > defaults.
 
 ``GateSettings`` is a plain dataclass (tests build it directly); ``GateSettings.load`` merges the
-sources and ``validate`` checks every value, raising ``SettingError`` naming the setting.
+sources and ``validate`` checks every value, raising ``SettingError`` naming the setting. Each
+setting is declared once, on its field (``setting(...)``); ``SETTINGS`` lists the declarations, from
+which the environment variables, the ``[gate]`` keys, the type checks and the CLI flags all follow.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies import DEFAULT_FLOORS, POLICIES, build_policy
 
-__all__ = ["ANY_MODEL", "GateSettings", "parse_floors", "parse_upstreams"]
+__all__ = ["ANY_MODEL", "SETTINGS", "GateSettings", "Kind", "Setting", "parse_floors", "parse_upstreams"]
 
 #: Upstream key for "every model not listed" (``--upstream URL`` without ``MODEL=``).
 ANY_MODEL = "*"
@@ -109,54 +111,80 @@ def _is_floor_table(value: Any) -> bool:
     return isinstance(value, Mapping) and all(isinstance(k, str) and _is_int(v) for k, v in value.items())
 
 
-#: Each field's accepted Python type, as (what the message says, test). Run before any range check,
-#: so a TOML, environment or admin value of the wrong type is a one-line SettingError, never a
-#: TypeError deep inside a comparison.
-_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "upstreams": ("a table of MODEL = URL or [URL, ...]", _is_upstream_table),
-    "policy": ("a string", lambda v: isinstance(v, str)),
-    "floors": ("a table of CLASS = whole number", _is_floor_table),
-    "lendable_slots": ("a whole number", _is_int),
-    "capacity": ("a whole number or none", lambda v: v is None or _is_int(v)),
-    "default_traffic_class": ("a string", lambda v: isinstance(v, str)),
-    "wait_timeout_s": ("a number of seconds", _is_number),
-    "queue_limit": ("a whole number", _is_int),
-    "connect_timeout_s": ("a number of seconds", _is_number),
-    "upstream_timeout_s": ("a number of seconds", _is_number),
-    "max_body_bytes": ("a whole number", _is_int),
-    "max_connections": ("a whole number", _is_int),
-    "host": ("a string", lambda v: isinstance(v, str)),
-    "port": ("a whole number", _is_int),
-    "admin_token": ("a string", lambda v: v is None or isinstance(v, str)),
-    "tracing": ("true or false", lambda v: isinstance(v, bool)),
-    "service_name": ("a string", lambda v: isinstance(v, str)),
-    "modelclaim": ("a table", lambda v: v is None or isinstance(v, Mapping)),
-}
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a setting accepts, checked before any range check: a TOML, environment or admin value of
+    the wrong type is a one-line SettingError, never a TypeError deep inside a comparison."""
 
-_DURATIONS_S = ("wait_timeout_s", "connect_timeout_s", "upstream_timeout_s")
+    expected: str  # the "expected …" of the error
+    accepts: Callable[[Any], bool]
+    from_text: Callable[[str], Any]  # the cast of the environment variable (and of the flag)
+
+
+TEXT = Kind("a string", lambda v: isinstance(v, str), str)
+TEXT_OR_NONE = Kind("a string", lambda v: v is None or isinstance(v, str), str)
+WHOLE = Kind("a whole number", _is_int, int)
+WHOLE_OR_NONE = Kind("a whole number or none", lambda v: v is None or _is_int(v), int)
+SECONDS = Kind("a number of seconds", _is_number, float)
+SWITCH = Kind("true or false", lambda v: isinstance(v, bool), _bool)
+UPSTREAM_TABLE = Kind("a table of MODEL = URL or [URL, ...]", _is_upstream_table, str)
+FLOOR_TABLE = Kind("a table of CLASS = whole number", _is_floor_table, str)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One gate setting, as declared on its ``GateSettings`` field (see ``SETTINGS``)."""
+
+    name: str
+    kind: Kind
+    help: str  # of the flag in --help when there is one
+    flag: str | None = None
+    old_flag: str | None = None  # an earlier name of the flag, still accepted, hidden from --help
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    repeatable: bool = False
+    flag_value: Any = None  # set: the flag takes no value and gives the setting this one
+
+    @property
+    def env(self) -> str:  # RESTORELENS_GATE_<NAME>
+        return env_name(f"gate.{self.name}")
+
+
+def setting(kind: Kind, default: Any = None, *, factory: Callable[[], Any] | None = None, **declared: Any) -> Any:
+    """A ``GateSettings`` field that is a setting; ``declared`` are ``Setting``'s other fields."""
+    metadata = {"setting": {"kind": kind, **declared}}
+    return field(default=default, metadata=metadata) if factory is None else field(default_factory=factory, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
 class GateSettings:
-    upstreams: Mapping[str, str | list[str]] = field(default_factory=dict)
-    policy: str = "lend"
-    floors: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_FLOORS))
-    lendable_slots: int = 2
-    #: Shared cap of the fcfs/priority policies (None: unlimited, the engine queues).
-    capacity: int | None = None
-    default_traffic_class: str = "interactive"
-    wait_timeout_s: float = 30.0
-    queue_limit: int = 256
-    connect_timeout_s: float = 5.0
-    upstream_timeout_s: float = 300.0
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_connections: int = 512
-    host: str = "127.0.0.1"
-    port: int = 8080
-    admin_token: str | None = None
-    tracing: bool = True
-    service_name: str = "restorelens-gate"
-    #: The ``[modelclaim]`` table of the config file, handed to the lifecycle's ``build_router``.
+    upstreams: Mapping[str, str | list[str]] = setting(
+        UPSTREAM_TABLE, factory=dict, flag="--upstream", metavar="[MODEL=]URL", repeatable=True,
+        help="Engine base URL; MODEL=URL routes one model (repeat for several models or replicas).")
+    policy: str = setting(TEXT, "lend", flag="--policy", choices=tuple(POLICIES), help="Admission policy (default lend).")
+    floors: Mapping[str, int] = setting(
+        FLOOR_TABLE, factory=lambda: dict(DEFAULT_FLOORS), flag="--floors", metavar="CLASS=N,...",
+        help="Per-class slots, e.g. interactive=3,batch=1.")
+    lendable_slots: int = setting(WHOLE, 2, flag="--lendable",
+        help="Protected slots lendable to batch while interactive is idle (at least one is never lent).")
+    capacity: int | None = setting(WHOLE_OR_NONE, None, flag="--capacity",
+        help="Shared cap of the fcfs/priority policies (default: none).")
+    default_traffic_class: str = setting(TEXT, "interactive", flag="--default-class", choices=TRAFFIC_CLASSES,
+        help="Traffic class of requests without an x-traffic-class header.")
+    wait_timeout_s: float = setting(SECONDS, 30.0, flag="--wait-timeout-s", old_flag="--wait-timeout",
+        help="Seconds a request may queue for a grant before 429 (default 30).")
+    queue_limit: int = setting(WHOLE, 256, help="Requests that may queue per traffic class; one more is a 429.")
+    connect_timeout_s: float = setting(SECONDS, 5.0, help="Seconds to connect to an engine (504 beyond); also bounds /v1/models.")
+    upstream_timeout_s: float = setting(SECONDS, 300.0, help="Seconds an engine may stay silent before 504.")
+    max_body_bytes: int = setting(WHOLE, 4 * 1024 * 1024, help="Largest request body; a larger one is a 413.")
+    max_connections: int = setting(WHOLE, 512, help="Connections to the engines open at once, at most.")
+    host: str = setting(TEXT, "127.0.0.1", flag="--host", help="Bind address (default 127.0.0.1).")
+    port: int = setting(WHOLE, 8080, flag="--port", help="Port (default 8080).")
+    admin_token: str | None = setting(TEXT_OR_NONE, None, help="Bearer token of /admin/* (8 characters or more); unset: 403.")
+    tracing: bool = setting(SWITCH, True, flag="--no-tracing", flag_value=False, help="Emit no spans at all.")
+    service_name: str = setting(TEXT, "restorelens-gate", help="service.name of the gate's spans.")
+    #: The ``[modelclaim]`` table of the config file, handed to the lifecycle's ``build_router``; not
+    #: a setting of ``[gate]`` (no environment variable, no flag).
     modelclaim: Mapping[str, Any] | None = None
 
     # --- derived -------------------------------------------------------------------------------
@@ -186,7 +214,7 @@ class GateSettings:
             table = document.get("gate", {})
             if not isinstance(table, Mapping):
                 raise SettingError("gate", f"expected a [gate] table, got {_shown(table)}")
-            require_keys(table, _FIELD_NAMES - {"modelclaim"}, "gate")
+            require_keys(table, _SETTING_NAMES, "gate")
             values.update(table)
             modelclaim = document.get("modelclaim")
             if modelclaim is not None and not isinstance(modelclaim, Mapping):
@@ -199,29 +227,27 @@ class GateSettings:
             values["floors"] = parse_floors(values["floors"])
         if modelclaim is not None:
             values.setdefault("modelclaim", modelclaim)
-        unknown = set(values) - _FIELD_NAMES
-        if unknown:
-            raise SettingError(f"gate.{sorted(unknown)[0]}", "unknown setting")
+        _refuse_unknown(values)
         return cls(**values).validate()
 
     def with_changes(self, **changes: Any) -> GateSettings:
         """A validated copy; ``floors`` may be given as ``"interactive=3,batch=1"`` or a mapping."""
-        unknown = set(changes) - _FIELD_NAMES
-        if unknown:
-            raise SettingError(f"gate.{sorted(unknown)[0]}", "unknown setting")
+        _refuse_unknown(changes)
         if "floors" in changes:
             changes["floors"] = parse_floors(changes["floors"])
         return replace(self, **changes).validate()
 
     def validate(self) -> GateSettings:
-        for name, (expected, accepts) in _TYPES.items():
-            value = getattr(self, name)
-            if not accepts(value):
-                raise SettingError(f"gate.{name}", f"expected {expected}, got {_shown(value)}")
-        for name in _DURATIONS_S:
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise SettingError(f"gate.{name}", f"expected a finite number of seconds >= 0, got {value!r}")
+        for each in SETTINGS:
+            value = getattr(self, each.name)
+            if not each.kind.accepts(value):
+                raise SettingError(f"gate.{each.name}", f"expected {each.kind.expected}, got {_shown(value)}")
+        if self.modelclaim is not None and not isinstance(self.modelclaim, Mapping):
+            raise SettingError("gate.modelclaim", f"expected a table, got {_shown(self.modelclaim)}")
+        for each in SETTINGS:
+            value = getattr(self, each.name)
+            if each.kind is SECONDS and (not math.isfinite(value) or value < 0):
+                raise SettingError(f"gate.{each.name}", f"expected a finite number of seconds >= 0, got {value!r}")
         if not self.upstreams and self.modelclaim is None:
             raise SettingError("gate.upstreams", "no upstream engine: give --upstream URL or MODEL=URL")
         for model, urls in self.upstream_urls().items():
@@ -246,39 +272,20 @@ class GateSettings:
         return self
 
 
+#: Every gate setting in declaration order (the order of --help and of the type checks).
+SETTINGS = tuple(Setting(name=f.name, **f.metadata["setting"]) for f in fields(GateSettings) if "setting" in f.metadata)
+
+_SETTING_NAMES = {each.name for each in SETTINGS}
 _FIELD_NAMES = {f.name for f in fields(GateSettings)}
 
-_ENV_CASTS: dict[str, Any] = {
-    "upstreams": str,
-    "policy": str,
-    "floors": str,
-    "lendable_slots": int,
-    "capacity": int,
-    "default_traffic_class": str,
-    "wait_timeout_s": float,
-    "queue_limit": int,
-    "connect_timeout_s": float,
-    "upstream_timeout_s": float,
-    "max_body_bytes": int,
-    "max_connections": int,
-    "host": str,
-    "port": int,
-    "admin_token": str,
-    "tracing": _bool,
-    "service_name": str,
-}
+
+def _refuse_unknown(values: Mapping[str, Any]) -> None:
+    unknown = set(values) - _FIELD_NAMES
+    if unknown:
+        raise SettingError(f"gate.{sorted(unknown)[0]}", "unknown setting")
 
 
 def _from_environment(environ: Mapping[str, str] | None) -> dict[str, Any]:
-    """``RESTORELENS_GATE_<FIELD>`` for each field (e.g. ``RESTORELENS_GATE_LENDABLE_SLOTS=2``)."""
-    found: dict[str, Any] = {}
-    for name, cast in _ENV_CASTS.items():
-        value = from_env(f"gate.{name}", cast, environ)
-        if value is not None:
-            found[name] = value
-    return found
-
-
-def environment_variable(name: str) -> str:
-    """The environment variable of a setting (for help texts and docs)."""
-    return env_name(f"gate.{name}")
+    """``RESTORELENS_GATE_<NAME>`` for each setting (e.g. ``RESTORELENS_GATE_LENDABLE_SLOTS=2``)."""
+    found = {each.name: from_env(f"gate.{each.name}", each.kind.from_text, environ) for each in SETTINGS}
+    return {name: value for name, value in found.items() if value is not None}

@@ -92,3 +92,21 @@ def test_models_forwards_credentials_and_reports_what_it_could_not_list(serve_as
     assert problems == {silent_url: "no answer within 0.2 s", closed_url: "unreachable (ConnectError)"}
     assert without_key["data"] == []
     assert {p["upstream"]: p["error"] for p in without_key["unreachable"]}[keyed.url] == "answered 401"
+
+
+def test_admin_endpoints_need_the_bearer_token(gate, serve_asgi) -> None:
+    for headers in ({}, {"authorization": "Bearer wrong-token"}, {"authorization": f"Basic {TOKEN}"}):
+        denied = httpx.get(gate.url + "/admin/state", headers=headers)
+        assert denied.status_code == 401 and denied.headers["www-authenticate"] == "Bearer"
+        assert denied.json()["error"]["type"] == "unauthorized"
+    assert httpx.get(gate.url + "/admin/state", headers={"authorization": f"bearer {TOKEN}"}).status_code == 200
+    tokenless = serve_asgi(create_gate_app(GateSettings(upstreams={"*": "http://127.0.0.1:9"}, tracing=False)))
+    disabled = httpx.put(tokenless.url + "/admin/policy", json={"policy": "static"})
+    assert disabled.status_code == 403 and disabled.json()["error"]["type"] == "admin_disabled"
+
+
+def test_a_policy_change_is_in_force_at_once(gate) -> None:
+    changed = httpx.put(gate.url + "/admin/policy", json={"policy": "static"}, headers=AUTH)
+    assert changed.status_code == 200 and changed.json()["policy"] == "static"
+    assert httpx.get(gate.url + "/health").json() == {"status": "ok", "policy": "static"}
+    assert "restorelens_gate_admitted" in httpx.get(gate.url + "/metrics").text

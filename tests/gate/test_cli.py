@@ -9,10 +9,13 @@ import socket
 import subprocess
 import sys
 
+import click
 import httpx
 from click.testing import CliRunner
 
 import restorelens.cli
+import restorelens.gate.cli
+from restorelens.gate.settings import SETTINGS
 
 
 def test_check_prints_effective_settings(monkeypatch) -> None:
@@ -120,3 +123,40 @@ def test_port_zero_prints_the_port_the_gate_really_listens_on() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_the_setting_flags_are_the_declared_ones_in_declaration_order() -> None:
+    options = [p for p in restorelens.gate.cli.gate.params if isinstance(p, click.Option)]
+    by_flag = {o.opts[0]: o for o in options}
+    flagged = [s for s in SETTINGS if s.flag is not None]
+    for each in flagged:
+        assert by_flag[each.flag].name == each.name and by_flag[each.flag].help == each.help
+        assert by_flag[each.flag].default is None  # unset flags leave the setting to the environment and TOML
+    assert [o.opts[0] for o in options if o.name in {s.name for s in flagged}] == [s.flag for s in flagged]
+    assert by_flag["--wait-timeout"].hidden and by_flag["--wait-timeout"].type == by_flag["--wait-timeout-s"].type
+
+
+#: A value for each setting flag other than the default, and the value --check then shows.
+FLAG_VALUES = {
+    "--upstream": (["m=http://127.0.0.1:9"], {"m": ["http://127.0.0.1:9"]}),
+    "--policy": (["priority"], "priority"),
+    "--floors": (["interactive=4,batch=2"], {"interactive": 4, "batch": 2}),
+    "--lendable": (["1"], 1),
+    "--capacity": (["3"], 3),
+    "--default-class": (["batch"], "batch"),
+    "--wait-timeout-s": (["2.5"], 2.5),
+    "--host": (["0.0.0.0"], "0.0.0.0"),
+    "--port": (["0"], 0),
+    "--no-tracing": ([], False),
+}
+
+
+def test_every_setting_flag_reaches_the_settings() -> None:
+    assert set(FLAG_VALUES) == {s.flag for s in SETTINGS if s.flag is not None}
+    argv = [word for flag, (values, _) in FLAG_VALUES.items() for word in (flag, *values)]
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", *argv, "--check"], env={"RESTORELENS_GATE_PORT": "9"})
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    for each in SETTINGS:
+        if each.flag is not None:
+            assert shown[each.name] == FLAG_VALUES[each.flag][1], each.flag

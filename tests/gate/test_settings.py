@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from restorelens.errors import InputError, SettingError
-from restorelens.gate.settings import GateSettings, parse_floors, parse_upstreams
+from restorelens.gate.settings import SETTINGS, GateSettings, parse_floors, parse_upstreams
 
 
 def test_upstream_and_floor_parsing() -> None:
@@ -123,3 +127,55 @@ def test_any_admin_change_is_applied_or_a_setting_error(change) -> None:
 def test_lendable_error_names_the_real_setting() -> None:
     with pytest.raises(SettingError, match=r"^setting gate\.lendable_slots: "):
         GateSettings.load(environ={}, upstreams=["http://x"], lendable_slots=3)
+
+
+def test_every_setting_is_declared_with_an_env_name_and_help() -> None:
+    fields_ = [f.name for f in dataclasses.fields(GateSettings)]
+    assert [s.name for s in SETTINGS] == [name for name in fields_ if name != "modelclaim"]  # [modelclaim] is its own table
+    for each in SETTINGS:
+        assert each.env == "RESTORELENS_GATE_" + each.name.upper()
+        assert each.help.endswith(".") and each.kind.expected
+        assert each.kind.accepts(getattr(GateSettings(), each.name)), each.name
+
+
+def test_a_help_that_states_the_default_states_the_declared_one() -> None:
+    stated = {s.name: m.group(1) for s in SETTINGS if (m := re.search(r"\(default:? ([^)]+)\)", s.help))}
+    assert set(stated) >= {"policy", "capacity", "wait_timeout_s", "host", "port"}
+    for name, text in stated.items():
+        default = getattr(GateSettings(), name)
+        assert text == ("none" if default is None else f"{default:g}" if isinstance(default, float) else str(default)), name
+
+
+#: Per setting, a valid value other than the default: as its environment variable gives it, as loaded.
+CHANGED = {
+    "upstreams": ("m=http://127.0.0.1:9", {"m": ["http://127.0.0.1:9"]}),
+    "policy": ("static", "static"),
+    "floors": ("interactive=4,batch=2", {"interactive": 4, "batch": 2}),
+    "lendable_slots": ("1", 1),
+    "capacity": ("3", 3),
+    "default_traffic_class": ("batch", "batch"),
+    "wait_timeout_s": ("2.5", 2.5),
+    "queue_limit": ("9", 9),
+    "connect_timeout_s": ("1.5", 1.5),
+    "upstream_timeout_s": ("60", 60.0),
+    "max_body_bytes": ("1000", 1000),
+    "max_connections": ("8", 8),
+    "host": ("0.0.0.0", "0.0.0.0"),
+    "port": ("0", 0),
+    "admin_token": ("a-long-token", "a-long-token"),
+    "tracing": ("off", False),
+    "service_name": ("svc", "svc"),
+}
+
+
+def test_every_setting_is_read_from_its_environment_variable_and_the_gate_table(tmp_path) -> None:
+    assert set(CHANGED) == {s.name for s in SETTINGS}
+    for each in SETTINGS:
+        text, expected = CHANGED[each.name]
+        upstream = {} if each.name == "upstreams" else {"upstreams": "http://x"}
+        from_env = GateSettings.load(environ={each.env: text}, **upstream)
+        toml_value = json.dumps(text) if isinstance(expected, str | dict) else str(expected).lower()
+        config = tmp_path / f"{each.name}.toml"
+        config.write_text(f"[gate]\n{each.name} = {toml_value}\n")
+        from_toml = GateSettings.load(config, environ={}, **upstream)
+        assert getattr(from_env, each.name) == getattr(from_toml, each.name) == expected != getattr(GateSettings(), each.name), each.name
