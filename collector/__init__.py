@@ -1,25 +1,28 @@
 """restorelens.collector: the OTLP/HTTP receiver, file loaders and the durable DuckDB span store.
 
 See docs/collector.md.
+
+Names are imported lazily (PEP 562) so that ``restorelens --help`` does not pay for DuckDB,
+pyarrow and Starlette.
 """
 
-from restorelens.collector.export import export_otlp_jsonl, export_parquet
-from restorelens.collector.loader import LoadSummary, load_paths
-from restorelens.collector.receiver import create_receiver_app
-from restorelens.collector.rows import PayloadError, SpanRows
-from restorelens.collector.store import InsertResult, SpanStore, StoreBusy, open_read_only, store_spans
+from __future__ import annotations
 
-__all__ = [
-    "InsertResult",
-    "LoadSummary",
-    "PayloadError",
-    "SpanRows",
-    "SpanStore",
-    "StoreBusy",
-    "create_receiver_app",
-    "export_otlp_jsonl",
-    "export_parquet",
-    "load_paths",
-    "open_read_only",
-    "store_spans",
-]
+from restorelens.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "InsertResult": "store",
+    "LoadSummary": "loader",
+    "PayloadError": "rows",
+    "SpanRows": "rows",
+    "SpanStore": "store",
+    "StoreBusy": "store",
+    "create_receiver_app": "receiver",
+    "export_otlp_jsonl": "export",
+    "export_parquet": "export",
+    "load_paths": "loader",
+    "open_read_only": "store",
+    "store_spans": "store",
+}
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -2,60 +2,40 @@
 
 The sans-I/O core (``Admission`` + an ``AdmissionPolicy``) runs live behind ``create_gate_app`` or
 in virtual time; ``GateSpans`` emits the gate's spans with explicit timestamps either way.
+
+Names are imported lazily (PEP 562) so that ``restorelens --help`` does not pay for Starlette,
+httpx and prometheus.
 """
 
-from .admission import Admission, Decision, Grant, GrantError, Rejection, Waiter
-from .gate_spans import GateSpans
-from .policies import (
-    BATCH,
-    INTERACTIVE,
-    POLICIES,
-    AdmissionPolicy,
-    FcfsPolicy,
-    LendPolicy,
-    Occupancy,
-    PriorityPolicy,
-    StaticPolicy,
-    build_policy,
-)
-from .restoration import LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
-from .retry_hint import RetryHint
-from .settings import GateSettings
+from __future__ import annotations
 
+from restorelens.lazy import lazy_exports
 
-def __getattr__(name: str) -> object:
-    # The app pulls in Starlette, httpx and prometheus: imported on first use so that
-    # `restorelens --help` (which imports restorelens.gate.cli) stays fast.
-    if name == "create_gate_app":
-        from .app import create_gate_app
+_EXPORTS: dict[str, str] = {
+    "Admission": "admission",
+    "AdmissionPolicy": "policies",
+    "BATCH": "policies",
+    "Decision": "admission",
+    "FcfsPolicy": "policies",
+    "GateSettings": "settings",
+    "GateSpans": "gate_spans",
+    "Grant": "admission",
+    "GrantError": "admission",
+    "INTERACTIVE": "policies",
+    "LendPolicy": "policies",
+    "LendingPeriod": "restoration",
+    "Occupancy": "policies",
+    "POLICIES": "policies",
+    "PriorityPolicy": "policies",
+    "Rejection": "admission",
+    "RestorationEpisode": "restoration",
+    "RestorationListener": "restoration",
+    "RestorationTracker": "restoration",
+    "RetryHint": "retry_hint",
+    "StaticPolicy": "policies",
+    "Waiter": "admission",
+    "build_policy": "policies",
+    "create_gate_app": "app",
+}
 
-        return create_gate_app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "Admission",
-    "AdmissionPolicy",
-    "BATCH",
-    "Decision",
-    "FcfsPolicy",
-    "GateSettings",
-    "GateSpans",
-    "Grant",
-    "GrantError",
-    "INTERACTIVE",
-    "LendPolicy",
-    "LendingPeriod",
-    "Occupancy",
-    "POLICIES",
-    "PriorityPolicy",
-    "Rejection",
-    "RestorationEpisode",
-    "RestorationListener",
-    "RestorationTracker",
-    "RetryHint",
-    "StaticPolicy",
-    "Waiter",
-    "build_policy",
-    "create_gate_app",
-]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

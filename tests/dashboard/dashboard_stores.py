@@ -18,8 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 from builders import Traces  # noqa: E402
 
 from restorelens.collector import load_paths  # noqa: E402
-from restorelens.experiments import RunTelemetry, get_scenario
-from restorelens.loadgen import run_virtual  # noqa: E402
+from restorelens.experiments import RunTelemetry, get_scenario, run_virtual  # noqa: E402
 
 #: (arm, seed) of the MoFlux runs in the realistic store.
 MOFLUX_RUNS = (("lend", 1), ("lend", 2), ("static", 1), ("static", 2))
