@@ -2,42 +2,39 @@
 
 ``Analysis`` opens a span store and returns each layer as a polars DataFrame; ``check`` compares
 the episodes' statistics with limits (``restorelens check``). docs/analysis.md explains each view.
+
+Names are imported lazily (PEP 562) so that the collector, which reads the layer catalog
+(``layers``), does not pay for polars; ``from restorelens.analysis import X`` works for every name
+in ``__all__``.
 """
 
-from restorelens.analysis.limits import Evaluation, Limit, Violation, check, evaluate, parse_limit, valid_names
-from restorelens.analysis.queries import (
-    DRIVING_SPANS,
-    PARAMETERISED,
-    PUBLIC_VIEWS,
-    SHARED_LAYERS,
-    VIEW_LAYERS,
-    Query,
-    load_query,
-)
-from restorelens.analysis.report import build_report, render
-from restorelens.analysis.views import GROUP_ALIASES, STATISTICS, Analysis, Slo, checked_seconds, percentiles_of
+from __future__ import annotations
 
-__all__ = [
-    "Analysis",
-    "DRIVING_SPANS",
-    "Evaluation",
-    "GROUP_ALIASES",
-    "Limit",
-    "PARAMETERISED",
-    "PUBLIC_VIEWS",
-    "Query",
-    "SHARED_LAYERS",
-    "STATISTICS",
-    "Slo",
-    "VIEW_LAYERS",
-    "Violation",
-    "build_report",
-    "check",
-    "checked_seconds",
-    "evaluate",
-    "load_query",
-    "parse_limit",
-    "percentiles_of",
-    "render",
-    "valid_names",
-]
+from restorelens.lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "Analysis": "views",
+    "DRIVING_SPANS": "layers",
+    "Evaluation": "limits",
+    "GROUP_ALIASES": "views",
+    "Limit": "limits",
+    "PARAMETERISED": "layers",
+    "PUBLIC_VIEWS": "layers",
+    "Query": "queries",
+    "SHARED_LAYERS": "layers",
+    "STATISTICS": "views",
+    "Slo": "views",
+    "VIEW_LAYERS": "layers",
+    "Violation": "limits",
+    "build_report": "report",
+    "check": "limits",
+    "checked_seconds": "views",
+    "evaluate": "limits",
+    "load_query": "queries",
+    "parse_limit": "limits",
+    "percentiles_of": "views",
+    "render": "report",
+    "valid_names": "limits",
+}
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -21,13 +21,8 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from restorelens.analysis.queries import (
-    DRIVING_SPANS,
-    PUBLIC_VIEWS,
-    SHARED_LAYERS,
-    VIEW_LAYERS,
-    load_query,
-)
+from restorelens.analysis.layers import DRIVING_SPANS, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, register_macros
+from restorelens.analysis.queries import load_query
 from restorelens.collector.derived import fresh_layers
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
@@ -100,6 +95,7 @@ class Analysis:
         self.materialize = materialize
         self._summary_materialized_for: Slo | None = None
         self._drop_layers()
+        register_macros(con)
         #: Layers read from the store's derived tables (kept by the collector) instead of computed;
         #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
         self.stored_layers = fresh_layers(con) if use_derived else frozenset()

@@ -1,6 +1,7 @@
 """Analysis layers kept as tables next to ``otel_traces``, written for the spans the store takes in.
 
-Two kinds, each a table named after its layer and filled by the analysis' own SQL:
+Two kinds, each a table named after its layer and filled by the analysis' own SQL (which layers,
+and what each reads, is the catalog's: ``analysis/layers.py``):
 
 * ``SPAN_LAYERS``, the typed layers (``analysis/sql/typed_*.sql``): a pure function of one span
   row (typed attributes, integer keys, event instants). New spans are run through the SQL as they
@@ -13,12 +14,12 @@ Two kinds, each a table named after its layer and filled by the analysis' own SQ
 Deriving these on every read cost half of a decomposition (10M spans: ~11 s of ~21 s on two
 cores), so the store pays for them once, after the spans commit (``SpanStore`` decides when: at
 once, or in bulk). The analysis reads a table only while it is fresh (:func:`fresh_layers`):
-written by the SQL it would run itself (fingerprint, which for a trace layer covers its inputs'
-SQL too), and complete. A typed table is complete when it holds one row per span of its kind. A
-trace layer records the span count at which it was complete: set by a rebuild, and moved on by a
-derivation only from the count just before its batch (so a batch whose derivation failed, or
-spans stored by another writer, leave it behind for good); it is complete while its inputs are
-and that count is the span count now. So a store from an older version, or one whose spans were
+written by the SQL it would run itself (fingerprint: the layer's file and the macros it calls, and
+for a trace layer its inputs' SQL too), and complete. A typed table is complete when it holds one
+row per span of its kind. A trace layer records the span count at which it was complete: set by a
+rebuild, and moved on by a derivation only from the count just before its batch (so a batch whose
+derivation failed, or spans stored by another writer, leave it behind for good); it is complete
+while its inputs are and that count is the span count now. So a store from an older version, or one whose spans were
 added or removed behind the collector's back, is still decomposed exactly (from ``otel_traces``)
 until a writer opens it and rebuilds the tables (:func:`ensure`, all or nothing). An edit of
 stored spans that keeps every count is not detected: the collector never updates a span, and a
@@ -32,49 +33,25 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import logging
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from restorelens.collector.schema import TABLE
-from restorelens.spans import (
-    SPAN_CLIENT_REQUEST,
-    SPAN_GATE_REQUEST,
-    SPAN_GATE_RESTORE,
-    SPAN_HTTP_POST,
-    SPAN_LLM_REQUEST,
-    SPAN_MODELCLAIM_STATE,
-    SPAN_MODELCLAIM_WAKE,
+from restorelens.analysis.layers import (
+    DERIVED_LAYERS,
+    SPAN_LAYERS,
+    TRACE_LAYERS,
+    macros_of,
+    register_macros,
+    sql_text,
 )
+from restorelens.collector.schema import TABLE
 
 __all__ = [
-    "DERIVED_LAYERS", "META_TABLE", "SPAN_LAYERS", "TRACE_LAYERS",
-    "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered", "snapshot",
+    "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered", "snapshot",
 ]
 
 log = logging.getLogger(__name__)
-
-#: Typed table (= analysis layer) -> the span name each of its rows comes from (one row per span).
-SPAN_LAYERS = {
-    "typed_client_requests": SPAN_CLIENT_REQUEST,
-    "typed_http_attempts": SPAN_HTTP_POST,
-    "typed_gate_requests": SPAN_GATE_REQUEST,
-    "typed_engine_requests": SPAN_LLM_REQUEST,
-    "typed_gate_restores": SPAN_GATE_RESTORE,
-    "typed_model_wakes": SPAN_MODELCLAIM_WAKE,
-    "typed_model_states": SPAN_MODELCLAIM_STATE,
-}
-
-#: Trace layer -> the derived layers its SQL reads. Written in this order, after every typed table.
-TRACE_LAYERS = {
-    "gate_requests": ("typed_gate_requests", "typed_http_attempts", "typed_engine_requests"),
-    "request_attempts": ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests"),
-}
-
-#: Every derived table, each after the ones it reads.
-DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: One row per derived table: the fingerprint of the SQL that filled it and, for a trace layer,
 #: the span count at which it was last complete.
@@ -82,28 +59,18 @@ META_TABLE = "restorelens_derived"
 
 
 @cache
-def _definition(name: str) -> str:
-    # Located without importing restorelens.analysis (its package pulls in polars): the collector
-    # and receiver need only the SQL text.
-    spec = importlib.util.find_spec("restorelens.analysis")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("restorelens.analysis is not installed")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    return (folder / "sql" / f"{name}.sql").read_text(encoding="utf-8")
-
-
-@cache
 def fingerprint(name: str) -> str:
-    """A short hash of the SQL defining ``name`` and, for a trace layer, of its inputs' SQL: a
-    table written by other SQL is stale."""
-    text = _definition(name) + "".join(fingerprint(source) for source in TRACE_LAYERS.get(name, ()))
+    """A short hash of the SQL defining ``name`` (the layer's file and every macro it calls) and,
+    for a trace layer, of its inputs' SQL: a table written by other SQL is stale."""
+    text = "".join(sql_text(part) for part in (name, *macros_of(name)))
+    text += "".join(fingerprint(source) for source in TRACE_LAYERS.get(name, ()))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _from(relation: str, name: str) -> str:
     # The layer's SQL reads `otel_traces`; a CTE of that name in front of it makes it read
     # `relation` instead (the incoming batch), so stored rows and views come from one definition.
-    return f"with {TABLE} as (select * from {relation}) select * from ({_definition(name)})"
+    return f"with {TABLE} as (select * from {relation}) select * from ({sql_text(name)})"
 
 
 def _from_tables(con: Any, name: str, *, dirty_only: bool) -> str:
@@ -115,7 +82,7 @@ def _from_tables(con: Any, name: str, *, dirty_only: bool) -> str:
     inputs = ", ".join(
         f"{source} as not materialized (select * from {_qualified(con, source)}{where})" for source in TRACE_LAYERS[name]
     )
-    return f"with {inputs} select * from ({_definition(name)})"
+    return f"with {inputs} select * from ({sql_text(name)})"
 
 
 def _qualified(con: Any, name: str) -> str:
@@ -192,12 +159,13 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
     """(Re)create the typed tables ``names`` (default: all) from every stored span, then every
     trace layer from the typed tables, and record their fingerprints. The caller decides the
     transaction (:func:`ensure` makes it one)."""
+    register_macros(con)
     con.execute(f"create table if not exists {META_TABLE} "
                 "(name varchar primary key, fingerprint varchar not null, spans ubigint)")
     con.execute(f"alter table {META_TABLE} add column if not exists spans ubigint")
     for name in names or tuple(SPAN_LAYERS):
         if name in SPAN_LAYERS:
-            con.execute(f"create or replace table {_qualified(con, name)} as {_definition(name)}")
+            con.execute(f"create or replace table {_qualified(con, name)} as {sql_text(name)}")
             _record(con, name, None)
     total = _total_spans(con)
     for name in TRACE_LAYERS:
@@ -233,13 +201,14 @@ def insert_table(con: Any, table: Any) -> None:
     The batch is converted once into a temporary table: reading Arrow's MAP columns is the costly
     part, and the seven layers would otherwise each convert it again.
     """
+    register_macros(con)
     with registered(con, "rl_derive_incoming", table):
         con.execute("create or replace temp table rl_derive as select * from rl_derive_incoming")
     for name in SPAN_LAYERS:
         con.execute(f"insert into {_qualified(con, name)} {_from('rl_derive', name)}")
-    # the typed layers' trace_key, from the same expression
+    # the typed layers' trace_key, from the same macro
     con.execute("create or replace temp table rl_dirty as "
-                "select distinct try_cast('0x' || \"TraceId\" as uhugeint) as trace_key from rl_derive")
+                "select distinct rl_trace_key(\"TraceId\") as trace_key from rl_derive")
     con.execute("drop table rl_derive")
     total = _total_spans(con)
     for name in TRACE_LAYERS:

@@ -17,10 +17,9 @@ final as (
         "SpanId" as span_id,
         "ServiceName" as service_name,
 
-        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
-        -- lower-case hex): joins between layers compare fixed-width integers, not strings
-        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
-        try_cast('0x' || "SpanId" as ubigint) as span_key,
+        -- the ids as integer keys: every join between layers compares these, not strings
+        rl_trace_key("TraceId") as trace_key,
+        rl_span_key("SpanId") as span_key,
 
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,

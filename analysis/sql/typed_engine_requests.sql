@@ -20,12 +20,10 @@ typed as (
         "ParentSpanId" as parent_span_id,
         "ServiceName" as service_name,
 
-        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
-        -- lower-case hex): joins between layers compare fixed-width integers, not strings.
-        -- A root span's '' parent gives a null parent_key, which joins nothing.
-        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
-        try_cast('0x' || "SpanId" as ubigint) as span_key,
-        try_cast('0x' || "ParentSpanId" as ubigint) as parent_key,
+        -- the ids as integer keys: every join between layers compares these, not strings
+        rl_trace_key("TraceId") as trace_key,
+        rl_span_key("SpanId") as span_key,
+        rl_span_key("ParentSpanId") as parent_key,
 
         -- Timestamp is the span start = arrival (timestamp_ns); Duration is in nanoseconds
         epoch_ns("Timestamp") as arrival_ns,

@@ -19,12 +19,10 @@ typed as (
         "ParentSpanId" as parent_span_id,
         "ServiceName" as service_name,
 
-        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
-        -- lower-case hex): joins between layers compare fixed-width integers, not strings.
-        -- A root span's '' parent gives a null parent_key, which joins nothing.
-        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
-        try_cast('0x' || "SpanId" as ubigint) as span_key,
-        try_cast('0x' || "ParentSpanId" as ubigint) as parent_key,
+        -- the ids as integer keys: every join between layers compares these, not strings
+        rl_trace_key("TraceId") as trace_key,
+        rl_span_key("SpanId") as span_key,
+        rl_span_key("ParentSpanId") as parent_key,
 
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,
@@ -36,13 +34,7 @@ typed as (
         try_cast("SpanAttributes"['restore.retry_after_s'] as double) as retry_after_attr_s,
         "SpanAttributes"['restore.retry_after_invalid'] as retry_after_invalid,
 
-        -- string[] attributes are stored as a JSON list and the first header value is the one used;
-        -- a plain string (another instrumentation's) is taken as it is; neither is ever an error
-        case
-            when starts_with("SpanAttributes"['http.response.header.retry-after'], '[')
-                then try(json_extract_string("SpanAttributes"['http.response.header.retry-after'], '$[0]'))
-            else "SpanAttributes"['http.response.header.retry-after']
-        end as retry_after_raw
+        rl_retry_after_raw("SpanAttributes"['http.response.header.retry-after']) as retry_after_raw
 
     from source
 
@@ -52,14 +44,7 @@ final as (
 
     select
         * exclude (retry_after_attr_s),
-        coalesce(
-            retry_after_attr_s,
-            try_cast(retry_after_raw as double),
-            -- an HTTP-date (IMF-fixdate) counts from the response, i.e. the end of the attempt;
-            -- epoch_ns gives nanoseconds, hence / 1e9 for seconds
-            -- (try: a date past 2262 does not fit nanoseconds, and gives no value rather than an error)
-            (try(epoch_ns(try_strptime(retry_after_raw, '%a, %d %b %Y %H:%M:%S GMT'))) - end_ns) / 1e9
-        ) as retry_after_s
+        rl_retry_after_s(retry_after_attr_s, retry_after_raw, end_ns) as retry_after_s
 
     from typed
 

@@ -17,10 +17,9 @@ final as (
         "SpanId" as span_id,
         "ServiceName" as service_name,
 
-        -- the ids as numbers (hex -> 128-bit trace, 64-bit span; lossless for the collector's
-        -- lower-case hex): joins between layers compare fixed-width integers, not strings
-        try_cast('0x' || "TraceId" as uhugeint) as trace_key,
-        try_cast('0x' || "SpanId" as ubigint) as span_key,
+        -- the ids as integer keys: every join between layers compares these, not strings
+        rl_trace_key("TraceId") as trace_key,
+        rl_span_key("SpanId") as span_key,
 
         -- Timestamp is the span start (timestamp_ns); Duration is end - start in nanoseconds
         epoch_ns("Timestamp") as start_ns,
@@ -41,8 +40,8 @@ final as (
         -- the triggering request; lists are 1-based and an absent link gives null
         "Links.TraceId"[1] as trigger_trace_id,
         "Links.SpanId"[1] as trigger_span_id,
-        try_cast('0x' || "Links.TraceId"[1] as uhugeint) as trigger_trace_key,
-        try_cast('0x' || "Links.SpanId"[1] as ubigint) as trigger_span_key
+        rl_trace_key("Links.TraceId"[1]) as trigger_trace_key,
+        rl_span_key("Links.SpanId"[1]) as trigger_span_key
 
     from source
 

@@ -9,20 +9,26 @@ import pytest
 
 from restorelens import spans
 from restorelens.analysis import PARAMETERISED, VIEW_LAYERS, load_query
+from restorelens.analysis.layers import MACROS
 
 SQL_FILES = sorted(p.name[:-4] for p in resources.files("restorelens.analysis").joinpath("sql").iterdir()
                    if p.name.endswith(".sql"))
+QUERY_FILES = [*VIEW_LAYERS, *PARAMETERISED]
 CAST = {spans.INT: "bigint", spans.DOUBLE: "double"}
 
 
 def test_every_file_is_registered_exactly_once() -> None:
-    assert sorted(VIEW_LAYERS + PARAMETERISED) == SQL_FILES
+    assert sorted(QUERY_FILES + list(MACROS)) == SQL_FILES
 
 
 @pytest.mark.parametrize("name", SQL_FILES)
+def test_every_file_starts_with_a_comment(name: str) -> None:
+    assert load_query(name).doc, f"{name}.sql needs a leading comment"
+
+
+@pytest.mark.parametrize("name", QUERY_FILES)
 def test_file_style(name: str) -> None:
     query = load_query(name)
-    assert query.doc, f"{name}.sql needs a leading comment"
     assert re.search(r"^final as \($", query.sql, re.M), f"{name}.sql must end its CTEs with `final`"
     assert re.search(r"^select \* from final$", query.sql, re.M)
     assert not re.search(r"\{\w*\}", query.sql), "values are bound as $parameters, never formatted in"

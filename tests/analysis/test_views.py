@@ -132,13 +132,14 @@ def test_open_errors_are_one_line(tmp_path: Path) -> None:
 
 
 def test_the_stores_derived_tables_give_the_same_frames_as_computing_every_layer(tmp_path: Path) -> None:
-    from restorelens.collector import derived, load_paths
+    from restorelens.analysis.layers import DERIVED_LAYERS
+    from restorelens.collector import load_paths
     from restorelens.collector.schema import TABLE, create_schema
 
     samples = sorted((Path(__file__).resolve().parents[2] / "sample_traces").glob("*.jsonl"))
     load_paths(samples, tmp_path / "samples.duckdb")  # the collector writes the derived tables
     with Analysis.open(tmp_path / "samples.duckdb") as stored:
-        assert stored.stored_layers == frozenset(derived.DERIVED_LAYERS)
+        assert stored.stored_layers == frozenset(DERIVED_LAYERS)
         expected = {name: getattr(stored, name)() for name in PUBLIC_VIEWS}
         expected["policy_summary"] = stored.policy_summary()
         spans = stored.con.sql(f"select * from {TABLE}").to_arrow_table()

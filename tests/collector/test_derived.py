@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-import re
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -11,19 +12,12 @@ import pyarrow as pa
 import pytest
 
 from restorelens.analysis import Analysis
+from restorelens.analysis.layers import DERIVED_LAYERS, SPAN_LAYERS, TRACE_LAYERS, macros_of, register_macros, sql_text
 from restorelens.collector import SpanStore, derived, load_paths
-from restorelens.collector.derived import (
-    DERIVED_LAYERS,
-    META_TABLE,
-    SPAN_LAYERS,
-    TRACE_LAYERS,
-    fingerprint,
-    fresh_layers,
-)
+from restorelens.collector.derived import META_TABLE, fingerprint, fresh_layers
 from restorelens.collector.schema import TABLE
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-ANALYSIS_SQL = Path(__file__).resolve().parents[2] / "analysis" / "sql"
 
 
 def _differences(con: duckdb.DuckDBPyConnection, name: str) -> int:
@@ -93,20 +87,31 @@ def test_a_store_changed_behind_the_collector_is_not_trusted_until_reopened(samp
         _all_equal(store.connection())
 
 
-def test_the_derived_tables_are_exactly_the_typed_layers_of_the_analysis() -> None:
-    from restorelens.analysis import VIEW_LAYERS
+def test_the_collector_imports_no_polars() -> None:
+    # the receiver and the loader run the layers' SQL through the catalog on every write; polars
+    # would cost each of them its import time and memory for nothing
+    code = (
+        "import sys\n"
+        "import restorelens.collector.derived, restorelens.collector.store\n"
+        "import restorelens.collector.loader, restorelens.collector.receiver, restorelens.collector.writer\n"
+        "assert 'restorelens.analysis.layers' in sys.modules\n"
+        "assert 'polars' not in sys.modules, sorted(m for m in sys.modules if m.startswith('restorelens'))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
-    assert set(SPAN_LAYERS) == {name for name in VIEW_LAYERS if name.startswith("typed_")}
 
-
-def test_each_trace_layer_lists_exactly_the_layers_its_sql_reads() -> None:
-    from restorelens.analysis import VIEW_LAYERS
-
-    for name, inputs in TRACE_LAYERS.items():
-        sql = (ANALYSIS_SQL / f"{name}.sql").read_text()
-        read = {layer for layer in VIEW_LAYERS if re.search(rf"\bfrom {layer}\b", sql)}
-        assert read == set(inputs), name
-        assert all(DERIVED_LAYERS.index(source) < DERIVED_LAYERS.index(name) for source in inputs), name
+def test_a_macro_is_part_of_the_fingerprint_of_every_layer_that_calls_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {name: fingerprint(name) for name in DERIVED_LAYERS}
+    calls = {name for name in DERIVED_LAYERS if "rl_span_key" in macros_of(name)}
+    reads = {name for name, inputs in TRACE_LAYERS.items() if calls & set(inputs)}
+    fingerprint.cache_clear()
+    try:
+        monkeypatch.setattr(derived, "sql_text", lambda name: sql_text(name) + ("\n" if name == "rl_span_key" else ""))
+        after = {name: fingerprint(name) for name in DERIVED_LAYERS}
+    finally:
+        fingerprint.cache_clear()  # nothing else may see the edited macro's fingerprints
+    assert calls and reads
+    assert {name for name in DERIVED_LAYERS if after[name] != before[name]} == calls | reads
 
 
 def test_traces_whose_spans_arrive_in_many_commits_are_derived_as_if_loaded_at_once(
@@ -223,6 +228,7 @@ def _split_off_an_engine_span(spans: pa.Table) -> tuple[pa.Table, pa.Table, pa.T
 def _store_as_an_older_writer(con: duckdb.DuckDBPyConnection, spans: pa.Table) -> None:
     """What a writer from before the trace layers does: the spans and their typed rows, nothing else."""
     con.from_arrow(spans).insert_into(TABLE)
+    register_macros(con)
     with derived.registered(con, "older_batch", spans):
         for name in SPAN_LAYERS:
             con.execute(f"insert into {name} {derived._from('older_batch', name)}")
