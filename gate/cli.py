@@ -94,11 +94,7 @@ def _listen(host: str, port: int):  # -> socket.socket
     from restorelens.serving import bind_socket
 
     try:
-        sock = bind_socket(host, port)
-        # Listening before the banner: whoever reads it may connect at once, and the kernel queues
-        # that connection until uvicorn accepts it (refused otherwise).
-        sock.listen()
-        return sock
+        return bind_socket(host, port)  # listening already: the banner may be read and acted on at once
     except socket.gaierror as exc:
         raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
     except (OSError, OverflowError) as exc:

@@ -20,16 +20,20 @@ DEFAULT_HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
 
 
-def bind_socket(host: str = DEFAULT_HOST, port: int = 0) -> socket.socket:
-    """A listening-ready TCP socket; port 0 lets the kernel pick a free one.
+def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True) -> socket.socket:
+    """A bound TCP socket, listening unless ``listen=False``; port 0 lets the kernel pick a free one.
 
-    The address family follows the host (``::1`` binds IPv6, names resolve as the resolver says).
+    Listening at once: a server prints its address before uvicorn starts accepting, and whoever
+    reads it may connect at once; the kernel queues that connection instead of refusing it. The
+    address family follows the host (``::1`` binds IPv6, names resolve as the resolver says).
     """
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        if listen:
+            sock.listen()
     except OSError:
         sock.close()
         raise
