@@ -20,9 +20,9 @@ from pathlib import Path
 
 from opentelemetry.trace import NoOpTracerProvider
 
+from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.runner import RunTelemetry, run_virtual
 from restorelens.experiments.scenarios import get_scenario
-from restorelens.experiments.providers import ServiceProviders
 
 REPEATS = 5
 SEEDS = (0, 1, 2)

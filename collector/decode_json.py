@@ -1,6 +1,6 @@
 """Decode OTLP/JSON ``TracesData`` (a parsed JSON object) into span rows.
 
-Lenient on input like the Collector (reference/otel-and-storage.md section 1.4): hex IDs in any case
+Lenient on input like the Collector's OTLP/JSON receiver (the OTLP spec's JSON encoding): hex IDs in any case
 (and 16/8-byte base64 IDs, as protobuf's own JSON mapping writes them), 64-bit integers as strings
 or numbers, enums as integers or names, camelCase and snake_case keys, ``status: {}``, legacy
 ``instrumentationLibrarySpans``. A malformed envelope raises :class:`PayloadError`; a malformed span

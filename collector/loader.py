@@ -17,9 +17,9 @@ from pathlib import Path
 import duckdb
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.fast_jsonl import read_collector_jsonl
 from restorelens.collector.files import open_stream, read_payloads
+from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
 from restorelens.errors import InputError

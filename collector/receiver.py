@@ -29,8 +29,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
+from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.writer import Overloaded, StoreWriter
 

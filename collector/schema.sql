@@ -1,5 +1,5 @@
 -- The span store: the column layout of the OpenTelemetry Collector's ClickHouse exporter table
--- `otel_traces` (reference/otel-and-storage.md section 3), mapped to DuckDB types.
+-- `otel_traces` (the exporter's published DDL; docs/collector.md), mapped to DuckDB types.
 -- ClickHouse Map(String,String) -> MAP(VARCHAR, VARCHAR); Nested(...) -> parallel LIST columns
 -- keeping ClickHouse's flattened names ("Events.Name", ...), so the same SQL reads both stores.
 -- IDs are lower-case hex; absent IDs are ''. All attribute values are strings (arrays as JSON).

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from restorelens.errors import SettingError
-from restorelens.loadgen.request import RequestResult
 from restorelens.experiments.providers import ServiceProviders
+from restorelens.loadgen.request import RequestResult
 
 __all__ = ["SERVICE_NAMES", "RunReport", "RunTelemetry", "run_virtual"]
 
@@ -64,9 +64,8 @@ class RunTelemetry:
                  batch: bool | None = None, id_seed: int | None = None) -> None:
         """``id_seed``: trace/span ids from a seeded generator and a fixed ``service.instance.id``,
         so a virtual run writes byte-identical output every time (recorded sample traces)."""
-        from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
-
         from restorelens.loadgen.export_failures import CountingExporter
+        from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
 
         inner: SpanExporter | str
         #: Counts the batches the run's file or collector did not take (``raise_if_spans_dropped``).
@@ -203,7 +202,7 @@ def run_virtual(scenario: Any, seed: int, providers: ServiceProviders, run_id: s
 
 def run_live(scenario: Any, seed: int, providers: ServiceProviders, run_id: str | None = None, *,
              time_scale: float = 1.0) -> RunReport:
-    """Play ``scenario`` against real servers on loopback (see ``live_moflux``, ``live_modelclaim``)."""
+    """Play ``scenario`` against real servers on loopback (see ``moflux.live``, ``modelclaim.live``)."""
     from restorelens.experiments.moflux.live import run_live_moflux
 
     if scenario.kind == "modelclaim":

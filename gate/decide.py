@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .admission import Grant, Rejection
 from .policies import AdmissionPolicy
 from .retry_hint import retry_after_header
-from .routing import NotReady, Routed, RouteAnswer, UnknownModel
+from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 
 __all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respond", "decide", "static_route"]
 

@@ -31,7 +31,7 @@ from .decide import Admit, Answer, Forward, Respond, decide, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .proxy_asgi import ClientGone, DisconnectWatch, GateAnswer, Receive, Scope, Send, error_body, send_json
-from .routing import ModelRouter, NotReady, Routed, RouteAnswer
+from .routing import ModelRouter, NotReady, RouteAnswer, Routed
 from .settings import ANY_MODEL, GateSettings
 from .upstream_transport import UpstreamTransport
 

@@ -23,7 +23,14 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from .upstream_connection import ConnectionClosed, Origin, UpstreamConnection, origin_of, request_bytes, serialize_request
+from .upstream_connection import (
+    ConnectionClosed,
+    Origin,
+    UpstreamConnection,
+    origin_of,
+    request_bytes,
+    serialize_request,
+)
 
 __all__ = ["Origin", "UpstreamTransport", "origin_of", "request_bytes"]
 

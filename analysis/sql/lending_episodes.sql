@@ -1,4 +1,4 @@
--- Lending episodes (DESIGN.md section 2, story A): from t0, when protected demand returned while
+-- Lending episodes (docs/design.md, "Lending"): from t0, when protected demand returned while
 -- capacity was lent, the three separate events of "capacity restored":
 --   grant_restore_s   = grant restored - t0
 --   drain_s           = borrowed occupancy drained - t0 (0 when nothing was borrowed at return)

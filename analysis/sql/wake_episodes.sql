@@ -1,4 +1,4 @@
--- Wake episodes (DESIGN.md section 2, story B): from t0, the start of the first attempt answered
+-- Wake episodes (docs/design.md, "Wake"): from t0, the start of the first attempt answered
 -- 503 for a not-ready model (the request the `modelclaim.wake` span links to):
 --   retry_after_s     = the hint in that first 503
 --   ready_s           = engine ready - t0;  observed_s = readiness observed - t0

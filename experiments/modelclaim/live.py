@@ -26,17 +26,17 @@ from typing import Any
 
 import httpx
 
+from restorelens.clock import ScaledClock
 from restorelens.errors import RestorelensError
-from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
-from restorelens.gate.modelclaim.backends import EngineAnswer
-from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
 from restorelens.experiments.modelclaim.deployment import SetupDirector, deployment_table
 from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
 from restorelens.experiments.protocol_time import ProtocolTimeline
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
+from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.clock import ScaledClock
-from restorelens.experiments.providers import ServiceProviders
 
 __all__ = ["DeferredStartRouter", "SimServerBackend", "run_live_modelclaim"]
 
@@ -170,8 +170,8 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
     The client exists before the gate starts, so a scenario that starts with the lifecycle
     (cold start) sends its first request right after the gate's lifespan started the lifecycle.
     """
-    from restorelens.loadgen.client import TracedClient
     from restorelens.experiments.modelclaim.virtual import modelclaim_client_request
+    from restorelens.loadgen.client import TracedClient
 
     policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, deadline_s=scenario.deadline_s,
                          seed=labels.seed or 0)
@@ -191,12 +191,12 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
 
 def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
                         time_scale: float = 1.0) -> Any:
+    from restorelens.experiments.runner import RunReport
     from restorelens.gate.app import create_gate_app
     from restorelens.gate.modelclaim.config import build_core
     from restorelens.gate.modelclaim.router import ModelClaimRouter
     from restorelens.gate.modelclaim.spans import ModelClaimSpans
     from restorelens.gate.settings import GateSettings
-    from restorelens.experiments.runner import RunReport
     from restorelens.serving import ServerThread
 
     timeline = ProtocolTimeline(providers, time_scale)

@@ -12,7 +12,7 @@ takes, and which Retry-After the gateway answers, follow from that state:
 | ``modelclaim-move`` | asleep, no reserve; its pod's neighbour idle only 5 s; room on another pod | move | 503, Retry-After 30 |
 | ``modelclaim-cold-start`` | not started (the lifecycle starts with the first request) | cold-start | 503, Retry-After 10 |
 
-Both runners (``virtual_modelclaim``, ``live_modelclaim``) build the same lifecycle core from this.
+Both runners (``modelclaim.virtual``, ``modelclaim.live``) build the same lifecycle core from this.
 ``expected_wake`` derives the decomposition the scenario must show from the engine presets, so
 tests assert the analysis against numbers that are not read back from the run.
 """

@@ -4,7 +4,7 @@ The same objects the live servers run: the client's ``RetryLoop`` and policy, th
 ``Admission`` + ``GateSpans``, the lifecycle's ``ModelClaimCore`` (built from the scenario's
 ``[modelclaim]`` table by the gate's own config code) driven by ``VirtualLifecycle`` over an
 ``InProcessBackend`` whose engines are the simulator's ``EngineCore``. This module plays the wire
-with zero network delay (what it shares with the MoFlux runner is ``virtual_wire.VirtualWire``)
+with zero network delay (what it shares with the MoFlux runner is ``experiments.wire.VirtualWire``)
 and emits the live chain's spans with virtual times:
 
 - each attempt opens the client's ``POST`` and the gate's ``gate.request``; the gate asks the
@@ -28,11 +28,11 @@ from restorelens.clock import VirtualClock
 from restorelens.experiments.event_loop import EventLoop, TimeSource
 from restorelens.experiments.modelclaim.deployment import SetupDirector, deployment_table
 from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.tracing import RequestSpan
-from restorelens.experiments.providers import ServiceProviders
-from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival
 
 __all__ = ["VirtualModelClaimRun", "modelclaim_client_request"]

@@ -18,12 +18,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from restorelens.loadgen.client import TracedClient
+from restorelens.clock import ScaledClock
 from restorelens.experiments.protocol_time import ProtocolTimeline
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
-from restorelens.clock import ScaledClock
-from restorelens.experiments.providers import ServiceProviders
 
 __all__ = ["run_live_moflux"]
 
@@ -45,8 +45,8 @@ async def _drive(gate_url: str, scenario: Any, workload: Any, labels: RunLabels,
 
 def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_id: str, *,
                     time_scale: float = 1.0) -> Any:
-    from restorelens.gate.app import create_gate_app
     from restorelens.experiments.runner import RunReport
+    from restorelens.gate.app import create_gate_app
     from restorelens.serving import ServerThread
     from restorelens.sim.app import create_app
 

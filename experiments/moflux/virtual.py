@@ -3,7 +3,7 @@
 Each piece is the same object the live servers run: the client's ``RetryLoop`` and policy, the
 gate's ``Admission`` + ``GateSpans``, the simulator's ``EngineCore`` + ``emit_llm_request_span``.
 This module plays the wire between them with zero network delay (the part shared with the
-ModelClaim runner is ``virtual_wire.VirtualWire``), emitting the spans the live chain emits
+ModelClaim runner is ``experiments.wire.VirtualWire``), emitting the spans the live chain emits
 (client.request -> POST -> gate.request -> POST -> llm_request) with virtual times:
 
 - an attempt opens the client's ``POST`` and the gate's ``gate.request`` at once;
@@ -22,11 +22,11 @@ from typing import Any
 
 from restorelens.clock import VirtualClock
 from restorelens.experiments.event_loop import EventLoop, TimeSource
+from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.tracing import RequestSpan
-from restorelens.experiments.providers import ServiceProviders
-from restorelens.experiments.wire import Flight, VirtualWire
 from restorelens.loadgen.workloads import Arrival, Workload
 
 __all__ = ["VIRTUAL_UPSTREAM_URL", "VirtualMofluxRun"]

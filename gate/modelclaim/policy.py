@@ -18,7 +18,6 @@ loudly instead); ``sleepAfterSeconds`` > 0 unless ``noWakeReserveWhileAsleep``;
 from __future__ import annotations
 
 import math
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any

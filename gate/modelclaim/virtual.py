@@ -4,8 +4,8 @@ A small discrete-event loop: engine completions (ready, slept) are queued at the
 in-process engines give, and the core's own deadlines (idle sleeps, restarts, room, give-ups) are
 honoured in time order. ``advance_to(t)`` processes everything due up to ``t``; the caller moves
 its clock and calls ``route`` / ``request_started`` / ``request_finished`` at the times requests
-happen, and ``sleep`` / ``wake`` / ``restart`` for an operator's control calls. The loadgen's
-experiment loop can use this directly, or copy its few lines.
+happen, and ``sleep`` / ``wake`` / ``restart`` for an operator's control calls
+(``experiments.modelclaim.virtual`` drives it so).
 
 Readiness observation: with ``poll_interval_s=None`` the lifecycle learns readiness from the
 backend's answer (observed = ready). With a poll interval it learns it at the first poll at or

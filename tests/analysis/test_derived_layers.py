@@ -9,8 +9,8 @@ from builders import Traces
 
 from restorelens import spans as sc
 from restorelens.analysis import Analysis
-from restorelens.collector import SpanStore
 from restorelens.analysis.layers import DERIVED_LAYERS
+from restorelens.collector import SpanStore
 from restorelens.collector.derived import fresh_layers
 
 

@@ -1,4 +1,4 @@
-"""OTLP/JSON quirks (reference/otel-and-storage.md section 1.4) decode to the same rows."""
+"""OTLP/JSON quirks (the spec's JSON encoding and what real exporters write) decode to the same rows."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import SERVICE_NAME
-from google.protobuf.json_format import ParseDict
 
 from restorelens import spans as S
 from restorelens.collector.loader import load_paths

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from google.protobuf.json_format import ParseDict
 from google.rpc import status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from google.protobuf.json_format import ParseDict
 
 from restorelens.collector.receiver import create_receiver_app
 from restorelens.serving import ServerThread

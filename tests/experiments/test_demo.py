@@ -10,7 +10,6 @@ from restorelens.analysis import Analysis
 from restorelens.cli import cli
 from restorelens.spans import WAKE_PATHS
 
-
 # About 920 protocol seconds in ~37 s. Not faster: real delays are magnified by the scale, and the
 # move scenario's path needs its neighbour to have been idle under 30 s at the first request (it
 # is set up idle 5 s), so a stall of 25/X real seconds on a busy machine would turn it into a

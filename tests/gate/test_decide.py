@@ -6,8 +6,8 @@ import pytest
 
 from restorelens.gate import Grant, Rejection, build_policy
 from restorelens.gate.decide import Admit, Forward, Respond, decide, static_route
-from restorelens.gate.routing import NotReady, Routed, UnknownModel
 from restorelens.gate.policies import VLLM_PRIORITY
+from restorelens.gate.routing import NotReady, Routed, UnknownModel
 
 LEND = build_policy("lend")
 

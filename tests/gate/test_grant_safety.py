@@ -8,7 +8,8 @@ lending period and restoration episode drained.
 
 from __future__ import annotations
 
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from restorelens.gate.admission import Admission, Grant, Rejection, Waiter

@@ -23,9 +23,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from restorelens import spans as S
+from restorelens.clock import ScaledClock
 from restorelens.gate import GateSettings
 from restorelens.gate.app import create_gate_app
-from restorelens.clock import ScaledClock
 from restorelens.serving import ServerThread
 
 BOUNDED_POLLS = 400

@@ -14,7 +14,7 @@ from typing import Any
 
 from restorelens.clock import VirtualClock
 from restorelens.gate.app import create_gate_app
-from restorelens.gate.routing import NotReady, Routed, RouteAnswer
+from restorelens.gate.routing import NotReady, RouteAnswer, Routed
 from restorelens.gate.settings import GateSettings
 from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.request import ClientRequest

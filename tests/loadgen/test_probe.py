@@ -10,12 +10,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from restorelens.cli import cli
+from restorelens.clock import ScaledClock
 from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.probe import decompose, run_probe
 from restorelens.loadgen.request import AttemptRecord, ClientRequest, RequestResult
 from restorelens.loadgen.retry import HonourRetryAfter
 from restorelens.loadgen.retry_after import RetryAfter
-from restorelens.clock import ScaledClock
 from restorelens.spans import SPAN_CLIENT_REQUEST, SPAN_HTTP_POST
 
 

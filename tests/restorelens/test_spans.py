@@ -72,7 +72,7 @@ def test_every_row_says_who_emits_it_and_what_it_means(tables: dict[str, dict[st
 
 
 def test_vllm_attribute_list_is_vllms() -> None:
-    # reference/engines.md section 3: the attributes V1 do_tracing sets on llm_request.
+    # vLLM's vllm/tracing: the attributes V1 do_tracing sets on llm_request.
     assert set(spans.VLLM_LLM_REQUEST_ATTRIBUTES) == {
         "gen_ai.latency.time_to_first_token",
         "gen_ai.latency.e2e",

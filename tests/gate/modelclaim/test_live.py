@@ -12,6 +12,7 @@ from collections.abc import Callable
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from restorelens.clock import ScaledClock
 from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
 from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
@@ -20,7 +21,6 @@ from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBa
 from restorelens.gate.modelclaim.router import ModelClaimRouter
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.gate.routing import NotReady, Routed
-from restorelens.clock import ScaledClock
 from restorelens.sim.app import create_app
 from restorelens.spans import (
     ATTR_MODELCLAIM_WAKE_PATH,

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from restorelens.gate.modelclaim.placement import ClaimSpec, GpuSlot, MemoryLedger, Pod, held_back_reason, parse_quantity
+from restorelens.gate.modelclaim.placement import (
+    ClaimSpec,
+    GpuSlot,
+    MemoryLedger,
+    Pod,
+    held_back_reason,
+    parse_quantity,
+)
 
 GIB = 2**30
 
