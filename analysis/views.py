@@ -26,7 +26,7 @@ from restorelens.analysis.queries import load_query
 from restorelens.collector.derived import fresh_layers
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
-from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_WAKE
+from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
 __all__ = ["GROUP_ALIASES", "STATISTICS", "Analysis", "Slo", "checked_seconds"]
 
@@ -47,6 +47,8 @@ _EMPTY_FRAMES: dict[str, pl.DataFrame] = {}
 class Slo:
     """The interactive SLO and the arrival phases of the policy summary (MoFlux: TTFT <= 5 s, e2e <= 30 s).
 
+    ``contention_phase``: the interactive arrivals whose on-time answers are the SLO goodput (the
+    study's contention window, interactive demand back while batch holds the engine).
     ``borrow_phase``: the batch arrivals whose completions are the borrow goodput.
     ``excluded_phases``: requests left out of the summary altogether; by default the ModelClaim
     wake scenarios' requests, which pass a gate but are no MoFlux policy arm.
@@ -55,6 +57,7 @@ class Slo:
     ttft_s: float = 5.0
     e2e_s: float = 30.0
     borrow_phase: str = ARRIVAL_PHASE_BORROW
+    contention_phase: str = ARRIVAL_PHASE_RETURN
     excluded_phases: tuple[str, ...] = (ARRIVAL_PHASE_WAKE,)
 
     def __post_init__(self) -> None:
@@ -65,7 +68,7 @@ class Slo:
 
     def parameters(self) -> dict[str, Any]:
         return {"slo_ttft_s": self.ttft_s, "slo_e2e_s": self.e2e_s, "borrow_phase": self.borrow_phase,
-                "excluded_phases": list(self.excluded_phases)}
+                "contention_phase": self.contention_phase, "excluded_phases": list(self.excluded_phases)}
 
 
 def checked_seconds(setting: str, value: float) -> float:

@@ -61,8 +61,8 @@ spans as (
     select u, 'a' || h || h as tr, 'c1' || h as id, '' as par, $span_client_request as name, 'Internal' as kind,
            t as s, t + 10_000_000_000 as e,
            map([$attr_request_id, $attr_traffic_class, $attr_outcome, $attr_workload, $attr_seed,
-                $attr_run_id, $attr_arrival_phase, $attr_gen_ai_request_model],
-               ['r' || h, 'interactive', 'ok', workload, seed::varchar, 'run', 'return', 'tiny']) as attrs,
+                $attr_run_id, $attr_arrival_phase, $attr_arrival_phase_window_s, $attr_gen_ai_request_model],
+               ['r' || h, 'interactive', 'ok', workload, seed::varchar, 'run', 'return', '25', 'tiny']) as attrs,
            [$event_response_first_chunk] as ev_names, [t + 4_900_000_000] as ev_ts,
            []::varchar[] as link_tr, []::varchar[] as link_id
     from units
@@ -85,8 +85,10 @@ spans as (
     -- wake: 503 attempt + retry served, in one client trace; the wake span links the first gate.request
     union all select u, 'c'||h||h, 'c2'||h, '', $span_client_request, 'Internal', t, t + 12_000_000_000,
            map([$attr_request_id, $attr_traffic_class, $attr_outcome, $attr_workload, $attr_seed,
-                $attr_run_id, $attr_arrival_phase, $attr_retry_policy, $attr_gen_ai_request_model],
-               ['w' || h, 'batch', 'ok', workload, seed::varchar, 'run', 'borrow', 'honour-retry-after', 'tiny']),
+                $attr_run_id, $attr_arrival_phase, $attr_arrival_phase_window_s, $attr_retry_policy,
+                $attr_gen_ai_request_model],
+               ['w' || h, 'batch', 'ok', workload, seed::varchar, 'run', 'borrow', '35', 'honour-retry-after',
+                'tiny']),
            [$event_response_first_chunk], [t + 10_812_500_000], [], [] from units
     union all select u, 'c'||h||h, 'p2'||h, 'c2'||h, $span_http_post, 'Client', t, t + 125_000_000,
            map([$attr_http_status_code, $attr_http_retry_after, $attr_retry_after_s],
@@ -190,6 +192,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         _attr(S.ATTR_WORKLOAD).alias("workload"), _attr(S.ATTR_SEED, pl.Int64).alias("seed"),
         _attr(S.ATTR_TRAFFIC_CLASS).alias("traffic_class"), _attr(S.ATTR_OUTCOME).alias("outcome"),
         _attr(S.ATTR_ARRIVAL_PHASE).alias("arrival_phase"), _attr(S.ATTR_RETRY_POLICY).alias("retry_policy"),
+        _attr(S.ATTR_ARRIVAL_PHASE_WINDOW_S, pl.Float64).alias("arrival_phase_window_s"),
     )
     raw_retry_after = _attr(S.ATTR_HTTP_RETRY_AFTER).str.json_path_match("$[0]")
     posts = _base(
@@ -345,16 +348,20 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("outcome") == "ok") & (pl.col("ttft_s") <= slo_ttft_s) & (pl.col("e2e_s") <= slo_e2e_s))
         .fill_null(False).alias("meets_slo"),
     )
+    contention = pl.col("arrival_phase") == S.ARRIVAL_PHASE_RETURN
+    borrow = pl.col("arrival_phase") == S.ARRIVAL_PHASE_BORROW
     runs = scored.group_by("policy", "workload", "seed", "run_id").agg(
-        ((pl.col("end_ns").max() - pl.col("start_ns").min()) / 1e9).alias("window_s"),
-        ((pl.col("traffic_class") == "interactive") & pl.col("meets_slo")).sum().alias("interactive_slo_met"),
-        ((pl.col("traffic_class") == "batch") & (pl.col("arrival_phase") == S.ARRIVAL_PHASE_BORROW)
-         & (pl.col("outcome") == "ok"))
-        .sum().alias("batch_borrow_completed"),
+        pl.col("arrival_phase_window_s").filter(contention).max().alias("contention_window_s"),
+        pl.col("arrival_phase_window_s").filter(borrow).max().alias("borrow_window_s"),
+        ((pl.col("traffic_class") == "interactive") & contention & pl.col("meets_slo")).sum()
+        .alias("interactive_slo_met"),
+        ((pl.col("traffic_class") == "batch") & borrow & (pl.col("outcome") == "ok")).sum()
+        .alias("batch_borrow_completed"),
     )
     summary = runs.group_by("policy", "workload", "seed").agg(
-        (pl.col("interactive_slo_met").sum() / pl.col("window_s").sum()).alias("interactive_slo_goodput_rps"),
-        (pl.col("batch_borrow_completed").sum() / pl.col("window_s").sum()).alias("batch_borrow_goodput_rps"),
+        (pl.col("interactive_slo_met").sum() / pl.col("contention_window_s").sum())
+        .alias("interactive_slo_goodput_rps"),
+        (pl.col("batch_borrow_completed").sum() / pl.col("borrow_window_s").sum()).alias("batch_borrow_goodput_rps"),
     )
     return {"requests": requests, "attempts": attempts, "lending_episodes": lending, "wake_episodes": wake,
             "lifecycle_intervals": lifecycle, "policy_summary": summary}

@@ -102,12 +102,15 @@ class MofluxScenario:
     def gate_settings(self, upstream_url: str, model: str) -> Any:
         from restorelens.gate.settings import GateSettings
 
-        return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy)
+        # The study's pool has no admission queue (maxQueuePerAgent 0): a request over its class's
+        # limit is answered 429 at once, and its client does not retry (max_attempts 1).
+        return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy, wait_timeout_s=0.0)
 
 
 SCENARIOS: dict[str, MofluxScenario] = {
     "moflux-balanced": MofluxScenario("moflux-balanced", "balanced"),
     "moflux-long-context": MofluxScenario("moflux-long-context", "long-context"),
+    "moflux-fixed-burst": MofluxScenario("moflux-fixed-burst", "fixed-burst"),
 }
 
 

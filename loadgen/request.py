@@ -27,6 +27,9 @@ class RunLabels:
     workload: str = ""
     seed: int | None = None
     run_id: str = ""
+    #: The experiment's arm (``fcfs``, ``priority``, ``static``, ``lend``, …): keeps arms that talk
+    #: to the engine directly apart, where no gate labels the request.
+    policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,10 @@ class ClientRequest:
     traffic_class: str = "interactive"
     stream: bool = False
     arrival_phase: str = ""
+    #: The arrival phase's window, ``[start_s, start_s + window_s)`` in protocol seconds from the
+    #: run's start: what a study divides its goodput by (None: the phase has no window).
+    arrival_phase_start_s: float | None = None
+    arrival_phase_window_s: float | None = None
     path: str = DEFAULT_PATH
     labels: RunLabels = field(default_factory=RunLabels)
 

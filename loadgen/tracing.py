@@ -22,6 +22,9 @@ from restorelens.loadgen.retry import RetryDecision
 from restorelens.loadgen.retry_after import RetryAfter
 from restorelens.spans import (
     ATTR_ARRIVAL_PHASE,
+    ATTR_ARRIVAL_PHASE_START_S,
+    ATTR_ARRIVAL_PHASE_WINDOW_S,
+    ATTR_POLICY,
     ATTR_ATTEMPTS,
     ATTR_ERROR_TYPE,
     ATTR_GEN_AI_REQUEST_MODEL,
@@ -72,7 +75,10 @@ def request_attributes(request: ClientRequest, policy_name: str) -> dict[str, An
         ATTR_WORKLOAD: labels.workload,
         ATTR_SEED: labels.seed,
         ATTR_RUN_ID: labels.run_id,
+        ATTR_POLICY: labels.policy,
         ATTR_ARRIVAL_PHASE: request.arrival_phase,
+        ATTR_ARRIVAL_PHASE_START_S: request.arrival_phase_start_s,
+        ATTR_ARRIVAL_PHASE_WINDOW_S: request.arrival_phase_window_s,
     }
     attributes.update({k: v for k, v in optional.items() if v not in (None, "")})
     return attributes

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field, replace
 from restorelens.errors import SettingError
 from restorelens.loadgen.prompts import approx_tokens, filler_prompt
 from restorelens.loadgen.request import ClientRequest, RunLabels
-from restorelens.spans import ARRIVAL_PHASE_BORROW
+from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN
 
 __all__ = [
+    "FIXED_BURST",
     "MOFLUX_PHASES",
     "MOFLUX_PROFILES",
     "Arrival",
@@ -117,6 +118,9 @@ class Workload:
                 return phase.name
         return self.phases[-1].name if self.phases else ""
 
+    def phase_named(self, name: str) -> Phase | None:
+        return next((phase for phase in self.phases if phase.name == name), None)
+
     def count(self, traffic_class: str, phase: str | None = None) -> int:
         return sum(1 for a in self.arrivals if a.traffic_class == traffic_class and (phase is None or a.phase == phase))
 
@@ -133,7 +137,8 @@ class Workload:
         return replace(self, arrivals=arrivals, duration_s=max(0.0, end_s - start_s))
 
     def client_request(self, arrival: Arrival, labels: RunLabels, *, stream: bool = True) -> ClientRequest:
-        """The HTTP request for ``arrival`` (with its filler prompt)."""
+        """The HTTP request for ``arrival`` (with its filler prompt and its phase's window)."""
+        phase = self.phase_named(arrival.phase)
         return ClientRequest(
             arrival.request_id,
             self.model,
@@ -142,6 +147,8 @@ class Workload:
             traffic_class=arrival.traffic_class,
             stream=stream,
             arrival_phase=arrival.phase,
+            arrival_phase_start_s=None if phase is None else phase.start_s,
+            arrival_phase_window_s=None if phase is None else phase.end_s - phase.start_s,
             labels=labels,
         )
 
@@ -167,7 +174,7 @@ def poisson_arrivals(rng: random.Random, phases: tuple[Phase, ...], traffic_clas
 MOFLUX_PHASES = (
     Phase("interactive-alone", 0.0, 25.0, (("interactive", 0.25),)),
     Phase(ARRIVAL_PHASE_BORROW, 25.0, 60.0, (("batch", 0.75),)),
-    Phase("return", 60.0, 85.0, (("interactive", 0.5), ("batch", 0.75))),
+    Phase(ARRIVAL_PHASE_RETURN, 60.0, 85.0, (("interactive", 0.5), ("batch", 0.75))),
     Phase("drain", 85.0, 105.0),
 )
 
@@ -184,10 +191,24 @@ MOFLUX_PROFILES: dict[str, tuple[tuple[tuple[str, RequestShape], ...], float, En
 }
 
 
+#: The fixed-burst protocol (the MoFlux benchmark's backend-availability runs, v3): the Long-context
+#: load with its batch arrivals before 60 s replaced by one "prime" request at 25 s and three
+#: "pressure" requests 100 ms apart at 48 s, and the first interactive arrival of the return window
+#: moved to exactly 60 s with a 2,000-character prompt (~474 tokens, 30 KV blocks of 16).
+FIXED_BURST = "fixed-burst"
+FIXED_BURST_PRIME_S = 25.0
+FIXED_BURST_PRESSURE_S = (48.0, 48.1, 48.2)
+FIXED_BURST_RETURN_S = 60.0
+FIXED_BURST_RETURN_CHARS = 2_000
+
+
 def moflux_workload(profile: str = "balanced", seed: int = 0, *, model: str = MOFLUX_MODEL) -> Workload:
-    """The 105-s MoFlux protocol for ``profile`` (``balanced`` or ``long-context``)."""
+    """The 105-s MoFlux protocol for ``profile`` (``balanced``, ``long-context`` or ``fixed-burst``)."""
+    if profile == FIXED_BURST:
+        return _fixed_burst(moflux_workload("long-context", seed, model=model))
     if profile not in MOFLUX_PROFILES:
-        raise SettingError("workload", f"unknown MoFlux profile {profile!r}; choose one of {', '.join(MOFLUX_PROFILES)}")
+        choices = ", ".join([*MOFLUX_PROFILES, FIXED_BURST])
+        raise SettingError("workload", f"unknown MoFlux profile {profile!r}; choose one of {choices}")
     shapes, batch_rate, engine = MOFLUX_PROFILES[profile]
     phases = tuple(
         Phase(p.name, p.start_s, p.end_s, tuple((c, batch_rate if c == "batch" else r) for c, r in p.rates_per_s))
@@ -204,3 +225,22 @@ def moflux_workload(profile: str = "balanced", seed: int = 0, *, model: str = MO
         for i, (t, c, phase) in enumerate(timed)
     )
     return Workload(profile, seed, 105.0, phases, shapes, arrivals, model, Slo(), engine)
+
+
+def _fixed_burst(long_context: Workload) -> Workload:
+    """``long_context`` made the fixed-burst protocol (``FIXED_BURST``), same seed, same phases."""
+    batch = dict(long_context.shapes)["batch"]
+    kept = [a for a in long_context.arrivals if not (a.traffic_class == "batch" and a.at_s < FIXED_BURST_RETURN_S)]
+    prefix = f"{FIXED_BURST}-s{long_context.seed}"
+    fixed = [Arrival(FIXED_BURST_PRIME_S, f"{prefix}-prime-b", "batch", ARRIVAL_PHASE_BORROW, batch.prompt_chars,
+                     batch.max_tokens)]
+    fixed += [Arrival(at_s, f"{prefix}-pressure{i}-b", "batch", ARRIVAL_PHASE_BORROW, batch.prompt_chars,
+                      batch.max_tokens) for i, at_s in enumerate(FIXED_BURST_PRESSURE_S, 1)]
+    returning = min((a for a in kept if a.traffic_class == "interactive" and a.phase == ARRIVAL_PHASE_RETURN),
+                    key=lambda a: a.at_s, default=None)
+    arrivals = []
+    for arrival in kept:
+        if arrival is returning:
+            arrival = replace(arrival, at_s=FIXED_BURST_RETURN_S, prompt_chars=FIXED_BURST_RETURN_CHARS)
+        arrivals.append(replace(arrival, request_id=arrival.request_id.replace(long_context.name, FIXED_BURST, 1)))
+    return replace(long_context, name=FIXED_BURST, arrivals=tuple(sorted(fixed + arrivals, key=lambda a: a.at_s)))

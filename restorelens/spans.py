@@ -45,7 +45,10 @@ ATTR_SCENARIO = "restore.scenario"
 ATTR_WORKLOAD = "restore.workload"
 ATTR_SEED = "restore.seed"
 ATTR_ARRIVAL_PHASE = "restore.arrival_phase"
+ATTR_ARRIVAL_PHASE_START_S = "restore.arrival_phase_start_s"
+ATTR_ARRIVAL_PHASE_WINDOW_S = "restore.arrival_phase_window_s"
 ATTR_RUN_ID = "restore.run_id"
+ATTR_POLICY = "restore.policy"
 
 ATTR_GATE_POLICY = "gate.policy"
 ATTR_GATE_DECISION = "gate.decision"
@@ -140,6 +143,8 @@ WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
 #: restore.arrival_phase values the analysis treats specially: batch arrivals while interactive is
 #: idle (borrow-phase goodput), and the requests of wake scenarios (not a MoFlux arm).
 ARRIVAL_PHASE_BORROW = "borrow"
+#: Interactive demand back while batch holds the engine: the study's contention window.
+ARRIVAL_PHASE_RETURN = "return"
 ARRIVAL_PHASE_WAKE = "wake"
 
 #: Attribute key -> the only values it may take (docs/spans.md lists them too).
@@ -167,7 +172,10 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_WORKLOAD: STRING,
     ATTR_SEED: INT,
     ATTR_ARRIVAL_PHASE: STRING,
+    ATTR_ARRIVAL_PHASE_START_S: DOUBLE,
+    ATTR_ARRIVAL_PHASE_WINDOW_S: DOUBLE,
     ATTR_RUN_ID: STRING,
+    ATTR_POLICY: STRING,
     ATTR_GATE_POLICY: STRING,
     ATTR_GATE_DECISION: STRING,
     ATTR_GATE_SLOT: STRING,

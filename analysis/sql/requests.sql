@@ -1,6 +1,8 @@
 -- Requests: one row per logical request (one `client.request` trace), joining the client's view
 -- (TTFT and e2e as the user saw them, over all attempts) with the last attempt's gate decision
--- and the engine span that finally served it. Outcome `rejected` and `gave_up` are kept.
+-- and the engine span that finally served it. Outcome `rejected` and `gave_up` are kept. The
+-- policy is the client's arm label when it has one (arms without a gate have no other), else
+-- the gate's.
 with
 
 clients as (
@@ -49,8 +51,10 @@ final as (
         clients.model,
         clients.retry_policy,
         clients.arrival_phase,
+        clients.arrival_phase_start_s,
+        clients.arrival_phase_window_s,
         clients.outcome,
-        coalesce(last_attempt.policy, per_request.any_policy) as policy,
+        coalesce(clients.client_policy, last_attempt.policy, per_request.any_policy) as policy,
         make_timestamp_ns(clients.start_ns) as start,
         make_timestamp_ns(clients.end_ns) as "end",
         -- all durations: nanosecond differences / 1e9 -> seconds

@@ -37,6 +37,10 @@ final as (
         "SpanAttributes"['gen_ai.request.model'] as model,
         "SpanAttributes"['restore.retry_policy'] as retry_policy,
         "SpanAttributes"['restore.arrival_phase'] as arrival_phase,
+        -- protocol seconds from the run's start (the client's labels, not span times)
+        try_cast("SpanAttributes"['restore.arrival_phase_start_s'] as double) as arrival_phase_start_s,
+        try_cast("SpanAttributes"['restore.arrival_phase_window_s'] as double) as arrival_phase_window_s,
+        "SpanAttributes"['restore.policy'] as client_policy,
         "SpanAttributes"['restore.outcome'] as outcome,
         try_cast("SpanAttributes"['restore.attempts'] as bigint) as attempts_reported
 

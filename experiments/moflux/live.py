@@ -51,7 +51,7 @@ def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_i
     from restorelens.sim.app import create_app
 
     workload = scenario.workload(seed)
-    labels = RunLabels(scenario.name, workload.name, seed, run_id)
+    labels = RunLabels(scenario.name, workload.name, seed, run_id, policy=scenario.arm)
     # closed after the servers stopped: the gate emits its lending periods on shutdown
     with ProtocolTimeline(providers, time_scale) as timeline:
         engine_app = create_app(scenario.engine_config(seed), model_name=workload.model,

@@ -65,7 +65,7 @@ class VirtualMofluxRun(VirtualWire):
         # One engine behind the gate: every request routes to it, as through a one-URL upstream table.
         self._route = Routed(VIRTUAL_UPSTREAM_URL)
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts, seed=self.seed)
-        self.labels = RunLabels(self.scenario.name, self.workload.name, self.seed, self.run_id)
+        self.labels = RunLabels(self.scenario.name, self.workload.name, self.seed, self.run_id, policy=self.scenario.arm)
         self._tracers(self.providers)
         self._waiting: dict[str, Flight] = {}
         self.loop = EventLoop(

@@ -103,6 +103,9 @@ class Traces:
             sc.ATTR_RUN_ID: attributes.pop("run_id", "run-1"),
             sc.ATTR_SCENARIO: attributes.pop("scenario", "test"),
             sc.ATTR_ARRIVAL_PHASE: attributes.pop("arrival_phase", None),
+            sc.ATTR_ARRIVAL_PHASE_START_S: attributes.pop("arrival_phase_start_s", None),
+            sc.ATTR_ARRIVAL_PHASE_WINDOW_S: attributes.pop("arrival_phase_window_s", None),
+            sc.ATTR_POLICY: attributes.pop("policy", None),
             sc.ATTR_ATTEMPTS: attributes.pop("attempts", None),
         }
         assert not attributes, f"unknown client attributes {attributes}"

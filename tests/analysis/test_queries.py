@@ -35,7 +35,7 @@ def test_file_style(name: str) -> None:
 
 
 def test_parameters_are_named() -> None:
-    policy_summary = ("slo_ttft_s", "slo_e2e_s", "borrow_phase", "excluded_phases")
+    policy_summary = ("contention_phase", "slo_ttft_s", "slo_e2e_s", "borrow_phase", "excluded_phases")
     assert load_query("policy_summary").parameters == policy_summary
     assert load_query("trace_spans").parameters == ("trace_id",)
     assert all(not load_query(name).parameters for name in VIEW_LAYERS)

@@ -34,13 +34,12 @@ def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path
         paired = analysis.paired_differences()
     assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
     assert set(lending["policy"].to_list()) == {"lend"}
-    # both arms of both workloads, paired; figures in protocol seconds although the run took 25x
-    # less (the last arrival is over 60 s into the protocol; real delays, which depend on the
-    # machine's load, only lengthen a window, so no upper bound is asserted)
+    # both arms of both workloads, paired; goodputs over the protocol's windows in protocol
+    # seconds, as the client labelled them, although the run took 25x less
     moflux = summary.filter(summary["workload"].is_in(["balanced", "long-context"]))
     assert sorted(moflux.select("workload", "policy").rows()) == [
         ("balanced", "lend"), ("balanced", "static"), ("long-context", "lend"), ("long-context", "static")]
-    assert all(w > 60 for w in moflux["window_s"].to_list())
+    assert set(moflux["contention_window_s"].to_list()) == {25.0}
     assert {("balanced", "lend", "static"), ("long-context", "lend", "static")} <= set(
         paired.select("workload", "policy", "baseline").rows())
     assert sorted(wakes["wake_path"].to_list()) == sorted(WAKE_PATHS)

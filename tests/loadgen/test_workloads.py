@@ -87,6 +87,34 @@ def test_client_requests_carry_filler_of_the_right_length() -> None:
     assert request.arrival_phase == arrival.phase and request.labels.workload == "long-context" and request.stream
 
 
+def test_client_requests_carry_their_phase_window() -> None:
+    w = moflux_workload("balanced", 2)
+    requests = [request for _, request in w.requests(RunLabels(policy="lend"))]
+    windows = {(r.arrival_phase, r.arrival_phase_start_s, r.arrival_phase_window_s) for r in requests}
+    assert windows == {("interactive-alone", 0.0, 25.0), (ARRIVAL_PHASE_BORROW, 25.0, 35.0), ("return", 60.0, 25.0)}
+    assert {r.labels.policy for r in requests} == {"lend"}
+
+
+@pytest.mark.parametrize("seed", range(1, 6))
+def test_the_fixed_burst_protocol_replaces_the_borrow_phase_with_a_prime_and_three_pressure_requests(seed: int) -> None:
+    burst, long_context = moflux_workload("fixed-burst", seed), moflux_workload("long-context", seed)
+    batch_before_return = [(a.at_s, a.prompt_chars, a.max_tokens, a.phase) for a in burst.arrivals
+                           if a.traffic_class == "batch" and a.at_s < 60]
+    assert batch_before_return == [(25.0, 7_100, 64, ARRIVAL_PHASE_BORROW)] + [
+        (at_s, 7_100, 64, ARRIVAL_PHASE_BORROW) for at_s in (48.0, 48.1, 48.2)]
+    # the first interactive arrival of the return window comes at exactly 60 s, 2,000 characters
+    returning = [a for a in burst.arrivals if a.traffic_class == "interactive" and a.phase == "return"]
+    assert (returning[0].at_s, returning[0].prompt_chars, returning[0].max_tokens) == (60.0, 2_000, 16)
+    # everything else is the Long-context load of the same seed
+    def rest(w, first_return_id):
+        return [(a.at_s, a.traffic_class, a.phase, a.prompt_chars) for a in w.arrivals
+                if not (a.traffic_class == "batch" and a.at_s < 60) and not a.request_id.endswith(first_return_id)]
+    first_id = returning[0].request_id.split("-s", 1)[1]
+    assert rest(burst, first_id) == rest(long_context, first_id)
+    assert burst.name == "fixed-burst" and burst.engine == long_context.engine
+    assert len({a.request_id for a in burst.arrivals}) == len(burst.arrivals)
+
+
 def test_filler_prompt_exact_lengths() -> None:
     for chars in (0, 1, 17, 400, 800, 7_100):
         assert len(filler_prompt(chars, 1, "x")) == chars
