@@ -22,6 +22,7 @@ SCHEDULING_POLICIES = ("fcfs", "priority")
 #: Fields holding a duration in seconds; ``scaled()`` divides them.
 _DURATION_FIELDS = (
     "step_overhead_s",
+    "prefill_overhead_s",
     "prefill_s_per_token",
     "decode_s_per_seq",
     "decode_s_per_kv_token",
@@ -39,6 +40,7 @@ class EngineConfig:
     Step time (one scheduler iteration, vLLM V1 style: decodes and prefill chunks share a step)::
 
         step_overhead_s
+        + prefill_overhead_s    (when the step prefills at all)
         + prefill_s_per_token   * prefill tokens in the step
         + decode_s_per_seq      * sequences decoding one token in the step
         + decode_s_per_kv_token * context tokens those decoding sequences attend to
@@ -55,6 +57,8 @@ class EngineConfig:
     scheduling_policy: str = "fcfs"
 
     step_overhead_s: float = 0.004
+    #: Fixed cost of a step that prefills (a backend whose prefill has its own set-up, e.g. Metal).
+    prefill_overhead_s: float = 0.0
     prefill_s_per_token: float = 2e-5
     decode_s_per_seq: float = 5e-4
     decode_s_per_kv_token: float = 0.0
@@ -73,8 +77,10 @@ class EngineConfig:
     #: Process start to ready (/health 200): imports, weight load, compilation, graph capture.
     cold_start_s: float = 60.0
 
-    #: Prompt tokens are estimated from characters (no tokenizer is loaded).
+    #: Prompt tokens are estimated from characters (no tokenizer is loaded): ``prompt_fixed_tokens``
+    #: (the chat template's own tokens around a prompt) + characters / ``chars_per_token``.
     chars_per_token: float = 4.4
+    prompt_fixed_tokens: int = 0
     #: Template tokens added per chat message (role markers), as a chat template would.
     chat_tokens_per_message: int = 4
     #: Tokens a chat request without max_tokens generates before "EOS" (finish_reason "stop").
@@ -91,7 +97,7 @@ class EngineConfig:
                 raise SettingError(name, f"must be an integer, got {getattr(self, name)!r}")
         for name in ("host_to_device_bytes_per_s", "chars_per_token", "default_chat_output_tokens"):
             positive(name)
-        for name in (*_DURATION_FIELDS, "weight_bytes", "chat_tokens_per_message"):
+        for name in (*_DURATION_FIELDS, "weight_bytes", "chat_tokens_per_message", "prompt_fixed_tokens"):
             if getattr(self, name) < 0:
                 raise SettingError(name, f"must be >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.step_jitter_frac < 1:
@@ -121,6 +127,7 @@ class EngineConfig:
         """Duration of one step of the latency model (before jitter)."""
         return (
             self.step_overhead_s
+            + (self.prefill_overhead_s if prefill_tokens else 0.0)
             + self.prefill_s_per_token * prefill_tokens
             + self.decode_s_per_seq * decode_seqs
             + self.decode_s_per_kv_token * decode_context_tokens
@@ -137,7 +144,7 @@ class EngineConfig:
 
     def estimate_prompt_tokens(self, num_chars: int) -> int:
         """Prompt tokens for ``num_chars`` characters of text (at least one)."""
-        return max(1, math.ceil(num_chars / self.chars_per_token))
+        return max(1, self.prompt_fixed_tokens + math.ceil(num_chars / self.chars_per_token))
 
     def scaled(self, time_scale: float) -> EngineConfig:
         """The same engine with every modelled duration divided by ``time_scale`` (demos)."""
@@ -162,12 +169,18 @@ PRESETS: dict[str, EngineConfig] = {
     # A tiny random-weight Qwen2 model under vLLM's CPU backend on 2 cores (the live suite's engine, tests/live):
     # --max-num-seqs 4 --max-model-len 1024, ~60 s from process start to /health.
     "tiny-cpu": EngineConfig(),
-    # The MoFlux long-context setting (the MoFlux benchmark's own figures): Qwen2.5-1.5B-Instruct under
-    # vllm-metal on an Apple M1, --max-num-seqs 4 --block-size 16 --num-gpu-blocks-override 320,
-    # max-model-len 4096. ~1,600-token batch prompts take ~2 s to prefill and single-stream decode
-    # runs at ~30 tokens/s, which with 3 long requests resident puts a newcomer's TTFT in the
-    # 1.2-3.3 s range the M1 pilot measured. Sleep numbers are what unified memory would allow;
-    # vllm-metal itself has no sleep mode.
+    # The MoFlux long-context setting: Qwen2.5-1.5B-Instruct under vllm-metal 0.29 on an Apple M1,
+    # --max-num-seqs 4 --block-size 16 --num-gpu-blocks-override 320, max-model-len 4096. Each
+    # constant from the benchmark's published facts (mofluxhq/moflux-bench, its fork
+    # janbalangue/moflux-bench: demo/BACKEND-AVAILABILITY.md, demo/vllm-contention-lib.mjs):
+    # - prompt tokens: 400 characters are 118 tokens and 7,100 are 1,607; the line through both
+    #   gives 29 template tokens + 1 per 4.4997 characters (and 474 for 2,000, as the benchmark's
+    #   token totals show);
+    # - a 1,607-token prefill is one ~2.9 s step, and an interactive request alone (118 tokens)
+    #   sees its first token after ~0.35 s: 25 ms + 125 ms per prefilling step + 1.69 ms/token;
+    # - a decode step of three long requests takes ~120 ms: 25 ms + 29 ms per decoding sequence +
+    #   1.5 us per context token attended to (3 x ~1,700).
+    # Sleep numbers are what unified memory would allow; vllm-metal itself has no sleep mode.
     "qwen2.5-1.5b-m1": EngineConfig(
         max_num_seqs=4,
         num_blocks=320,
@@ -175,8 +188,9 @@ PRESETS: dict[str, EngineConfig] = {
         max_model_len=4096,
         max_num_batched_tokens=2048,
         step_overhead_s=0.025,
-        prefill_s_per_token=0.0012,
-        decode_s_per_seq=0.006,
+        prefill_overhead_s=0.125,
+        prefill_s_per_token=0.00169,
+        decode_s_per_seq=0.029,
         decode_s_per_kv_token=1.5e-6,
         weight_bytes=3_087_000_000,
         host_to_device_bytes_per_s=8e9,
@@ -184,7 +198,8 @@ PRESETS: dict[str, EngineConfig] = {
         level2_reload_s=3.0,
         kv_cache_realloc_s=0.05,
         cold_start_s=20.0,
-        chars_per_token=7100 / 1607,
+        chars_per_token=(7_100 - 400) / (1_607 - 118),
+        prompt_fixed_tokens=29,
     ),
     # Llama-3-8B (bf16, 16 GB) on one NVIDIA H20 (96 GB HBM3 at 4 TB/s, PCIe Gen5): memory-bound
     # decode ~8 ms per step, prefill ~6,000 tokens/s, KV for ~530k tokens (128 KiB per token) at
