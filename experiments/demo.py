@@ -37,7 +37,7 @@ __all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "
 DEFAULT_TIME_SCALE = 10.0
 #: Protocol seconds of each scenario (any arm), for the progress bar (MoFlux: 105 s; wakes: setup + wake).
 PROTOCOL_S = {
-    "moflux-balanced": 105.0, "moflux-long-context": 105.0, "modelclaim-in-place": 90.0,
+    "moflux-balanced": 105.0, "moflux-long-context": 105.0, "moflux-fixed-burst": 105.0, "modelclaim-in-place": 90.0,
     "modelclaim-make-room": 215.0, "modelclaim-move": 140.0, "modelclaim-cold-start": 55.0,
 }
 

@@ -17,13 +17,16 @@ from restorelens.errors import RestorelensError
 
 __all__ = ["SAMPLE_SCENARIOS", "record_samples", "sample_file_name", "sample_run_name"]
 
-#: (scenario, arm) pairs the demo plays and the sample traces hold. Each MoFlux workload runs
-#: under the lending arm and its baseline, static floors without lending (MoFlux's comparison).
+#: (scenario, arm) pairs the demo plays and the sample traces hold. Each Poisson MoFlux workload
+#: runs under the lending arm and its baseline, static floors without lending (MoFlux's
+#: comparison); the fixed-burst protocol's lending arm shows a grant back at once and an engine
+#: that serves the request seconds later.
 SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
     ("moflux-balanced", "lend"),
     ("moflux-balanced", "static"),
     ("moflux-long-context", "lend"),
     ("moflux-long-context", "static"),
+    ("moflux-fixed-burst", "lend"),
     ("modelclaim-in-place", None),
     ("modelclaim-make-room", None),
     ("modelclaim-move", None),

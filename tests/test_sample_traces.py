@@ -69,14 +69,22 @@ def test_wake_episodes_decompose_as_the_scenario_defines(analysis: Any, name: st
     assert wake["served"] and not wake["censored"] and not wake["clock_skew"]
 
 
-def test_lending_episodes_appear_for_both_workloads(analysis: Any) -> None:
+def test_lending_episodes_appear_for_every_workload(analysis: Any) -> None:
     lending = analysis.lending_episodes()
-    assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
+    assert set(lending["workload"].to_list()) == {"balanced", "long-context", "fixed-burst"}
     assert not any(lending["censored"].to_list())
     assert set(lending["policy"].to_list()) == {"lend"}
     # borrowed work drains after the grant is back: slower with long-context batch work (the MoFlux finding)
     by_workload = {w: lending.filter(lending["workload"] == w)["drain_s"].max() for w in ("balanced", "long-context")}
     assert by_workload["long-context"] > by_workload["balanced"] > 0
+
+
+def test_the_fixed_burst_sample_shows_a_grant_back_at_once_and_the_engine_seconds_later(analysis: Any) -> None:
+    lending = analysis.lending_episodes()
+    burst = lending.filter(lending["workload"] == "fixed-burst")
+    returning = burst.sort("t0").row(0, named=True)  # the first return, at exactly 60 s
+    assert returning["grant_restore_s"] == 0 and returning["borrowed_at_return"] == 2
+    assert 3.0 <= returning["engine_schedule_s"] <= 5.0
 
 
 def test_each_workload_pairs_the_lending_arm_with_its_static_baseline(analysis: Any) -> None:

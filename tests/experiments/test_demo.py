@@ -22,7 +22,7 @@ def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path
     result = CliRunner().invoke(cli, ["demo", "--no-dashboard", "--time-scale", TIME_SCALE, "--db", str(db)])
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "8 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
+    assert "9 scenarios played" in out and "Lending episodes" in out and "Wake episodes" in out
     assert "Paired differences" in out and "no data" not in out
     for path in WAKE_PATHS:
         assert path in out
@@ -32,7 +32,7 @@ def test_demo_records_lending_and_every_wake_path_and_prints_the_report(tmp_path
         requests = analysis.requests()
         summary = analysis.policy_summary()
         paired = analysis.paired_differences()
-    assert set(lending["workload"].to_list()) == {"balanced", "long-context"}
+    assert set(lending["workload"].to_list()) == {"balanced", "long-context", "fixed-burst"}
     assert set(lending["policy"].to_list()) == {"lend"}
     # both arms of both workloads, paired; goodputs over the protocol's windows in protocol
     # seconds, as the client labelled them, although the run took 25x less
