@@ -1,7 +1,8 @@
-"""``restorelens demo`` and ``restorelens run``: experiments from the command line.
+"""``restorelens demo``, ``run`` and ``experiment``: experiments from the command line.
 
 ``demo`` plays every scenario on loopback, then shows the report and the dashboard; ``run`` plays
-one scenario, live or in virtual time, and records its spans. Kept light: heavy imports (the OTel
+one scenario, live or in virtual time, and records its spans; ``experiment`` plays a study's whole
+matrix (scenarios × arms × seeds) and scores it as the study does. Kept light: heavy imports (the OTel
 SDK, the cores, the servers) happen inside the commands.
 """
 
@@ -12,7 +13,7 @@ import click
 from restorelens.errors import SettingError
 from restorelens.loadgen.cli import traces_endpoint
 
-__all__ = ["COMMANDS", "demo", "run"]
+__all__ = ["COMMANDS", "demo", "experiment", "run"]
 
 
 @click.command()
@@ -95,4 +96,65 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     telemetry.raise_if_spans_dropped()
 
 
-COMMANDS = [demo, run]
+@click.command()
+@click.argument("scenarios", nargs=-1, required=True, metavar="SCENARIO...")
+@click.option("--arms", default="fcfs,priority,static,lend", show_default=True,
+              help="Comma-separated arms: fcfs, priority, static, lend.")
+@click.option("--seeds", default="1-5", show_default=True, help="Seeds: a range (1-5), a list (1,3,7) or both.")
+@click.option("--live", is_flag=True, help="Play on loopback servers instead of in virtual time (one run at a time).")
+@click.option("--time-scale", type=click.FloatRange(min=1, max=100), default=10.0, show_default=True,
+              help="With --live: speed-up over real time; every figure stays in protocol seconds.")
+@click.option("--workers", type=click.IntRange(min=1, max=64), default=None,
+              help="Virtual runs at once (default: one per core).")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Folder for runs/*.jsonl, spans.duckdb, summary.json and summary.md (a store there must not exist).")
+def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, time_scale: float,
+               workers: int | None, out_dir: str) -> None:
+    """Play every SCENARIO x arm x seed and print the MoFlux study's table.
+
+    Virtual time by default, the runs in parallel across cores. Every run's spans are written to
+    OUT/runs/, loaded into OUT/spans.duckdb and scored with the study's definitions: interactive
+    SLO goodput of the contention window, batch borrow goodput, TTFT p95, the lending episode's
+    times, and the gates H1 (priority - fcfs >= 0), H2 (lend - priority >= -0.04) and H3
+    (lend - static batch borrow >= 0.02) over nearest-rank medians. The table goes to stdout and
+    to OUT/summary.md; OUT/summary.json holds the same figures.
+    """
+    import json
+    import sys
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from restorelens.analysis import Analysis
+    from restorelens.collector import load_paths
+    from restorelens.experiments.matrix import Matrix, parse_arms, parse_seeds, play
+    from restorelens.experiments.scenarios import SCENARIOS
+    from restorelens.experiments.study import score
+
+    matrix = Matrix(tuple(dict.fromkeys(scenarios)), parse_arms(arms), parse_seeds(seeds))
+    out = Path(out_dir)
+    db = out / "spans.duckdb"
+    if db.exists():
+        raise SettingError("--out", f"{db} exists: give a new folder, so runs of two experiments do not mix")
+    console = Console(stderr=True)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=True, disable=not sys.stderr.isatty())
+    with progress:
+        task = progress.add_task("runs", total=len(matrix))
+        files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers,
+                     on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
+    loaded = load_paths(files, db)
+    if loaded.errors:
+        raise SettingError("--out", f"spans of the runs could not be loaded: {loaded.errors[0]}")
+    scenario_of = {SCENARIOS[name].profile: name for name in matrix.scenarios}
+    with Analysis.open(db) as analysis:
+        table = score(analysis, scenario_of, matrix.arms)
+    (out / "summary.json").write_text(json.dumps(table.to_json(), indent=2) + "\n")
+    markdown = table.to_markdown()
+    (out / "summary.md").write_text(markdown)
+    click.echo(markdown, nl=False)
+    click.echo(f"{len(matrix)} runs, {loaded.loaded} spans: {db}, {out / 'summary.json'}, {out / 'summary.md'}", err=True)
+
+
+COMMANDS = [demo, run, experiment]

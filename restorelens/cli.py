@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     ("gate", "restorelens.gate.cli"),
     ("probe", "restorelens.loadgen.cli"),
     ("run", "restorelens.experiments.cli"),
+    ("experiment", "restorelens.experiments.cli"),
     ("collect", "restorelens.collector.cli"),
     ("load", "restorelens.collector.cli"),
     ("export", "restorelens.collector.cli"),

@@ -1,0 +1,128 @@
+"""``restorelens experiment``: every scenario × arm × seed of a study, in one process.
+
+A matrix is data (``Matrix``); ``play`` runs each cell once, its spans into one OTLP/JSON-lines
+file per run under ``DIR/runs/``. Virtual runs go to a pool of worker processes, one per core,
+because a run is pure CPU and the cores are otherwise idle; live runs play one after another on
+loopback servers (they share the machine's ports and time). The files are then loaded into
+``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from restorelens.errors import SettingError
+from restorelens.experiments.scenarios import ARMS, SCENARIOS
+
+__all__ = ["DEFAULT_ARMS", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix", "parse_arms", "parse_seeds", "play"]
+
+#: The study's four arms, in the order its table lists them.
+DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
+DEFAULT_SEEDS = "1-5"
+#: A seed range past this is a typo, not a study (each seed is one run per scenario and arm).
+MAX_SEEDS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    scenario: str
+    arm: str
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.scenario}-{self.arm}-s{self.seed}"
+
+
+@dataclass(frozen=True, slots=True)
+class Matrix:
+    scenarios: tuple[str, ...]
+    arms: tuple[str, ...] = DEFAULT_ARMS
+    seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
+
+    def __post_init__(self) -> None:
+        if not self.scenarios:
+            raise SettingError("SCENARIO", "name at least one scenario")
+        for name in self.scenarios:
+            if name not in SCENARIOS:
+                raise SettingError("SCENARIO", f"{name!r} is no MoFlux scenario; choose from {', '.join(SCENARIOS)}")
+
+    def cells(self) -> Iterator[Cell]:
+        for scenario in self.scenarios:
+            for arm in self.arms:
+                for seed in self.seeds:
+                    yield Cell(scenario, arm, seed)
+
+    def __len__(self) -> int:
+        return len(self.scenarios) * len(self.arms) * len(self.seeds)
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"1-5"``, ``"1,3,7"`` or ``"1-3,9"`` -> the seeds in order, each once."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        try:
+            first, last = (int(low), int(high)) if dash else (int(part), int(part))
+        except ValueError:
+            raise SettingError("--seeds", f"{part!r} is not a seed or a range like 1-5") from None
+        if first < 0 or last < first:
+            raise SettingError("--seeds", f"{part!r}: a range goes from a seed >= 0 up to a larger one")
+        if last - first + 1 + len(seeds) > MAX_SEEDS:
+            raise SettingError("--seeds", f"{text!r} asks for more than {MAX_SEEDS} seeds")
+        seeds.extend(s for s in range(first, last + 1) if s not in seeds)
+    return tuple(seeds)
+
+
+def parse_arms(text: str) -> tuple[str, ...]:
+    arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
+    unknown = [a for a in arms if a not in ARMS]
+    if not arms or unknown:
+        raise SettingError("--arms", f"unknown arm {', '.join(unknown) or '(none)'}; choose from {', '.join(ARMS)}")
+    return arms
+
+
+def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: float = 1.0,
+         workers: int | None = None, on_done: Callable[[Cell], None] = lambda cell: None) -> list[Path]:
+    """Run every cell; returns the span files, one per run, in the matrix's order."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    cells = list(matrix.cells())
+    paths = [runs_dir / f"{cell.run_id}.jsonl" for cell in cells]
+    if live:
+        for cell, path in zip(cells, paths, strict=True):
+            _run(cell, path, live=True, time_scale=time_scale)
+            on_done(cell)
+        return paths
+    workers = workers or os.cpu_count() or 1
+    if workers == 1 or len(cells) == 1:
+        for cell, path in zip(cells, paths, strict=True):
+            _run(cell, path)
+            on_done(cell)
+        return paths
+    # spawn, not fork: the parent may hold DuckDB, polars or exporter threads a fork would copy mid-use
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context) as pool:
+        futures = {pool.submit(_run, cell, path): cell for cell, path in zip(cells, paths, strict=True)}
+        for future in concurrent.futures.as_completed(futures):
+            future.result()  # a run's error is the experiment's: raised here, with its own message
+            on_done(futures[future])
+    return paths
+
+
+def _run(cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
+    from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
+    from restorelens.experiments.scenarios import get_scenario
+
+    scenario = get_scenario(cell.scenario, cell.arm)
+    with RunTelemetry("file", path=str(path)) as telemetry:
+        if live:
+            run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
+        else:
+            run_virtual(scenario, cell.seed, telemetry.providers, cell.run_id)
+    telemetry.raise_if_spans_dropped()

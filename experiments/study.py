@@ -1,0 +1,131 @@
+"""The MoFlux study's table, scored from a span store: per run, then the study's gates over seeds.
+
+Per scenario × arm × seed: interactive SLO goodput of the contention window, batch borrow goodput
+(both from ``policy_summary``: the study's own definitions), the interactive TTFT p95 of the
+contention window, and the first lending episode's grant, drain and engine-schedule times. Then
+the study's three preregistered gates, each a paired difference per seed and its median over
+seeds: H1 priority − fcfs ≥ 0, H2 lend − priority ≥ −0.04 (interactive SLO goodput), H3
+lend − static ≥ 0.02 (batch borrow goodput). Medians and p95s are nearest-rank (the value at rank
+⌈q·n⌉), as the study reports them, so with 5 seeds the median is the 3rd value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from restorelens.analysis.views import nearest_rank
+from restorelens.spans import ARRIVAL_PHASE_RETURN
+
+__all__ = ["GATES", "Gate", "StudyTable", "score"]
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    name: str
+    policy: str
+    baseline: str
+    metric: str
+    threshold_rps: float
+
+    @property
+    def label(self) -> str:
+        what = "interactive SLO goodput" if self.metric == "interactive_slo_goodput_rps" else "batch borrow goodput"
+        return f"{self.policy} − {self.baseline} {what} ≥ {self.threshold_rps:g} req/s"
+
+
+GATES = (
+    Gate("H1", "priority", "fcfs", "interactive_slo_goodput_rps", 0.0),
+    Gate("H2", "lend", "priority", "interactive_slo_goodput_rps", -0.04),
+    Gate("H3", "lend", "static", "batch_borrow_goodput_rps", 0.02),
+)
+RUN_COLUMNS = (
+    "scenario", "arm", "seed", "interactive_slo_goodput_rps", "batch_borrow_goodput_rps", "interactive_ttft_p95_s",
+    "grant_restore_s", "drain_s", "engine_schedule_s",
+)  # fmt: skip
+
+
+@dataclass
+class StudyTable:
+    runs: list[dict[str, Any]]
+    gates: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": self.runs, "gates": self.gates}
+
+    def to_markdown(self) -> str:
+        lines = ["| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
+        lines += ["| " + " | ".join(_cell(run[c]) for c in RUN_COLUMNS) + " |" for run in self.runs]
+        lines += ["", "| scenario | gate | per seed | median | holds |", "|---|---|---|---|---|"]
+        for gate in self.gates:
+            per_seed = ", ".join(f"{seed}: {_cell(v)}" for seed, v in gate["per_seed"].items())
+            verdict = "n/a" if gate["holds"] is None else ("yes" if gate["holds"] else "**no**")
+            lines.append(f"| {gate['scenario']} | {gate['gate']}: {gate['label']} | {per_seed} | "
+                         f"{_cell(gate['median'])} | {verdict} |")
+        return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def score(analysis: Any, scenario_of: dict[str, str], arms: Sequence[str] = ("fcfs", "priority", "static", "lend")) -> StudyTable:
+    """The table of the store ``analysis`` reads; ``scenario_of`` maps a workload to its scenario,
+    and ``arms`` orders the rows (other arms follow, by name)."""
+    rank = {arm: i for i, arm in enumerate(arms)}
+    summary = analysis.policy_summary()
+    requests = analysis.requests()
+    lending = analysis.lending_episodes()
+    ttfts: dict[tuple[str, str, int], list[float]] = {}
+    for row in requests.iter_rows(named=True):
+        if (row["traffic_class"], row["arrival_phase"], row["outcome"]) == ("interactive", ARRIVAL_PHASE_RETURN, "ok"):
+            ttfts.setdefault((row["policy"], row["workload"], row["seed"]), []).append(row["ttft_s"])
+    first_episode: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for row in sorted(lending.iter_rows(named=True), key=lambda r: r["t0"]):
+        first_episode.setdefault((row["policy"], row["workload"], row["seed"]), row)
+    runs = []
+    order = list(scenario_of)
+    for row in sorted(summary.iter_rows(named=True), key=lambda r: (
+            order.index(r["workload"]) if r["workload"] in order else len(order),
+            rank.get(r["policy"], len(rank)), r["policy"], r["seed"] or 0)):
+        if row["workload"] not in scenario_of:
+            continue
+        key = (row["policy"], row["workload"], row["seed"])
+        episode = first_episode.get(key, {})
+        runs.append({
+            "scenario": scenario_of[row["workload"]],
+            "arm": row["policy"],
+            "seed": row["seed"],
+            "interactive_slo_goodput_rps": row["interactive_slo_goodput_rps"],
+            "batch_borrow_goodput_rps": row["batch_borrow_goodput_rps"],
+            "interactive_ttft_p95_s": nearest_rank(ttfts.get(key, []), 0.95),
+            "grant_restore_s": episode.get("grant_restore_s"),
+            "drain_s": episode.get("drain_s"),
+            "engine_schedule_s": episode.get("engine_schedule_s"),
+        })
+    return StudyTable(runs, _gates(runs))
+
+
+def _gates(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by_key = {(r["scenario"], r["arm"], r["seed"]): r for r in runs}
+    gates = []
+    for scenario in dict.fromkeys(r["scenario"] for r in runs):
+        for gate in GATES:
+            per_seed = {}
+            for (name, arm, seed), run in sorted(by_key.items(), key=lambda item: item[0][2]):
+                baseline = by_key.get((scenario, gate.baseline, seed))
+                if name != scenario or arm != gate.policy or baseline is None:
+                    continue
+                if run[gate.metric] is not None and baseline[gate.metric] is not None:
+                    per_seed[seed] = run[gate.metric] - baseline[gate.metric]
+            median = nearest_rank(list(per_seed.values()), 0.5)
+            # a float tolerance: 0.28 - 0.32 must read as the -0.04 it is, not -0.0400000001
+            holds = None if median is None else median >= gate.threshold_rps - 1e-9
+            gates.append({"scenario": scenario, "gate": gate.name, "label": gate.label, "per_seed": per_seed,
+                          "median": median, "threshold_rps": gate.threshold_rps, "holds": holds})
+    return gates
