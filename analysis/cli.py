@@ -23,6 +23,10 @@ def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
 
 _SLO_TTFT = click.option("--slo-ttft-s", default=5.0, show_default=True, callback=_seconds,
                          help="Interactive SLO: TTFT limit.")
+_PERCENTILE = click.option("--percentile", type=click.Choice(["linear", "nearest-rank"]), default="linear",
+                           show_default=True,
+                           help="How percentiles and medians are read: linear interpolation, or the value at "
+                                "rank ceil(q*n) (as studies report a median of 5 seeds: the 3rd).")
 _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback=_seconds,
                         help="Interactive SLO: e2e limit.")
 
@@ -37,7 +41,9 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
               help="Only these sections (repeatable). Default: all.")
 @_SLO_TTFT
 @_SLO_E2E
-def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float) -> None:
+@_PERCENTILE
+def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float,
+           percentile: str) -> None:
     """Decompose every restoration in a span store and print the statistics.
 
     Lending episodes (grant restored, borrowed work drained, engine scheduled, first token), wake
@@ -48,7 +54,7 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
     from restorelens.analysis.views import Analysis, Slo
 
     with Analysis.open(db_path, slo=Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s), materialize=True) as analysis:
-        built = build_report(analysis)
+        built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
     click.echo(render(built, fmt), nl=False)
@@ -63,7 +69,8 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
 @click.option("--allow-empty", is_flag=True,
               help="Let a limit with nothing to check hold (no values of its metric, e.g. an empty store or "
                    "no such episodes). Without it, such a limit fails the check.")
-def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool) -> None:
+@_PERCENTILE
+def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: str) -> None:
     """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI).
 
     A limit must rest on at least one value: one whose metric has no values (an empty store, a
@@ -74,7 +81,7 @@ def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool) -> None:
 
     limits = [parse_limit(text, "--max") for text in maxima]
     with Analysis.open(db_path, materialize=True) as analysis:
-        evaluations = evaluate(analysis, limits)
+        evaluations = evaluate(analysis, limits, percentile=percentile)
     unchecked = [e for e in evaluations if e.unchecked]
     if allow_empty:
         for empty in unchecked:

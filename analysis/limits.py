@@ -156,8 +156,9 @@ class Evaluation:
         return f"no values in {self.rows} {singular if self.rows == 1 else plural}"
 
 
-def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Evaluation]:
-    """Each limit's statistic over the episodes, in the order given."""
+def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float], *,
+             percentile: str = "linear") -> list[Evaluation]:
+    """Each limit's statistic over the episodes, in the order given (``percentile``: the method)."""
     if isinstance(limits, Mapping):
         limits = [parse_limit(f"{name}={maximum}") for name, maximum in limits.items()]
     frames: dict[str, pl.DataFrame] = {}
@@ -165,19 +166,20 @@ def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) 
     for limit in limits:
         if limit.view not in frames:
             frames[limit.view] = getattr(analysis, VIEWS[limit.view])()
-        value, count = statistic_of(frames[limit.view], limit.column, limit.statistic)
+        value, count = statistic_of(frames[limit.view], limit.column, limit.statistic, percentile)
         evaluations.append(Evaluation(limit=limit, value=value, count=count, rows=frames[limit.view].height))
     return evaluations
 
 
-def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float]) -> list[Violation]:
+def check(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float], *,
+          percentile: str = "linear") -> list[Violation]:
     """Every limit whose statistic exceeds its maximum. Metrics with no values pass (n=0): to
     require data, look for ``Evaluation.unchecked`` in ``evaluate`` (what ``restorelens check`` does)."""
     return [Violation(limit=e.limit, value=e.value, count=e.count)  # type: ignore[arg-type]
-            for e in evaluate(analysis, limits) if e.violated]
+            for e in evaluate(analysis, limits, percentile=percentile) if e.violated]
 
 
-def statistic_of(frame: pl.DataFrame, column: str, statistic: str) -> tuple[float | None, int]:
+def statistic_of(frame: pl.DataFrame, column: str, statistic: str, percentile: str = "linear") -> tuple[float | None, int]:
     """One statistic of one column: (value, number of values it rests on)."""
     if statistic == "count":
         flags = frame[column].fill_null(False)
@@ -189,5 +191,5 @@ def statistic_of(frame: pl.DataFrame, column: str, statistic: str) -> tuple[floa
         return float(values.min()), values.len()  # type: ignore[arg-type]
     if statistic == "mean":
         return float(values.mean()), values.len()  # type: ignore[arg-type]
-    row = percentiles_of(pl.DataFrame({column: values}), [column]).row(0, named=True)
+    row = percentiles_of(pl.DataFrame({column: values}), [column], method=percentile).row(0, named=True)
     return float(row[statistic]), int(row["count"])

@@ -43,8 +43,9 @@ _TITLES = {
 }
 
 
-def build_report(analysis: Analysis) -> dict[str, pl.DataFrame]:
-    """Every section, computed from the analysis views."""
+def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str, pl.DataFrame]:
+    """Every section, computed from the analysis views; ``percentile`` is the method of every
+    percentile and median (``PERCENTILE_METHODS``)."""
     lending = analysis.lending_episodes()
     wakes = analysis.wake_episodes()
     requests = analysis.requests()
@@ -62,23 +63,32 @@ def build_report(analysis: Analysis) -> dict[str, pl.DataFrame]:
         paired.group_by("workload", "policy", "baseline")
         .agg(
             pl.len().alias("seeds"),
-            pl.col("interactive_slo_goodput_diff_rps").median(),
-            pl.col("batch_borrow_goodput_diff_rps").median(),
+            _median("interactive_slo_goodput_diff_rps", percentile),
+            _median("batch_borrow_goodput_diff_rps", percentile),
         )
         .sort("workload", "policy", "baseline", nulls_last=True)
     )
     return {
         "episode_counts": counts,
-        "lending_episodes": _stats(lending, LENDING_METRICS, "policy"),
-        "wake_episodes": _stats(wakes, WAKE_METRICS, "wake_path"),
-        "requests": _stats(requests, REQUEST_METRICS, "traffic_class"),
+        "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
+        "wake_episodes": _stats(wakes, WAKE_METRICS, "wake_path", percentile),
+        "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
         "policy_summary": analysis.policy_summary(),
         "paired_differences": medians,
     }
 
 
-def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str) -> pl.DataFrame:
-    return percentiles_of(frame, metrics, [by])
+def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str, percentile: str) -> pl.DataFrame:
+    return percentiles_of(frame, metrics, [by], method=percentile)
+
+
+def _median(column: str, percentile: str) -> pl.Expr:
+    if percentile == "linear":
+        return pl.col(column).median()
+    values = pl.col(column).drop_nulls()
+    # nearest rank: the value at rank ceil(n / 2), 1-based (the 3rd of 5 seeds)
+    rank = ((values.count() * 0.5).ceil().cast(pl.Int64) - 1).clip(lower_bound=0)
+    return values.sort().get(rank, null_on_oob=True).alias(column)
 
 
 def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:

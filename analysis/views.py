@@ -28,10 +28,14 @@ from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
-__all__ = ["GROUP_ALIASES", "STATISTICS", "Analysis", "Slo", "checked_seconds"]
+__all__ = ["GROUP_ALIASES", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_seconds", "nearest_rank"]
 
-#: The statistics ``percentiles`` computes for each metric (linear interpolation between ranks).
+#: The statistics ``percentiles`` computes for each metric.
 STATISTICS = ("p50", "p90", "p95", "p99", "max")
+#: How a percentile is read off the values: ``linear`` interpolates between the two ranks around
+#: q·(n − 1) (the default, and polars' and numpy's); ``nearest-rank`` is the value at rank ⌈q·n⌉,
+#: as studies that report "the median of 5 seeds is the 3rd" use it.
+PERCENTILE_METHODS = ("linear", "nearest-rank")
 
 #: Friendly grouping names -> column names (any column name is accepted as well).
 GROUP_ALIASES = {"class": "traffic_class", "wake path": "wake_path", "path": "wake_path"}
@@ -229,7 +233,8 @@ class Analysis:
 
     # --- statistics ---------------------------------------------------------------------------
 
-    def percentiles(self, view: str, metrics: Sequence[str], by: Sequence[str] = ()) -> pl.DataFrame:
+    def percentiles(self, view: str, metrics: Sequence[str], by: Sequence[str] = (), *,
+                    method: str = "linear") -> pl.DataFrame:
         """p50/p90/p95/p99/max of ``metrics`` in a public view, grouped by ``by``.
 
         One row per group and metric: the group columns, ``metric``, ``count`` (non-null values:
@@ -239,11 +244,23 @@ class Analysis:
         if view not in PUBLIC_VIEWS:
             raise SettingError("view", f"unknown view {view!r}; valid: {', '.join(PUBLIC_VIEWS)}")
         frame = getattr(self, view)()
-        return percentiles_of(frame, metrics, by)
+        return percentiles_of(frame, metrics, by, method=method)
 
 
-def percentiles_of(frame: pl.DataFrame, metrics: Sequence[str], by: Sequence[str] = ()) -> pl.DataFrame:
-    """The statistics of ``percentiles`` over any DataFrame."""
+def nearest_rank(values: Sequence[float | None], q: float) -> float | None:
+    """The value at rank ⌈q·n⌉ of the sorted non-null values (the smallest for q = 0); None if none."""
+    ordered = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not ordered:
+        return None
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+
+
+def percentiles_of(
+    frame: pl.DataFrame, metrics: Sequence[str], by: Sequence[str] = (), *, method: str = "linear"
+) -> pl.DataFrame:
+    """The statistics of ``percentiles`` over any DataFrame (``method``: one of ``PERCENTILE_METHODS``)."""
+    if method not in PERCENTILE_METHODS:
+        raise SettingError("percentile", f"unknown method {method!r}; choose one of {', '.join(PERCENTILE_METHODS)}")
     group_columns = [GROUP_ALIASES.get(name, name) for name in by]
     for column in [*group_columns, *metrics]:
         if column not in frame.columns:
@@ -255,7 +272,13 @@ def percentiles_of(frame: pl.DataFrame, metrics: Sequence[str], by: Sequence[str
     for metric in metrics:
         values = pl.col(metric).cast(pl.Float64).drop_nulls()
         aggregations = [values.count().alias("count")]
-        aggregations += [values.quantile(q, interpolation="linear").alias(name) for name, q in _QUANTILES.items()]
+        if method == "linear":
+            aggregations += [values.quantile(q, interpolation="linear").alias(name) for name, q in _QUANTILES.items()]
+        else:
+            # the value at rank ceil(q·n), 1-based: index ceil(q·n) - 1 of the sorted values
+            ranks = {name: ((values.count() * q).ceil().cast(pl.Int64) - 1).clip(lower_bound=0)
+                     for name, q in _QUANTILES.items()}
+            aggregations += [values.sort().get(rank, null_on_oob=True).alias(name) for name, rank in ranks.items()]
         aggregations.append(values.max().alias("max"))
         if group_columns:
             part = frame.group_by(group_columns, maintain_order=True).agg(aggregations)

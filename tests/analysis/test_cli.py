@@ -100,6 +100,19 @@ def test_report_json_holds_every_section_with_the_episode_numbers(store: Path) -
     assert (overshoot["count"], overshoot["p50"], overshoot["max"]) == (2, 3.53125, 6.0625)
 
 
+def test_report_and_check_read_percentiles_by_nearest_rank_when_asked(store: Path) -> None:
+    result = invoke("report", "--db", str(store), "--format", "json", "--percentile", "nearest-rank")
+    assert result.exit_code == 0, result.output
+    overshoot = next(row for row in json.loads(result.output)["wake_episodes"] if row["metric"] == "overshoot_s")
+    assert (overshoot["p50"], overshoot["p95"]) == (1.0, 6.0625)  # ranks 1 and 2 of the two values
+    holds = invoke("check", "--db", str(store), "--max", "overshoot_s.p50=1.0", "--percentile", "nearest-rank")
+    assert holds.exit_code == 0, holds.output
+    linear = invoke("check", "--db", str(store), "--max", "overshoot_s.p50=1.0")
+    assert linear.exit_code == 1 and "wake.overshoot_s.p50 = 3.53125 > 1" in linear.output
+    bad = invoke("report", "--db", str(store), "--percentile", "median")
+    assert bad.exit_code == 2 and "'median' is not one of 'linear', 'nearest-rank'" in bad.output
+
+
 @pytest.mark.parametrize("fmt", ["table", "markdown", "csv"])
 def test_report_text_formats_show_the_sections(store: Path, fmt: str) -> None:
     result = invoke("report", "--db", str(store), "--format", fmt, "--section", "wake_episodes")

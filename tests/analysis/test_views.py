@@ -41,6 +41,20 @@ def test_percentiles_by_wake_path_interpolate_linearly() -> None:
     assert (move["p50"], move["max"]) == (6.0, 6.0)
 
 
+def test_nearest_rank_percentiles_take_the_value_at_rank_ceil_q_n() -> None:
+    traces = Traces()
+    wakes(traces, {"in-place": [0.0, 1.0, 2.0, 3.0], "move": [6.0]})
+    analysis = Analysis(traces.store())
+    linear = analysis.percentiles("wake_episodes", ["overshoot_s"], by=["wake path"]).row(0, named=True)
+    nearest = analysis.percentiles("wake_episodes", ["overshoot_s"], by=["wake path"], method="nearest-rank")
+    in_place, move = nearest.rows(named=True)
+    assert linear["p50"] == 1.5  # interpolated between the 2nd and 3rd of 4
+    assert (in_place["p50"], in_place["p90"], in_place["max"]) == (1.0, 3.0, 3.0)  # ranks 2 and 4 of 4
+    assert (move["p50"], move["p99"]) == (6.0, 6.0)
+    with pytest.raises(SettingError, match="setting percentile: unknown method 'median'"):
+        analysis.percentiles("wake_episodes", ["overshoot_s"], method="median")
+
+
 def test_percentiles_reject_unknown_views_and_columns() -> None:
     analysis = Analysis(Traces().store())
     with pytest.raises(SettingError, match="valid: requests"):
