@@ -1,7 +1,7 @@
-"""``restorelens experiment``: every scenario × arm × seed of a study, in one process.
+"""``restorelens experiment``: every scenario × arm × seed of a study, in one command.
 
 A matrix is data (``Matrix``); ``play`` runs each cell once, its spans into one OTLP/JSON-lines
-file per run under ``DIR/runs/``. Virtual runs go to a pool of worker processes, one per core,
+file per run under ``DIR/runs/``. Virtual runs are shared out to worker processes, one per core,
 because a run is pure CPU and the cores are otherwise idle; live runs play one after another on
 loopback servers (they share the machine's ports and time). The files are then loaded into
 ``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
@@ -9,14 +9,18 @@ loopback servers (they share the machine's ports and time). The files are then l
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
+import json
 import os
+import subprocess
+import sys
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from restorelens.errors import SettingError
+from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.scenarios import ARMS, SCENARIOS
 
 __all__ = ["DEFAULT_ARMS", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix", "parse_arms", "parse_seeds", "play"]
@@ -99,20 +103,73 @@ def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: floa
             _run(cell, path, live=True, time_scale=time_scale)
             on_done(cell)
         return paths
-    workers = workers or os.cpu_count() or 1
-    if workers == 1 or len(cells) == 1:
+    workers = min(workers or os.cpu_count() or 1, len(cells))
+    if workers <= 1:
         for cell, path in zip(cells, paths, strict=True):
             _run(cell, path)
             on_done(cell)
         return paths
-    # spawn, not fork: the parent may hold DuckDB, polars or exporter threads a fork would copy mid-use
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=context) as pool:
-        futures = {pool.submit(_run, cell, path): cell for cell, path in zip(cells, paths, strict=True)}
-        for future in concurrent.futures.as_completed(futures):
-            future.result()  # a run's error is the experiment's: raised here, with its own message
-            on_done(futures[future])
+    chunks = [list(zip(cells, paths, strict=True))[i::workers] for i in range(workers)]
+    _play_in_workers(chunks, on_done)
     return paths
+
+
+def _play_in_workers(chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
+    """Each chunk in a worker interpreter of its own, which says each run it finished on a line.
+
+    Fresh ``python`` processes rather than multiprocessing: a spawned child re-runs the parent's
+    main script, which inside a host program (a notebook, a test runner, Streamlit) is not ours.
+    """
+    workers = []
+    for chunk in chunks:
+        job = json.dumps([[cell.scenario, cell.arm, cell.seed, str(path)] for cell, path in chunk])
+        # stderr to a file: a chatty worker must not fill a pipe nobody reads until it ends
+        stderr = tempfile.TemporaryFile()
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=stderr, text=True)
+        assert proc.stdin is not None
+        proc.stdin.write(job)
+        proc.stdin.close()
+        workers.append((proc, stderr, {cell.run_id: cell for cell, _ in chunk}))
+    errors: list[str] = []
+
+    def follow(proc: subprocess.Popen[str], stderr: Any, by_id: dict[str, Cell]) -> None:
+        assert proc.stdout is not None
+        with proc.stdout:
+            for line in proc.stdout:
+                if line.strip() in by_id:
+                    on_done(by_id[line.strip()])
+        code = proc.wait()
+        with stderr:
+            stderr.seek(0)
+            tail = stderr.read().decode("utf-8", "replace").strip().splitlines()
+        if code != 0:
+            errors.append(tail[-1] if tail else f"a worker exited with {code}")
+
+    # one reader per worker, so every run's progress shows as it finishes, whichever worker ran it
+    readers = [threading.Thread(target=follow, args=worker, daemon=True) for worker in workers]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+    if errors:
+        raise RestorelensError(f"a run failed: {errors[0]}")
+
+
+#: A worker: the runs on stdin as JSON [[scenario, arm, seed, path], ...]; prints each run id done.
+_WORKER = """
+import json, sys
+from pathlib import Path
+from restorelens.experiments.matrix import Cell, _run
+from restorelens.errors import RestorelensError
+try:
+    for scenario, arm, seed, path in json.load(sys.stdin):
+        cell = Cell(scenario, arm, seed)
+        _run(cell, Path(path))
+        print(cell.run_id, flush=True)
+except RestorelensError as exc:
+    sys.exit(f"{exc}")
+"""
 
 
 def _run(cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:

@@ -58,6 +58,9 @@ class MofluxScenario:
     #: loops, and the knock-on of a late request on the engine's steps (up to ~0.3 real seconds on
     #: a busy 2-core machine, as for the wake scenarios), magnified by the time scale.
     live_slack_real_s: float = 0.3
+    #: The lend arm's controller period (``LendPolicy.control_period_s``); 0: the floor comes back
+    #: the moment demand returns.
+    control_period_s: float = 0.0
 
     kind = "moflux"
 
@@ -104,13 +107,16 @@ class MofluxScenario:
 
         # The study's pool has no admission queue (maxQueuePerAgent 0): a request over its class's
         # limit is answered 429 at once, and its client does not retry (max_attempts 1).
-        return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy, wait_timeout_s=0.0)
+        return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy, wait_timeout_s=0.0,
+                            control_period_s=self.control_period_s)
 
 
 SCENARIOS: dict[str, MofluxScenario] = {
     "moflux-balanced": MofluxScenario("moflux-balanced", "balanced"),
     "moflux-long-context": MofluxScenario("moflux-long-context", "long-context"),
-    "moflux-fixed-burst": MofluxScenario("moflux-fixed-burst", "fixed-burst"),
+    # The study's stack restored the floor through grant revisions; its 250-ms sampling measured the
+    # restoration 0.26-0.52 s after demand returned, one or two such cycles (docs/experiments.md).
+    "moflux-fixed-burst": MofluxScenario("moflux-fixed-burst", "fixed-burst", control_period_s=0.25),
 }
 
 

@@ -113,11 +113,14 @@ class Admission:
         self._borrowed: set[int] = set()
         self._next_grant_id = 1
         self._next_seq = 1
+        #: When the protected floor, lowered by lending, takes its nominal size back (None: it has).
+        self._floor_restore_s: float | None = None
 
     # --- state ---------------------------------------------------------------------------------
 
     def occupancy(self) -> Occupancy:
-        return Occupancy(dict(self._own), len(self._borrowed), {c: len(q) for c, q in self._queues.items()})
+        return Occupancy(dict(self._own), len(self._borrowed), {c: len(q) for c, q in self._queues.items()},
+                         floor_lowered=self._floor_restore_s is not None)
 
     @property
     def in_flight(self) -> int:
@@ -136,8 +139,10 @@ class Admission:
         return self.tracker.episodes
 
     def next_deadline_s(self) -> float | None:
-        """Earliest queued deadline (for a virtual-time loop to schedule ``expire``)."""
+        """Earliest queued deadline or floor restoration (for a virtual-time loop to schedule ``expire``)."""
         deadlines = [w.deadline_s for q in self._queues.values() for w in q]
+        if self._floor_restore_s is not None:
+            deadlines.append(self._floor_restore_s)
         return min(deadlines) if deadlines else None
 
     # --- transitions ---------------------------------------------------------------------------
@@ -148,10 +153,11 @@ class Admission:
         """A request arrives: a ``Grant`` now, a ``Waiter`` in the queue, or a ``Rejection``."""
         if traffic_class not in self._queues:
             raise ValueError(f"unknown traffic class {traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
-        occupancy = self.occupancy()
+        self._restore_floor_if_due(now_s)
         protected = self.policy.protected_class
-        if traffic_class == protected and occupancy.idle(protected):
-            self.tracker.protected_returned(request_id, now_s, set(self._borrowed))
+        if traffic_class == protected and self.occupancy().idle(protected):
+            self._protected_returned(request_id, now_s)
+        occupancy = self.occupancy()
         queue = self._queues[traffic_class]
         ahead = self.queued if self.policy.shared_queue else len(queue)
         if ahead == 0:
@@ -173,6 +179,7 @@ class Admission:
         if self._in_flight.pop(grant.grant_id, None) is not grant:
             raise GrantError(f"grant {grant.grant_id} ({grant.request_id}) is not in flight: released twice?")
         grant.released_at_s = now_s
+        self._restore_floor_if_due(now_s)
         self.counters.released += 1
         self.retry_hint.observe_completion(now_s)
         if grant.slot == "borrowed":
@@ -199,6 +206,7 @@ class Admission:
 
         Returns the rejections and any grants that the freed queue places allowed.
         """
+        self._restore_floor_if_due(now_s)
         expired = sorted((w for q in self._queues.values() for w in q if w.deadline_s <= now_s), key=lambda w: w.seq)
         rejections = [self._remove(waiter, now_s, REJECT_TIMEOUT) for waiter in expired]
         return rejections, self._pump(now_s) if rejections else []
@@ -206,14 +214,32 @@ class Admission:
     def set_policy(self, policy: AdmissionPolicy, now_s: float) -> list[Grant]:
         """Swap the policy; grants in flight keep their slots. Lending stops if the new policy differs."""
         self.policy = policy
-        self.tracker.stop_lending(now_s)
+        self._floor_restore_s = None  # the new policy's floors hold from now
+        self.tracker.floor_restored(now_s)
         return self._pump(now_s)
 
     def close(self, now_s: float) -> None:
         """End of a run: stop lending so open periods finish as their borrowed work drains."""
+        self._restore_floor_if_due(now_s)
         self.tracker.stop_lending(now_s)
 
     # --- internals -----------------------------------------------------------------------------
+
+    def _protected_returned(self, request_id: str, now_s: float) -> None:
+        """Protected demand is back: its floor comes back now, or when the lending controller says."""
+        restore_s = self.policy.floor_restored_at(now_s)
+        if restore_s <= now_s:
+            self.tracker.stop_lending(now_s)  # lending ends before the episode opens, as it did without a controller
+        self.tracker.protected_returned(request_id, now_s, set(self._borrowed))
+        if restore_s <= now_s:
+            self.tracker.floor_restored(now_s)
+        elif self._floor_restore_s is None:
+            self._floor_restore_s = restore_s
+
+    def _restore_floor_if_due(self, now_s: float) -> None:
+        if self._floor_restore_s is not None and self._floor_restore_s <= now_s:
+            restore_s, self._floor_restore_s = self._floor_restore_s, None
+            self.tracker.floor_restored(restore_s)
 
     def _remove(self, waiter: Waiter, now_s: float, reason: str) -> Rejection:
         if waiter.rejection is not None:
@@ -236,8 +262,6 @@ class Admission:
             self.tracker.borrowed_granted(grant.grant_id, now_s, self.policy.lendable_slots, len(self._borrowed))
         else:
             self._own[traffic_class] += 1
-        if traffic_class == self.policy.protected_class:
-            self.tracker.protected_granted(now_s)
         return grant
 
     def _reject(

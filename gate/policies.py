@@ -9,6 +9,8 @@ changes.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +47,9 @@ class Occupancy:
     own: Mapping[str, int]
     borrowed: int
     queued: Mapping[str, int]
+    #: The protected floor is still lent out: demand returned, but the lending policy's revision
+    #: that restores the floor has not taken effect yet (a control period; never with period 0).
+    floor_lowered: bool = False
 
     def in_flight(self, traffic_class: str | None = None) -> int:
         if traffic_class is None:
@@ -68,6 +73,12 @@ class AdmissionPolicy:
     lendable_slots = 0
     #: True: one FIFO across classes (a waiting request of any class blocks newcomers of every class).
     shared_queue = False
+    #: Seconds between the lending controller's decisions; 0: it decides at every request.
+    control_period_s = 0.0
+
+    def floor_restored_at(self, returned_s: float) -> float:
+        """When the protected floor is back at its nominal size, for demand returning at ``returned_s``."""
+        return returned_s
 
     def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
         return "own"
@@ -131,6 +142,11 @@ class LendPolicy(StaticPolicy):
     borrowed slots count against the protected floor, so when protected demand returns it gets the
     never-lent reserve at once and the lent slots back only as borrowed work finishes (no preemption).
     Lending resumes as soon as the protected class is idle again, even before the last loan drained.
+
+    With ``control_period_s`` > 0 the floor is restored as a controller loop restores it (MoFlux's
+    grant revisions): the revision is issued at the controller's first tick after demand returned
+    and takes effect one period later. Until then the floor stays lowered and batch may still
+    borrow; the floor's restoration is what ``grant_restored`` records.
     """
 
     name = "lend"
@@ -141,8 +157,12 @@ class LendPolicy(StaticPolicy):
         lendable_slots: int = 2,
         protected_class: str = INTERACTIVE,
         borrower_class: str = BATCH,
+        control_period_s: float = 0.0,
     ) -> None:
         super().__init__(floors)
+        if not (math.isfinite(control_period_s) and control_period_s >= 0):
+            raise SettingError("gate.control_period_s", f"must be a finite number of seconds >= 0, got {control_period_s}")
+        self.control_period_s = control_period_s
         protected_floor = self.floors.get(protected_class, 0)
         if lendable_slots < 0 or lendable_slots > protected_floor - 1:
             raise SettingError(
@@ -164,7 +184,7 @@ class LendPolicy(StaticPolicy):
             return "own"
         if (
             traffic_class == self.borrower_class
-            and occupancy.idle(protected)
+            and (occupancy.idle(protected) or occupancy.floor_lowered)
             and occupancy.borrowed < self.lendable_slots
             and protected_used < protected_floor
         ):
@@ -177,7 +197,15 @@ class LendPolicy(StaticPolicy):
             "floors": dict(self.floors),
             "lendable_slots": self.lendable_slots,
             "protected_class": self.protected_class,
+            "control_period_s": self.control_period_s,
         }
+
+    def floor_restored_at(self, returned_s: float) -> float:
+        period = self.control_period_s
+        if period == 0:
+            return returned_s
+        issued_s = (math.floor(returned_s / period) + 1) * period  # the next tick strictly after the return
+        return issued_s + period
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +219,9 @@ POLICIES: dict[str, _PolicyMaker] = {
     "priority": _PolicyMaker(lambda capacity=None, **_: PriorityPolicy(capacity), frozenset({"capacity"})),
     "static": _PolicyMaker(lambda floors=None, **_: StaticPolicy(floors), frozenset({"floors"})),
     "lend": _PolicyMaker(
-        lambda floors=None, lendable_slots=2, **_: LendPolicy(floors, lendable_slots),
-        frozenset({"floors", "lendable_slots"}),
+        lambda floors=None, lendable_slots=2, control_period_s=0.0, **_: LendPolicy(
+            floors, lendable_slots, control_period_s=control_period_s),
+        frozenset({"floors", "lendable_slots", "control_period_s"}),
     ),
 }
 
@@ -203,6 +232,7 @@ def build_policy(
     floors: Mapping[str, int] | None = None,
     lendable_slots: int = 2,
     capacity: int | None = None,
+    control_period_s: float = 0.0,
 ) -> AdmissionPolicy:
     """A policy by name; unknown names and bad floors are ``SettingError`` naming the setting."""
     maker = POLICIES.get(name)
@@ -216,4 +246,5 @@ def build_policy(
                 raise SettingError("gate.floors", f"{traffic_class} floor {floor} is negative")
     if capacity is not None and capacity < 1:
         raise SettingError("gate.capacity", f"{capacity} must be at least 1")
-    return maker.make(floors=floors, lendable_slots=lendable_slots, capacity=capacity)
+    return maker.make(floors=floors, lendable_slots=lendable_slots, capacity=capacity,
+                      control_period_s=control_period_s)

@@ -8,8 +8,10 @@ Definitions (docs/design.md, "Lending"):
   before lending stopped, when the loans came back while the protected class was still idle).
 - A **restoration episode** opens when protected demand returns (a protected request arrives while
   the protected class was idle) and borrowed requests are in flight: ``t0_s`` is that arrival.
-  ``grant_restored_s`` is the first protected grant at or after ``t0_s``; ``borrowed_drained_s``
-  is when the last request borrowed at ``t0_s`` finished. Nothing lent at return: no episode.
+  ``grant_restored_s`` is when the protected floor is back at its nominal size: at ``t0_s``, or
+  with a lending controller (``LendPolicy.control_period_s``) when its revision took effect;
+  ``borrowed_drained_s`` is when the last request borrowed at ``t0_s`` finished. Nothing lent at
+  return: no episode. Lending stops when the floor is restored.
 
 All times are arguments; nothing here reads a clock.
 """
@@ -108,8 +110,7 @@ class RestorationTracker:
         self._period_of_grant[grant_id] = period
 
     def protected_returned(self, request_id: str, now_s: float, borrowed_grant_ids: set[int]) -> None:
-        """Protected demand is back: stop lending; open an episode if anything is lent."""
-        self.stop_lending(now_s)
+        """Protected demand is back: open an episode if anything is lent (``floor_restored`` ends lending)."""
         if not borrowed_grant_ids:
             return
         episode = RestorationEpisode(len(self.episodes) + 1, now_s, request_id, len(borrowed_grant_ids))
@@ -119,10 +120,12 @@ class RestorationTracker:
         for listener in self.listeners:
             listener.restore_started(episode)
 
-    def protected_granted(self, now_s: float) -> None:
+    def floor_restored(self, at_s: float) -> None:
+        """The protected floor is back at its nominal size at ``at_s``: lending stops, grants are restored."""
+        self.stop_lending(at_s)
         for episode in list(self._open_episodes):
             if episode.grant_restored_s is None:
-                episode.grant_restored_s = now_s
+                episode.grant_restored_s = at_s
                 self._maybe_finish_episode(episode)
 
     def borrowed_released(self, grant_id: int, now_s: float) -> None:

@@ -173,6 +173,9 @@ class GateSettings:
         help="Traffic class of requests without an x-traffic-class header.")
     wait_timeout_s: float = setting(SECONDS, 30.0, flag="--wait-timeout-s", old_flag="--wait-timeout",
         help="Seconds a request may queue for a grant before 429 (default 30).")
+    control_period_s: float = setting(SECONDS, 0.0, flag="--control-period-s",
+        help="Lend policy: seconds between the lending controller's decisions; returning demand gets its "
+             "floor back one period after the next decision, at once with 0 (default 0).")
     queue_limit: int = setting(WHOLE, 256, help="Requests that may queue per traffic class; one more is a 429.")
     connect_timeout_s: float = setting(SECONDS, 5.0, help="Seconds to connect to an engine (504 beyond); also bounds /v1/models.")
     upstream_timeout_s: float = setting(SECONDS, 300.0, help="Seconds an engine may stay silent before 504.")
@@ -193,7 +196,8 @@ class GateSettings:
         return {m: [u] if isinstance(u, str) else list(u) for m, u in self.upstreams.items()}
 
     def build_policy(self):  # -> AdmissionPolicy (import cycle-free annotation kept loose on purpose)
-        return build_policy(self.policy, floors=self.floors, lendable_slots=self.lendable_slots, capacity=self.capacity)
+        return build_policy(self.policy, floors=self.floors, lendable_slots=self.lendable_slots, capacity=self.capacity,
+                            control_period_s=self.control_period_s)
 
     # --- loading -------------------------------------------------------------------------------
 

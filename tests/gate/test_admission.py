@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from restorelens.errors import SettingError
 from restorelens.gate.admission import Admission, Grant, GrantError, Rejection, Waiter
 from restorelens.gate.policies import FcfsPolicy, LendPolicy, PriorityPolicy, StaticPolicy
 
@@ -210,3 +211,36 @@ def test_lend_policy_refuses_to_lend_the_last_protected_slot() -> None:
 
     with pytest.raises(SettingError, match=r"^setting gate\.lendable_slots: "):
         LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=3)
+
+
+def test_a_control_period_keeps_the_floor_lent_until_the_controllers_revision_takes_effect() -> None:
+    policy = LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=2, control_period_s=0.25)
+    run = Script(Admission(policy))
+    run.arrive("b1", "batch", 0)
+    assert run.arrive("b2", "batch", 1).slot == "borrowed"
+    assert run.arrive("i1", "interactive", 10.1).slot == "own"  # demand returns: the reserve at once
+    # the revision is issued at the next 250-ms tick (10.25) and takes effect one period later
+    assert rel(run.admission.next_deadline_s()) == 10.5
+    assert run.arrive("b3", "batch", 10.3).slot == "borrowed"  # the floor is still lowered: batch borrows
+    [episode] = run.admission.episodes
+    assert episode.grant_restored_s is None
+    assert run.admission.expire(T0 + 10.5) == ([], [])
+    assert rel(episode.grant_restored_s) == 10.5 and episode.grant_restore_s == pytest.approx(0.4)
+    assert isinstance(run.arrive("b4", "batch", 10.6), Waiter)  # restored: no more loans
+    assert run.admission.next_deadline_s() == T0 + 10.6 + run.admission.wait_timeout_s
+    run.finish("b2", 12)  # the one borrowed at return: the episode drains, although b3 still runs
+    assert rel(episode.borrowed_drained_s) == 12
+    [period] = run.admission.periods
+    assert rel(period.lend_stopped_s) == 10.5 and period.borrowed_granted == 2
+
+
+def test_without_a_control_period_the_floor_comes_back_the_moment_demand_returns() -> None:
+    policy = LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=2)
+    assert policy.floor_restored_at(T0 + 10.1) == T0 + 10.1
+    assert LendPolicy(control_period_s=0.25).floor_restored_at(10.0) == 10.5  # a return on a tick: the next one
+
+
+@pytest.mark.parametrize("period", [-0.25, float("nan"), float("inf")])
+def test_a_control_period_is_a_finite_number_of_seconds(period: float) -> None:
+    with pytest.raises(SettingError, match="gate.control_period_s"):
+        LendPolicy(control_period_s=period)

@@ -145,6 +145,7 @@ FLAG_VALUES = {
     "--capacity": (["3"], 3),
     "--default-class": (["batch"], "batch"),
     "--wait-timeout-s": (["2.5"], 2.5),
+    "--control-period-s": (["0.25"], 0.25),
     "--host": (["0.0.0.0"], "0.0.0.0"),
     "--port": (["0"], 0),
     "--no-tracing": ([], False),

@@ -155,6 +155,7 @@ CHANGED = {
     "capacity": ("3", 3),
     "default_traffic_class": ("batch", "batch"),
     "wait_timeout_s": ("2.5", 2.5),
+    "control_period_s": ("0.25", 0.25),
     "queue_limit": ("9", 9),
     "connect_timeout_s": ("1.5", 1.5),
     "upstream_timeout_s": ("60", 60.0),
