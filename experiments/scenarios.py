@@ -3,9 +3,10 @@
 ``restorelens run SCENARIO`` looks names up here. A scenario is data; the runner (live or virtual)
 builds the servers or the cores from it, so both shells run exactly the same experiment.
 
-MoFlux arms (the benchmark's `demo/VLLM-CONTENTION.md`; docs/experiments.md) map onto gate policies: ``fcfs`` (pass-through, the
-engine queues), ``priority`` (pass-through, vLLM priority 0/10), ``static`` (floors 3/1) and
-``lend`` (the MoFlux arm: same floors, two interactive slots lendable, one never lent).
+MoFlux arms (the benchmark's ``demo/VLLM-CONTENTION.md``; docs/experiments.md): ``fcfs`` and
+``priority`` go straight to the engine (its arrival order; vLLM priority 0/10, set by the client),
+``static`` (floors 3/1) and ``lend`` (the MoFlux arm: same floors, two interactive slots lendable,
+one never lent) through the gate.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ __all__ = ["ARMS", "LIVE_SLACK_ROUND_TRIPS", "SCENARIOS", "MofluxScenario", "get
 
 #: Gate policy per arm name; "moflux" is accepted for "lend".
 ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend"}
+#: Arms that go straight to the engine (their "policy" is the engine's own scheduling).
+DIRECT_ARMS = frozenset({"fcfs", "priority"})
 
 #: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
 BALANCED_KV_BLOCKS = 1_600
@@ -80,6 +83,18 @@ class MofluxScenario:
     @property
     def gate_policy(self) -> str:
         return ARMS[self.arm]
+
+    @property
+    def direct(self) -> bool:
+        """The arm sends its requests straight to the engine, as the study's vllm-fcfs and
+        vllm-priority arms did: no gate, the engine's own scheduler decides."""
+        return self.gate_policy in DIRECT_ARMS
+
+    def client_priority(self, traffic_class: str) -> int | None:
+        """The vLLM priority the client itself puts on a request (the direct priority arm)."""
+        from restorelens.gate.policies import VLLM_PRIORITY
+
+        return VLLM_PRIORITY.get(traffic_class) if self.direct and self.gate_policy == "priority" else None
 
     def workload(self, seed: int) -> Workload:
         workload = moflux_workload(self.profile, seed)

@@ -43,7 +43,8 @@ class Flight:
     loop: RetryLoop
     request_span: RequestSpan
     attempt_span: Span
-    gate_span: Span
+    #: None for a request sent straight to the engine (no gate on the way).
+    gate_span: Span | None
     grant: Any = None
     upstream_span: Span | None = None
     engine: Any = None
@@ -76,13 +77,17 @@ class VirtualWire:
         self._attempt(arrival, RetryLoop(request, policy, now_s),
                       RequestSpan(self._client_tracer, request, policy.name, now_s))
 
-    def _open_attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan, model: str) -> Flight:
-        """The client sends its next attempt; the gate's span for it opens under the client's ``POST``."""
+    def _open_attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan, model: str, *,
+                      gate: bool = True) -> Flight:
+        """The client sends its next attempt; the gate's span for it opens under the client's ``POST``
+        (unless the attempt goes straight to the engine)."""
         now_s = self.clock.now_s()
         number = loop.begin_attempt(now_s)
         attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
-        gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s, model=model,
-                                                  parent=trace.set_span_in_context(attempt_span))
+        gate_span = None
+        if gate:
+            gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s, model=model,
+                                                      parent=trace.set_span_in_context(attempt_span))
         return Flight(arrival, loop, request_span, attempt_span, gate_span)
 
     def _reach_engine(self, flight: Flight, engine: Any, upstream_url: str, priority: int = 0) -> None:
@@ -91,14 +96,16 @@ class VirtualWire:
 
         now_s = self.clock.now_s()
         flight.engine = engine
-        flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, upstream_url)
-        flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
+        if flight.gate_span is not None:
+            flight.gate_span.set_attribute(ATTR_GATE_UPSTREAM, upstream_url)
+            flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
         arrival = flight.arrival
         engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
                                       arrival.max_tokens, priority=priority), now_s)
         self._by_request[arrival.request_id] = flight
-        end_attempt_span(flight.upstream_span, now_s, ENGINE_ACCEPTED, NO_HINT)
-        self.gate_spans.first_byte(flight.gate_span, now_s)
+        if flight.upstream_span is not None:
+            end_attempt_span(flight.upstream_span, now_s, ENGINE_ACCEPTED, NO_HINT)
+            self.gate_spans.first_byte(flight.gate_span, now_s)
         self._answer(flight, ENGINE_ACCEPTED, [])
 
     def _answer(self, flight: Flight, status: int, headers: list[tuple[str, str]]) -> None:
@@ -133,8 +140,11 @@ class VirtualWire:
                 flight.request_span.first_chunk(event.at_s)
             elif isinstance(event, FinishedEvent):
                 del self._by_request[event.request_id]
+                # the engine's parent: the gate's upstream POST, or the client's own for a direct request
+                parent = flight.upstream_span if flight.upstream_span is not None else flight.attempt_span
                 emit_llm_request_span(self._engine_tracer, event.record, model=model,
-                                      parent_context=trace.set_span_in_context(flight.upstream_span),
+                                      parent_context=trace.set_span_in_context(parent),
                                       request_params={"max_tokens": flight.arrival.max_tokens})
-                self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
+                if flight.gate_span is not None:
+                    self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
                 self._request_done(flight, event.at_s)

@@ -47,6 +47,8 @@ class ClientRequest:
     #: run's start: what a study divides its goodput by (None: the phase has no window).
     arrival_phase_start_s: float | None = None
     arrival_phase_window_s: float | None = None
+    #: vLLM's request ``priority`` (lower runs first) when the client sets it itself (no gate does).
+    priority: int | None = None
     path: str = DEFAULT_PATH
     labels: RunLabels = field(default_factory=RunLabels)
 
@@ -60,6 +62,8 @@ class ClientRequest:
         body: dict[str, Any] = {"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens}
         if self.stream:
             body["stream"] = True
+        if self.priority is not None:
+            body["priority"] = self.priority
         return body
 
     def headers(self) -> dict[str, str]:

@@ -15,7 +15,7 @@ idle (its protected slots become lendable); interactive returns 60-85 s at 0.5 r
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from restorelens.errors import SettingError
@@ -136,7 +136,8 @@ class Workload:
                          for a in self.arrivals if start_s <= a.at_s < end_s)
         return replace(self, arrivals=arrivals, duration_s=max(0.0, end_s - start_s))
 
-    def client_request(self, arrival: Arrival, labels: RunLabels, *, stream: bool = True) -> ClientRequest:
+    def client_request(self, arrival: Arrival, labels: RunLabels, *, stream: bool = True,
+                       priority: int | None = None) -> ClientRequest:
         """The HTTP request for ``arrival`` (with its filler prompt and its phase's window)."""
         phase = self.phase_named(arrival.phase)
         return ClientRequest(
@@ -149,12 +150,17 @@ class Workload:
             arrival_phase=arrival.phase,
             arrival_phase_start_s=None if phase is None else phase.start_s,
             arrival_phase_window_s=None if phase is None else phase.end_s - phase.start_s,
+            priority=priority,
             labels=labels,
         )
 
-    def requests(self, labels: RunLabels, *, stream: bool = True) -> Iterator[tuple[float, ClientRequest]]:
+    def requests(self, labels: RunLabels, *, stream: bool = True,
+                 priority: Callable[[str], int | None] = lambda traffic_class: None,
+                 ) -> Iterator[tuple[float, ClientRequest]]:
+        """Every arrival's request; ``priority(traffic_class)`` is the body's vLLM priority, if any."""
         for arrival in self.arrivals:
-            yield arrival.at_s, self.client_request(arrival, labels, stream=stream)
+            yield arrival.at_s, self.client_request(arrival, labels, stream=stream,
+                                                    priority=priority(arrival.traffic_class))
 
 
 def poisson_arrivals(rng: random.Random, phases: tuple[Phase, ...], traffic_class: str) -> list[tuple[float, str]]:

@@ -28,10 +28,10 @@ from restorelens.loadgen.retry import make_policy
 __all__ = ["run_live_moflux"]
 
 
-async def _drive(gate_url: str, scenario: Any, workload: Any, labels: RunLabels, providers: ServiceProviders,
+async def _drive(url: str, scenario: Any, workload: Any, labels: RunLabels, providers: ServiceProviders,
                  clock: ScaledClock) -> list[RequestResult]:
     policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, seed=labels.seed or 0)
-    async with TracedClient(gate_url, policy=policy, tracer_provider=providers.client, clock=clock,
+    async with TracedClient(url, policy=policy, tracer_provider=providers.client, clock=clock,
                             sleep=clock.sleep) as client:
         t0_s = clock.now_s()
 
@@ -39,7 +39,8 @@ async def _drive(gate_url: str, scenario: Any, workload: Any, labels: RunLabels,
             await clock.sleep(t0_s + at_s - clock.now_s())
             return await client.request(request)
 
-        tasks = [one(at_s, request) for at_s, request in workload.requests(labels, stream=scenario.stream)]
+        requests = workload.requests(labels, stream=scenario.stream, priority=scenario.client_priority)
+        tasks = [one(at_s, request) for at_s, request in requests]
         return list(await asyncio.gather(*tasks))
 
 
@@ -57,10 +58,15 @@ def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_i
         engine_app = create_app(scenario.engine_config(seed), model_name=workload.model,
                                 tracer_provider=timeline.providers.engine, time_scale=time_scale, seed=seed)
         with ServerThread(engine_app) as engine:
-            settings = scenario.gate_settings(engine.url, workload.model)
-            gate_app = create_gate_app(settings, tracer_provider=timeline.providers.gate, clock=timeline.clock)
-            with ServerThread(gate_app) as gate:
-                results = asyncio.run(_drive(gate.url, scenario, workload, labels, timeline.providers, timeline.clock))
+            if scenario.direct:  # the study's vllm-fcfs / vllm-priority arms: no gate on the way
+                results = asyncio.run(_drive(engine.url, scenario, workload, labels, timeline.providers,
+                                             timeline.clock))
+            else:
+                settings = scenario.gate_settings(engine.url, workload.model)
+                gate_app = create_gate_app(settings, tracer_provider=timeline.providers.gate, clock=timeline.clock)
+                with ServerThread(gate_app) as gate:
+                    results = asyncio.run(_drive(gate.url, scenario, workload, labels, timeline.providers,
+                                                 timeline.clock))
     return RunReport(scenario.name, scenario.arm, seed, "live", run_id, workload.duration_s,
                      tuple(sorted(results, key=lambda r: r.start_s)), workload.slo.ttft_s, workload.slo.e2e_s,
                      time_scale=time_scale)

@@ -87,10 +87,15 @@ class VirtualMofluxRun(VirtualWire):
         return self.results
 
     def _arrive(self, arrival: Arrival) -> None:
-        self._arrive_as(arrival, self.workload.client_request(arrival, self.labels, stream=self.scenario.stream),
-                        self.policy)
+        request = self.workload.client_request(arrival, self.labels, stream=self.scenario.stream,
+                                               priority=self.scenario.client_priority(arrival.traffic_class))
+        self._arrive_as(arrival, request, self.policy)
 
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
+        if self.scenario.direct:  # straight to the engine, with the priority the client set
+            flight = self._open_attempt(arrival, loop, request_span, self.workload.model, gate=False)
+            self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, loop.request.priority or 0)
+            return
         flight = self._open_attempt(arrival, loop, request_span, self.workload.model)
         decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s())
         self._decided(flight, decision)
@@ -116,6 +121,8 @@ class VirtualMofluxRun(VirtualWire):
 
     def _request_done(self, flight: Flight, at_s: float) -> None:
         self._finish_client(flight)
+        if flight.grant is None:
+            return  # it went straight to the engine: no grant to give back
         for grant in self.admission.release(flight.grant, at_s):
             self._decided(self._waiting.pop(grant.request_id), grant)
 

@@ -94,3 +94,26 @@ def test_the_studys_directions_hold_over_five_seeds(summary) -> None:
     assert borrow["lend"] > borrow["static"]  # lending completes more of the borrow window's batch work
     assert interactive["static"] >= interactive["lend"] and interactive["priority"] >= interactive["lend"]
     assert interactive["priority"] >= interactive["fcfs"]  # the study's H1
+
+
+def test_the_fcfs_and_priority_arms_go_straight_to_the_engine(tmp_path: Path) -> None:
+    import json as _json
+
+    from restorelens.spans import SPAN_CLIENT_REQUEST, SPAN_GATE_REQUEST, SPAN_HTTP_POST, SPAN_LLM_REQUEST
+
+    priority = get_scenario("moflux-fixed-burst", "priority")
+    assert priority.direct and (priority.client_priority("interactive"), priority.client_priority("batch")) == (0, 10)
+    assert get_scenario("moflux-fixed-burst", "fcfs").direct and get_scenario("moflux-fixed-burst", "fcfs").client_priority("batch") is None
+    assert not get_scenario("moflux-fixed-burst", "lend").direct and not get_scenario("moflux-fixed-burst", "static").direct
+
+    path = tmp_path / "priority.jsonl"
+    with RunTelemetry("file", path=str(path)) as telemetry:
+        run_virtual(priority, 1, telemetry.providers, "direct")
+    spans = [span for line in path.read_text().splitlines()
+             for resource in _json.loads(line)["resourceSpans"] for scope in resource["scopeSpans"]
+             for span in scope["spans"]]
+    by_id = {span["spanId"]: span for span in spans}
+    assert not [s for s in spans if s["name"] == SPAN_GATE_REQUEST]
+    engine = [s for s in spans if s["name"] == SPAN_LLM_REQUEST]
+    assert engine and all(by_id[s["parentSpanId"]]["name"] == SPAN_HTTP_POST for s in engine)
+    assert all(by_id[by_id[s["parentSpanId"]]["parentSpanId"]]["name"] == SPAN_CLIENT_REQUEST for s in engine)

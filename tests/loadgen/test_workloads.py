@@ -149,3 +149,13 @@ def test_a_slice_starts_at_zero_and_keeps_phases_and_ids() -> None:
     assert [a.at_s for a in part.arrivals] == pytest.approx([a.at_s - 20.0 for a in inside])
     assert whole.until(30.0) == whole.between(0.0, 30.0)
     assert whole.until(30.0).arrivals == tuple(a for a in whole.arrivals if a.at_s < 30.0)
+
+
+def test_a_client_that_sets_vllms_priority_puts_it_in_the_body() -> None:
+    w = moflux_workload("balanced", 1)
+    arrival = w.arrivals[0]
+    assert "priority" not in w.client_request(arrival, RunLabels()).body()
+    assert w.client_request(arrival, RunLabels(), priority=10).body()["priority"] == 10
+    priorities = {r.traffic_class: r.body().get("priority")
+                  for _, r in w.requests(RunLabels(), priority=lambda c: 0 if c == "interactive" else 10)}
+    assert priorities == {"interactive": 0, "batch": 10}
