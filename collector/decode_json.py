@@ -9,6 +9,8 @@ is rejected alone with a reason naming its position.
 
 from __future__ import annotations
 
+import re
+
 import base64
 import binascii
 from typing import Any
@@ -228,10 +230,12 @@ def _string(value: Any, what: str) -> str:
 
 
 _NO_EVENTS: tuple[list[Any], ...] = ([], [], [])
+_SURROGATE_SOURCE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 _NO_LINKS: tuple[list[Any], ...] = ([], [], [], [])
 
 
-def _span_row(span: Any, resource: tuple[dict[str, str], str], scope: tuple[str, str]) -> tuple[Any, ...]:
+def _span_row(span: Any, resource: tuple[dict[str, str], str], scope: tuple[str, str],
+              check_unicode: bool = True) -> tuple[Any, ...]:
     if not isinstance(span, dict):
         raise SpanRejected("span must be an object")
     start = _nanos(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
@@ -243,7 +247,7 @@ def _span_row(span: Any, resource: tuple[dict[str, str], str], scope: tuple[str,
     links = span.get("links")
     e_times, e_names, e_attrs = _events(events) if events else _NO_EVENTS
     l_traces, l_spans, l_states, l_attrs = _links(links) if links else _NO_LINKS
-    return (
+    row = (
         start,
         _hex_id(_get(span, "traceId", "trace_id"), 16, "traceId", True),
         _hex_id(_get(span, "spanId", "span_id"), 8, "spanId", True),
@@ -267,6 +271,27 @@ def _span_row(span: Any, resource: tuple[dict[str, str], str], scope: tuple[str,
         l_states,
         l_attrs,
     )
+    if check_unicode:
+        _check_unicode(row)
+    return row
+
+
+def _check_unicode(row: tuple[Any, ...]) -> None:
+    """Reject a span holding a lone UTF-16 surrogate (JSON's "\ud800" escape decodes to one).
+
+    Such a string is no Unicode: the store cannot encode it, and left in a batch it would fail
+    every other span committed with it. One encode of all the span's strings finds it.
+    """
+    texts: list[str] = [row[4], row[5], row[7], row[9], row[10], row[14], *row[16], *row[20]]
+    for mapping in (row[8], row[11], *row[17], *row[21]):
+        texts.extend(mapping)
+        texts.extend(mapping.values())
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start:exc.end]
+        raise SpanRejected(f"a string holds a lone surrogate ({bad.encode('unicode_escape').decode()}), "
+                           "which is not Unicode") from None
 
 
 def _objects(container: dict[str, Any], keys: tuple[str, ...], where: str) -> list[dict[str, Any]]:
@@ -290,10 +315,18 @@ def _scope(scope_spans: dict[str, Any], where: str) -> tuple[str, str]:
     return name, version
 
 
-def decode_traces_json(obj: Any, out: SpanRows, where: str = "") -> None:
+def may_hold_surrogates(raw: bytes) -> bool:
+    """Whether JSON text ``raw`` can decode to a lone surrogate: a ``\\uD800``-``\\uDFFF`` escape, or
+    the UTF-8 form of one (``json.loads`` decodes bytes with ``surrogatepass``). Most bodies hold
+    neither, and their spans need no Unicode check."""
+    return _SURROGATE_SOURCE.search(raw) is not None
+
+
+def decode_traces_json(obj: Any, out: SpanRows, where: str = "", *, check_unicode: bool = True) -> None:
     """Append the spans of one TracesData / ExportTraceServiceRequest object to ``out``.
 
-    ``where`` prefixes error messages (e.g. ``"spans.jsonl:12: "``).
+    ``where`` prefixes error messages (e.g. ``"spans.jsonl:12: "``). ``check_unicode=False`` skips
+    the lone-surrogate check, for objects parsed from text that ``may_hold_surrogates`` cleared.
     """
     if not isinstance(obj, dict):
         raise PayloadError(f'expected a JSON object with "resourceSpans", found a JSON {type(obj).__name__}')
@@ -320,6 +353,6 @@ def decode_traces_json(obj: Any, out: SpanRows, where: str = "") -> None:
                 try:
                     if resource_error:
                         raise SpanRejected(resource_error)
-                    out.rows.append(_span_row(span, res, scope))
+                    out.rows.append(_span_row(span, res, scope, check_unicode))
                 except (SpanRejected, RecursionError) as exc:
                     out.reject(f"{where}{at}scopeSpans[{j}].spans[{k}]", str(exc) or "nested too deeply")

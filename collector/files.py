@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
+from restorelens.collector.decode_json import may_hold_surrogates
+
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_MESSAGE_BYTES", "Payload", "open_stream", "read_payloads"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -40,6 +42,8 @@ class Payload:
     parsed: Any = None
     data: bytes | None = None
     error: str = ""
+    #: The JSON text could decode to a lone surrogate (``decode_json.may_hold_surrogates``).
+    may_hold_surrogates: bool = True
 
 
 class _CountingReader(io.RawIOBase):
@@ -80,7 +84,7 @@ def _first_byte(stream: io.BufferedReader) -> bytes:
 
 def _parse_json(number: int, line: bytes) -> Payload:
     try:
-        return Payload(number, parsed=json.loads(line))
+        return Payload(number, parsed=json.loads(line), may_hold_surrogates=may_hold_surrogates(line))
     except (ValueError, RecursionError) as exc:
         return Payload(number, error=f"invalid JSON: {exc}")
 

@@ -170,7 +170,8 @@ def load_paths(
                     if payload.data is not None:
                         decode_traces_proto_columns(payload.data, rows, f"{where}: ")
                     else:
-                        decode_traces_json(payload.parsed, rows, f"{where}: ")
+                        decode_traces_json(payload.parsed, rows, f"{where}: ",
+                                           check_unicode=payload.may_hold_surrogates)
                 except PayloadError as exc:
                     del rows.rows[mark:]
                     summary.malformed += 1

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.decode_json import decode_traces_json, may_hold_surrogates
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import PayloadError, SpanRows
@@ -87,7 +87,7 @@ def _decode(media_type: str, body: bytes) -> SpanRows:
         parsed = json.loads(body)
     except (ValueError, RecursionError) as exc:
         raise PayloadError(f"invalid JSON: {exc}") from None
-    decode_traces_json(parsed, rows)
+    decode_traces_json(parsed, rows, check_unicode=may_hold_surrogates(body))
     return rows
 
 

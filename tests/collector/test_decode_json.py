@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME
 
-from restorelens.collector.decode_json import decode_traces_json, json_value_to_str
+from restorelens.collector.decode_json import decode_traces_json, json_value_to_str, may_hold_surrogates
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.schema import COLUMNS
 
@@ -114,3 +115,20 @@ def test_an_empty_request_decodes_to_nothing() -> None:
     decode_traces_json({}, rows)
     decode_traces_json({"resourceSpans": []}, rows)
     assert len(rows) == 0 and rows.rejected == 0
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b'{"a":"\\ud800"}', True), (b'{"a":"\\uDFFF"}', True), ("\ud800".encode("utf-8", "surrogatepass"), True),
+    (b'{"a":"\\u00e9"}', False), ("é😀".encode(), False), (b'{"name":"gate.request"}', False),
+])
+def test_text_that_may_decode_to_a_lone_surrogate_is_recognised(raw: bytes, expected: bool) -> None:
+    assert may_hold_surrogates(raw) is expected
+
+
+def test_an_escaped_surrogate_pair_is_one_valid_character_and_is_kept() -> None:
+    doc = json.loads('{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c",'
+                     '"spanId":"b7ad6b7169203331","name":"smile \\ud83d\\ude00","startTimeUnixNano":"1",'
+                     '"endTimeUnixNano":"2"}]}]}]}')
+    rows = SpanRows()
+    decode_traces_json(doc, rows)
+    assert rows.rejected == 0 and rows.rows[0][5] == "smile 😀"

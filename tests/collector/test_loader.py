@@ -185,3 +185,18 @@ def test_the_fast_path_stores_exactly_what_the_lenient_decoder_stores(tmp_path: 
     assert (fast.loaded, fast.duplicate) == (lenient.loaded, lenient.duplicate) == (12, 4)
     sql = 'select * from otel_traces order by "SpanId"'
     assert _rows(tmp_path / "fast.duckdb", sql) == _rows(tmp_path / "lenient.duckdb", sql)
+
+
+def test_a_lone_surrogate_rejects_its_span_alone_naming_file_and_line(tmp_path: Path) -> None:
+    def line(name: str, span_id: str) -> str:
+        return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{
+            "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": span_id, "name": name,
+            "startTimeUnixNano": "1", "endTimeUnixNano": "2"}]}]}]})
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text(line("good-1", "a0000000000000a1") + "\n" + line("bad\ud800", "a0000000000000a2") + "\n")
+    second.write_text(line("good-2", "b0000000000000b1") + "\n")
+    summary = load_paths([first, second], tmp_path / "spans.duckdb")
+    assert (summary.loaded, summary.rejected) == (2, 1)
+    assert summary.errors == [f"{first}:2: resourceSpans[0].scopeSpans[0].spans[0]: a string holds a lone "
+                              "surrogate (\\ud800), which is not Unicode"]

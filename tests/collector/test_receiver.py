@@ -159,3 +159,41 @@ def test_bearer_token_is_required_when_set(tmp_path: Path, serve_asgi: Serve) ->
     assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
     ok = _post(url, line.encode(), **{"content-type": "application/json", "authorization": "Bearer s3cret"})
     assert ok.status_code == 200
+
+
+def _one_span_doc(name: str, span_id: str, attributes: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"resourceSpans": [{"resource": {"attributes": [{"key": SERVICE_NAME, "value": {"stringValue": "svc"}}]},
+                               "scopeSpans": [{"scope": {"name": "s"}, "spans": [{
+                                   "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": span_id, "name": name,
+                                   "startTimeUnixNano": "1", "endTimeUnixNano": "2",
+                                   "attributes": [{"key": k, "value": {"stringValue": v}}
+                                                  for k, v in (attributes or {}).items()]}]}]}]}
+
+
+def test_a_lone_surrogate_is_rejected_alone_and_poisons_no_other_request(tmp_path: Path, serve_asgi: Serve) -> None:
+    # JSON may escape a lone UTF-16 surrogate ("\ud800"); it decodes to a string that is no Unicode.
+    # Left in a commit batch it failed every request of the batch with 503 (59 of 60 concurrent ones).
+    import concurrent.futures
+
+    db = tmp_path / "spans.duckdb"
+    url = serve_asgi(create_receiver_app(db)).url + "/v1/traces"
+    bad = [_one_span_doc("bad\ud800", "a0000000000000a0"), _one_span_doc("ok", "a0000000000000a1", {"k\udfff": "v"}),
+           _one_span_doc("ok", "a0000000000000a2", {"k": "v\ud83d"})]
+    good = [_one_span_doc(f"good-{i}", f"b{i:015x}") for i in range(40)]
+
+    def post(doc: dict[str, Any]) -> httpx.Response:
+        return httpx.post(url, content=json.dumps(doc).encode(), headers={"content-type": "application/json"},
+                          timeout=30)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(post, good[:20] + bad + good[20:]))
+    for doc, answer in zip(good[:20] + bad + good[20:], answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        partial = answer.json().get("partialSuccess", {})
+        if doc in bad:
+            assert partial["rejectedSpans"] == "1" and "lone surrogate" in partial["errorMessage"]
+        else:
+            assert not partial.get("rejectedSpans")
+    with open_read_only(db) as con:
+        names = {row[0] for row in con.execute('select "SpanName" from otel_traces').fetchall()}
+    assert names == {f"good-{i}" for i in range(40)}
