@@ -188,11 +188,13 @@ class GateEndpoints:
             return denied
         try:
             change = await request.json()
+        except RecursionError:
+            return _error(400, "body is nested too deeply", "invalid_request_error")
         except ValueError:
             return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
         if not isinstance(change, dict):
             return _error(400, "body must be a JSON object", "invalid_request_error")
-        allowed = {"policy", "floors", "lendable_slots", "capacity"}
+        allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s"}
         if unknown := sorted(set(change) - allowed):
             return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
         try:

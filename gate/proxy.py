@@ -201,6 +201,8 @@ class ProxyEndpoint:
             raise GateAnswer(400, f"x-traffic-class {traffic_class!r} is not one of {', '.join(TRAFFIC_CLASSES)}", "invalid_request_error")
         try:
             payload = json.loads(body)
+        except RecursionError:
+            raise GateAnswer(400, "request body is nested too deeply", "invalid_request_error") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # The position only, never the text: the body is a prompt.
             raise GateAnswer(400, f"request body is not valid JSON (line {getattr(exc, 'lineno', 1)}, column {getattr(exc, 'colno', 0)})", "invalid_request_error") from None

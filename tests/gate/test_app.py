@@ -110,3 +110,20 @@ def test_a_policy_change_is_in_force_at_once(gate) -> None:
     assert changed.status_code == 200 and changed.json()["policy"] == "static"
     assert httpx.get(gate.url + "/health").json() == {"status": "ok", "policy": "static"}
     assert "restorelens_gate_admitted" in httpx.get(gate.url + "/metrics").text
+
+
+def test_a_deeply_nested_body_is_400_not_500_at_the_proxy_and_the_admin_endpoint(gate) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    inference = httpx.post(gate.url + "/v1/completions", content=deep, headers={"content-type": "application/json"})
+    assert inference.status_code == 400 and "nested too deeply" in inference.json()["error"]["message"]
+    admin = httpx.put(gate.url + "/admin/policy", content=deep, headers={**AUTH, "content-type": "application/json"})
+    assert admin.status_code == 400 and "nested too deeply" in admin.json()["error"]["message"]
+    # and the gate serves on: its state is readable and the policy unchanged
+    assert httpx.get(gate.url + "/admin/state", headers=AUTH).json()["policy"] == "lend"
+
+
+def test_the_lend_policys_control_period_can_be_changed_at_run_time(gate) -> None:
+    answer = httpx.put(gate.url + "/admin/policy", json={"control_period_s": 0.25}, headers=AUTH)
+    assert answer.status_code == 200, answer.text
+    state = httpx.get(gate.url + "/admin/state", headers=AUTH).json()
+    assert state["control_period_s"] == 0.25
