@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 
-from restorelens.analysis.views import Analysis, percentiles_of
+from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
 
 __all__ = ["FORMATS", "SECTIONS", "build_report", "render"]
 
@@ -85,10 +85,7 @@ def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str, percentile: s
 def _median(column: str, percentile: str) -> pl.Expr:
     if percentile == "linear":
         return pl.col(column).median()
-    values = pl.col(column).drop_nulls()
-    # nearest rank: the value at rank ceil(n / 2), 1-based (the 3rd of 5 seeds)
-    rank = ((values.count() * 0.5).ceil().cast(pl.Int64) - 1).clip(lower_bound=0)
-    return values.sort().get(rank, null_on_oob=True).alias(column)
+    return nearest_rank_expr(pl.col(column).drop_nulls(), 0.5).alias(column)  # the 3rd of 5 seeds
 
 
 def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:

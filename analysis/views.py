@@ -255,6 +255,13 @@ def nearest_rank(values: Sequence[float | None], q: float) -> float | None:
     return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
+def nearest_rank_expr(values: pl.Expr, q: float) -> pl.Expr:
+    """``nearest_rank`` as a polars aggregation over non-null ``values`` (null when there are none)."""
+    # the value at rank ceil(q·n), 1-based: index ceil(q·n) - 1 of the sorted values
+    index = ((values.count() * q).ceil().cast(pl.Int64) - 1).clip(lower_bound=0)
+    return values.sort().get(index, null_on_oob=True)
+
+
 def percentiles_of(
     frame: pl.DataFrame, metrics: Sequence[str], by: Sequence[str] = (), *, method: str = "linear"
 ) -> pl.DataFrame:
@@ -275,10 +282,7 @@ def percentiles_of(
         if method == "linear":
             aggregations += [values.quantile(q, interpolation="linear").alias(name) for name, q in _QUANTILES.items()]
         else:
-            # the value at rank ceil(q·n), 1-based: index ceil(q·n) - 1 of the sorted values
-            ranks = {name: ((values.count() * q).ceil().cast(pl.Int64) - 1).clip(lower_bound=0)
-                     for name, q in _QUANTILES.items()}
-            aggregations += [values.sort().get(rank, null_on_oob=True).alias(name) for name, rank in ranks.items()]
+            aggregations += [nearest_rank_expr(values, q).alias(name) for name, q in _QUANTILES.items()]
         aggregations.append(values.max().alias("max"))
         if group_columns:
             part = frame.group_by(group_columns, maintain_order=True).agg(aggregations)

@@ -9,10 +9,9 @@ is rejected alone with a reason naming its position.
 
 from __future__ import annotations
 
-import re
-
 import base64
 import binascii
+import re
 from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME

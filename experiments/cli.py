@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from restorelens.errors import SettingError
+from restorelens.errors import RestorelensError, SettingError
 from restorelens.loadgen.cli import traces_endpoint
 
 __all__ = ["COMMANDS", "demo", "experiment", "run"]
@@ -146,7 +146,7 @@ def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, ti
                      on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
     loaded = load_paths(files, db)
     if loaded.errors:
-        raise SettingError("--out", f"spans of the runs could not be loaded: {loaded.errors[0]}")
+        raise RestorelensError(f"{db}: spans of the runs could not be loaded: {loaded.errors[0]}")
     scenario_of = {SCENARIOS[name].profile: name for name in matrix.scenarios}
     with Analysis.open(db) as analysis:
         table = score(analysis, scenario_of, matrix.arms)

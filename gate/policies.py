@@ -10,7 +10,6 @@ changes.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal

@@ -9,7 +9,6 @@ from restorelens.analysis import Analysis, Slo
 from restorelens.errors import SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
-
 #: The MoFlux protocol's phases as the client labels them: (window start, window length) in s.
 PHASE_WINDOWS = {"interactive-alone": (0.0, 25.0), ARRIVAL_PHASE_BORROW: (25.0, 35.0),
                  ARRIVAL_PHASE_RETURN: (60.0, 25.0), "drain": (85.0, 20.0)}

@@ -14,10 +14,10 @@ from restorelens.experiments.runner import RunTelemetry, run_virtual
 from restorelens.experiments.scenarios import get_scenario
 from restorelens.spans import (
     ATTR_ATTEMPTS,
-    ATTR_OUTCOME,
     ATTR_HTTP_RESEND_COUNT,
     ATTR_HTTP_RETRY_AFTER,
     ATTR_HTTP_STATUS_CODE,
+    ATTR_OUTCOME,
     ATTR_REQUEST_ID,
     ATTR_RETRY_AFTER_S,
     ATTR_RUN_ID,
