@@ -70,7 +70,7 @@ def main() -> None:
             anchor_s.append(_anchor(Path(b)))
     best_target, best_anchor = min(target_s), min(anchor_s)
     verdict = "meets the goal" if best_target <= TARGET_S else "misses the goal"
-    print(f"target: restorelens experiment (one process)     {best_target:7.2f} s  (goal <= {TARGET_S:g} s): {verdict}")
+    print(f"target: restorelens experiment (one command)     {best_target:7.2f} s  (goal <= {TARGET_S:g} s): {verdict}")
     print(f"anchor: one restorelens run per run, then load   {best_anchor:7.2f} s")
     print(f"ratio anchor / target: {best_anchor / best_target:.1f}x")
 
