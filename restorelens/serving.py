@@ -1,23 +1,143 @@
-"""Serve an ASGI app with a real uvicorn server on 127.0.0.1 in a background thread.
+"""How restorelens serves ASGI apps: uvicorn with a bounded request head, on 127.0.0.1.
 
-Used by the demo (several servers in one process), the test fixtures and the benchmarks. Binding the
-socket ourselves (port 0 by default) makes free-port selection race-free.
+``uvicorn_config`` is the one place every server (gate, collector, engine simulator, demo, tests,
+benchmarks) gets its uvicorn settings, so each one refuses an oversize request head (request line
+plus headers) with 431 as soon as it is seen. uvicorn's httptools protocol has no such limit: a
+150 MB header stalled ``/health`` for seconds and a 400 MB one took 314 s and 1 GB of RSS to parse,
+because the parser grows a header value by concatenation.
+
+``ServerThread`` runs one in a background thread (the demo runs several servers in one process).
+Binding the socket ourselves (port 0 by default) makes free-port selection race-free.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import socket
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["ServerThread", "bind_socket"]
+__all__ = ["DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread", "bind_socket", "uvicorn_config"]
 
 DEFAULT_HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
+#: Request line plus headers, per request. Real clients send a few KiB (a traceparent, a bearer
+#: token); nginx's default buffers hold 32 KiB, h11's 16 KiB.
+DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+
+
+def _plain_answer(status: int, message: str) -> tuple[bytes, bytes]:
+    return b"application/json", json.dumps({"error": {"message": message, "code": status}}).encode()
+
+
+@dataclass(frozen=True)
+class HeadLimit:
+    """An app's bound on its request heads: the size, the body of the 431, and who counts refusals.
+
+    An app that sets ``app.state.head_limit`` gets its own; others get the default size and a
+    generic JSON error body.
+    """
+
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    #: (content type, body) of the 431, in the app's own error shape.
+    answer: Callable[[int, str], tuple[bytes, bytes]] = _plain_answer
+    #: Called once per refused request head (a metric's increment).
+    refused: Callable[[], None] = field(default=lambda: None)
+
+    def message(self) -> str:
+        return f"request line and headers exceed {self.max_header_bytes} bytes"
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol that answers 431 and closes once a request head passes its limit.
+
+    Counted per received chunk while a head is incomplete, so the parser never buffers more than the
+    limit plus one socket read; checked exactly (line plus headers) when a head completes within
+    one chunk. A refused connection is closed: what follows its head cannot be framed reliably.
+    """
+
+    def __init__(self, *args: Any, head_limit: HeadLimit, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._head_limit = head_limit
+        self._head_open = True  # bytes received now belong to a request head
+        self._head_bytes = 0
+        self._heads_completed = 0
+        self._refused = False
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        whole_chunk_is_head = self._head_open
+        heads_before = self._heads_completed
+        super().data_received(data)
+        if self._head_open and not self._refused:
+            if whole_chunk_is_head and heads_before == self._heads_completed:
+                self._head_bytes += len(data)
+            else:
+                # A head began after a body ended inside this chunk: its share is unknown, so it is
+                # counted from the next chunk on (at most one read under) and exactly once complete.
+                self._head_bytes = 0
+            if self._head_bytes > self._head_limit.max_header_bytes:
+                self._refused = True
+        if self._refused:
+            self._send_431()
+
+    def on_headers_complete(self) -> None:
+        if self._refused:
+            return
+        self._head_open = False
+        self._head_bytes = 0
+        self._heads_completed += 1
+        # Exact size as on the wire: "name: value\r\n" per header, plus the request line.
+        size = len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self._head_limit.max_header_bytes:
+            self._refused = True
+            return
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self._refused:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._refused:
+            return
+        self._head_open = True
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refused:
+            self._send_431()  # the requests pipelined ahead of the refused one are answered first
+
+    def _send_431(self) -> None:
+        if self.transport.is_closing() or self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
+            return  # on_response_complete calls again once the requests ahead have their answers
+        self._head_limit.refused()
+        content_type, body = self._head_limit.answer(431, self._head_limit.message())
+        head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
+        for name, value in self.server_state.default_headers:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"content-type: " + content_type + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n")
+        head.append(b"connection: close\r\n\r\n")
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def uvicorn_config(app: Any, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for one of our servers: quiet, no access log, request heads bounded."""
+    head_limit = getattr(getattr(app, "state", None), "head_limit", None) or HeadLimit()
+    options.setdefault("log_level", "warning")
+    options.setdefault("access_log", False)
+    return uvicorn.Config(app, http=functools.partial(BoundedHttpToolsProtocol, head_limit=head_limit), **options)
 
 
 def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True) -> socket.socket:
@@ -64,10 +184,9 @@ class ServerThread:
     ) -> None:
         self._sock = bind_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn.Config(
+        config = uvicorn_config(
             app,
             log_level=log_level,
-            access_log=False,
             lifespan="auto",
             timeout_graceful_shutdown=5,
             **uvicorn_options,

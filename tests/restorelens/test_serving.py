@@ -1,14 +1,18 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from restorelens.serving import ServerThread
+from restorelens.serving import DEFAULT_MAX_HEADER_BYTES, HeadLimit, ServerThread
 
 
 async def hello(request: object) -> PlainTextResponse:
@@ -43,3 +47,110 @@ def test_ipv6_loopback_is_served() -> None:
         assert server.host == "::1"
         assert server.url == f"http://[::1]:{server.port}"
         assert httpx.get(server.url).text == "hello"
+
+
+# --- bounded request heads ------------------------------------------------------------------------
+
+
+async def echo_size(request: Request) -> PlainTextResponse:
+    return PlainTextResponse(str(len(await request.body())))
+
+
+SIZED = Starlette(routes=[Route("/", echo_size, methods=["GET", "POST"])])
+
+
+def _raw_exchange(server: ServerThread, chunks: Iterator[bytes]) -> tuple[bytes, int]:
+    """(what the server answered, bytes sent before it closed) for a request written chunk by chunk."""
+    sent = 0
+    with socket.create_connection((server.host, server.port), timeout=30) as sock:
+        try:
+            for chunk in chunks:
+                sock.sendall(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the server closed on us: what it answered first is still readable
+        answer = b""
+        try:
+            while data := sock.recv(65536):
+                answer += data
+        except OSError:
+            pass
+    return answer, sent
+
+
+def test_a_head_under_the_limit_is_served_and_one_over_gets_431_json() -> None:
+    with ServerThread(SIZED) as server:
+        assert httpx.get(server.url, headers={"x-a": "a" * 60_000}).status_code == 200
+        refused = httpx.get(server.url, headers={"x-a": "a" * 70_000})
+        assert refused.status_code == 431
+        assert refused.headers["connection"] == "close"
+        assert refused.json()["error"]["message"] == f"request line and headers exceed {DEFAULT_MAX_HEADER_BYTES} bytes"
+        # Many headers, each small, add up: the whole head counts.
+        many = {f"x-{i}": "v" * 1000 for i in range(70)}
+        assert httpx.get(server.url, headers=many).status_code == 431
+
+
+def test_a_streamed_huge_header_is_cut_off_after_about_the_limit_and_others_are_served() -> None:
+    """The 400 MB header that took uvicorn 314 s: refused once the limit (plus one read) has arrived."""
+    with ServerThread(SIZED) as server:
+        def chunks() -> Iterator[bytes]:
+            yield b"GET / HTTP/1.1\r\nhost: x\r\nx-big: "
+            for _ in range(400):
+                yield b"a" * 1_000_000
+
+        answer, sent = _raw_exchange(server, chunks())
+        assert answer.startswith(b"HTTP/1.1 431 ")
+        assert sent < 20_000_000  # 400 MB were offered; the server stopped reading long before
+        assert httpx.get(server.url).text == "0"
+
+
+def test_large_bodies_on_a_kept_alive_connection_do_not_count_as_head() -> None:
+    """A body's last chunk arrives while the next head is awaited: it must not be taken for one."""
+    with ServerThread(SIZED) as server, httpx.Client(base_url=server.url) as client:
+        for _ in range(3):
+            assert client.post("/", content=b"x" * 1_000_000, headers={"x-a": "a" * 30_000}).text == "1000000"
+            assert client.get("/").text == "0"
+
+
+def test_pipelined_requests_are_each_measured() -> None:
+    with ServerThread(SIZED) as server:
+        small = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n"
+        big = b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n"
+        last = b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        answer, _ = _raw_exchange(server, iter([small * 3 + big + last]))
+        assert answer.count(b"HTTP/1.1 200 ") == 3
+        assert answer.count(b"HTTP/1.1 431 ") == 1
+        assert answer.endswith(b"}")  # closed after the 431: the request behind it is not guessed at
+
+
+def test_an_app_sets_its_own_limit_error_shape_and_refusal_count() -> None:
+    refused: list[int] = []
+    app = Starlette(routes=[Route("/", echo_size)])
+    app.state.head_limit = HeadLimit(
+        max_header_bytes=1024, answer=lambda status, message: (b"text/plain", message.encode()),
+        refused=lambda: refused.append(1),
+    )
+    with ServerThread(app) as server:
+        assert httpx.get(server.url, headers={"x-a": "a" * 700}).status_code == 200
+        answer = httpx.get(server.url, headers={"x-a": "a" * 1100})
+        assert (answer.status_code, answer.text) == (431, "request line and headers exceed 1024 bytes")
+        assert answer.headers["content-type"] == "text/plain"
+        assert refused == [1]
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=40_000), min_size=1, max_size=6),
+    split=st.integers(min_value=1, max_value=50_000),
+)
+def test_fuzz_head_sizes_and_read_boundaries(sizes: list[int], split: int) -> None:
+    """Heads of any size, cut at any byte: 431 exactly when the head is over the limit (within the
+    request line's allowance), and the server still serves the next client."""
+    with ServerThread(SIZED) as server:
+        head = b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + b"".join(f"x-{i}: ".encode() + b"v" * n + b"\r\n" for i, n in enumerate(sizes)) + b"\r\n"
+        answer, _ = _raw_exchange(server, iter([head[:split], head[split:]]))
+        if len(head) > DEFAULT_MAX_HEADER_BYTES + 64:
+            assert answer.startswith(b"HTTP/1.1 431 ")
+        elif len(head) < DEFAULT_MAX_HEADER_BYTES - 64:
+            assert answer.startswith(b"HTTP/1.1 200 ")
+        assert httpx.get(server.url).text == "0"
