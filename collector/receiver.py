@@ -109,15 +109,17 @@ def create_receiver_app(
     writer = StoreWriter(
         db_path, max_pending_spans=max_pending_spans, lock_timeout_s=lock_timeout_s, **(writer_options or {})
     )
-    expected_auth = f"Bearer {token}".encode() if token else None
+    expected_token = token.encode() if token else None
     retry_after = {"Retry-After": str(retry_after_s)}
 
     async def export_traces(request: Request) -> Response:
         media_type = _media_type(request)
         answer_type = media_type if media_type in (PROTOBUF, JSON) else JSON
-        if expected_auth is not None:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected_auth):
+        if expected_token is not None:
+            # RFC 7235: the scheme is case-insensitive (some clients send "bearer"), the token is
+            # not; compared in constant time, as the gate's admin token is
+            scheme, _, given = request.headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), expected_token):
                 headers = {"WWW-Authenticate": "Bearer"}
                 return _status(answer_type, 401, "missing or wrong bearer token", headers)
         if media_type not in (PROTOBUF, JSON):

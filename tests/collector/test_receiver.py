@@ -161,6 +161,19 @@ def test_bearer_token_is_required_when_set(tmp_path: Path, serve_asgi: Serve) ->
     assert ok.status_code == 200
 
 
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+def test_the_auth_scheme_is_case_insensitive(tmp_path: Path, serve_asgi: Serve, scheme: str) -> None:
+    # RFC 7235 section 2.1: the scheme is case-insensitive (some clients send "bearer"); the token is not
+    url = serve_asgi(create_receiver_app(tmp_path / "t.duckdb", token="s3cret-token")).url
+    line = (DATA / "collector_file_exporter.jsonl").read_text().splitlines()[0]
+    ok = _post(url, line.encode(), **{"content-type": "application/json", "authorization": f"{scheme} s3cret-token"})
+    assert ok.status_code == 200, ok.text
+    for wrong in (f"{scheme} S3CRET-TOKEN", f"{scheme} s3cret-tok", "Basic s3cret-token", "s3cret-token",
+                  f"{scheme}s3cret-token", f"{scheme} s3cret-token extra"):
+        refused = _post(url, line.encode(), **{"content-type": "application/json", "authorization": wrong})
+        assert refused.status_code == 401, wrong
+
+
 def _one_span_doc(name: str, span_id: str, attributes: dict[str, str] | None = None) -> dict[str, Any]:
     return {"resourceSpans": [{"resource": {"attributes": [{"key": SERVICE_NAME, "value": {"stringValue": "svc"}}]},
                                "scopeSpans": [{"scope": {"name": "s"}, "spans": [{
