@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies import AdmissionPolicy, Occupancy, Slot
-from .restoration import LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
+from .restoration import DEFAULT_MAX_RETAINED, LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
 from .retry_hint import RetryHint
 
 __all__ = ["Admission", "Decision", "Grant", "GrantError", "Rejection", "Waiter"]
@@ -83,6 +83,8 @@ Decision = Grant | Waiter | Rejection
 class _Counters:
     admitted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
     rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
+    #: Queued requests whose client left before a grant or a 429: nobody was refused.
+    withdrawn: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
     released: int = 0
 
 
@@ -98,12 +100,13 @@ class Admission:
         retry_hint: RetryHint | None = None,
         listeners: Iterable[RestorationListener] = (),
         on_waiter_granted: Callable[[Waiter], None] | None = None,
+        max_retained: int = DEFAULT_MAX_RETAINED,
     ) -> None:
         self.policy = policy
         self.wait_timeout_s = wait_timeout_s
         self.queue_limit = queue_limit
         self.retry_hint = retry_hint or RetryHint()
-        self.tracker = RestorationTracker(list(listeners))
+        self.tracker = RestorationTracker(list(listeners), max_retained=max_retained)
         #: Called whenever a queued request is granted (the live shell wakes its future here).
         self.on_waiter_granted = on_waiter_granted
         self.counters = _Counters()
@@ -131,12 +134,18 @@ class Admission:
         return sum(len(q) for q in self._queues.values())
 
     @property
-    def periods(self) -> list[LendingPeriod]:
+    def periods(self) -> deque[LendingPeriod]:
+        """The most recent lending periods, oldest first (``max_retained``)."""
         return self.tracker.periods
 
     @property
-    def episodes(self) -> list[RestorationEpisode]:
+    def episodes(self) -> deque[RestorationEpisode]:
+        """The most recent restoration episodes, oldest first (``max_retained``)."""
         return self.tracker.episodes
+
+    def unfinished(self) -> tuple[list[LendingPeriod], list[RestorationEpisode]]:
+        """The periods and episodes still open, retained or not: what a run's end must flush."""
+        return self.tracker.unfinished()
 
     def next_deadline_s(self) -> float | None:
         """Earliest queued deadline or floor restoration (for a virtual-time loop to schedule ``expire``)."""
@@ -267,7 +276,8 @@ class Admission:
     def _reject(
         self, request_id: str, traffic_class: str, reason: str, requested_at_s: float, now_s: float, ahead: int
     ) -> Rejection:
-        self.counters.rejected[traffic_class] += 1
+        counts = self.counters.withdrawn if reason == REJECT_WITHDRAWN else self.counters.rejected
+        counts[traffic_class] += 1
         return Rejection(request_id, traffic_class, reason, requested_at_s, now_s, self.retry_hint.estimate_ms(ahead))
 
     def _pump(self, now_s: float) -> list[Grant]:

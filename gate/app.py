@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import functools
 import hmac
+import itertools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,11 +23,14 @@ from starlette.routing import Route
 
 from restorelens.clock import Clock, WallClock
 from restorelens.errors import SettingError
+from restorelens.serving import HeadLimit
 
 from .admission import Admission, Grant, Waiter
 from .gate_spans import GateSpans
 from .metrics import new_registry
+from .model_listing import ModelListing
 from .proxy import ProxyEndpoint, Receive, Scope, Send, UpstreamTable
+from .proxy_asgi import REFUSAL_LIMITS, error_body, nested_deeper_than
 from .retry_hint import RetryHint
 from .routing import ModelRouter
 from .settings import GateSettings
@@ -68,30 +73,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", error_type, exc.headers)
 
 
-async def _list_models(
-    client: httpx.AsyncClient, url: str, request: Request, timeout_s: float
-) -> tuple[list[dict[str, Any]], str | None]:
-    """(the engine's model entries, what went wrong or None). The caller's credentials go along."""
-    headers = {}
-    if (authorization := request.headers.get("authorization")) is not None:
-        headers["authorization"] = authorization
-    try:
-        async with asyncio.timeout(timeout_s):
-            response = await client.get(url + "/v1/models", headers=headers, timeout=timeout_s)
-    except (TimeoutError, httpx.TimeoutException):
-        return [], f"no answer within {timeout_s:g} s"
-    except httpx.HTTPError as exc:
-        return [], f"unreachable ({type(exc).__name__})"
-    if response.status_code != 200:
-        return [], f"answered {response.status_code}"
-    try:
-        data = response.json().get("data", [])
-        entries = [e for e in data if isinstance(e, dict) and isinstance(e.get("id"), str)]
-    except (ValueError, AttributeError, TypeError):
-        return [], "answered something other than an OpenAI model list"
-    return entries, None
-
-
 def _build_transport(
     settings: GateSettings, tracer_provider: TracerProvider | None
 ) -> tuple[httpx.AsyncBaseTransport, UpstreamTransport]:
@@ -128,10 +109,11 @@ class GateEndpoints:
     admission: Admission
     emitter: GateSpans
     registry: CollectorRegistry
-    client: httpx.AsyncClient  # for /v1/models only: the proxy calls the transport directly
-    upstreams: UpstreamTable
+    listing: ModelListing
+    transport: httpx.AsyncBaseTransport  # the proxy's, closed with the app
     router: ModelRouter | None
     clock: Clock
+    refusals: dict[str, int]
 
     def routes(self) -> list[Route]:
         return [
@@ -153,24 +135,16 @@ class GateEndpoints:
                 await self.router.stop()
             now_s = self.clock.now_s()
             self.admission.close(now_s)
-            self.emitter.flush(self.admission.periods, self.admission.episodes, now_s)
-            await self.client.aclose()
+            self.emitter.flush(*self.admission.unfinished(), now_s)
+            await self.listing.aclose()
+            await self.transport.aclose()
 
     async def models(self, request: Request) -> Response:
-        listed: dict[str, dict[str, Any]] = {}
-        urls = sorted({u for urls in self.upstreams.urls.values() for u in urls})
-        # Concurrently and briefly: one hung engine must not hold the listing for upstream_timeout_s.
-        timeout_s = self.settings.connect_timeout_s
-        answers = await asyncio.gather(*(_list_models(self.client, url, request, timeout_s) for url in urls))
-        unreachable = []
-        for url, (entries, problem) in zip(urls, answers, strict=True):
-            if problem is not None:
-                unreachable.append({"upstream": url, "error": problem})
-            for entry in entries:
-                listed.setdefault(entry["id"], entry)
+        listing = await self.listing.get(request.headers.get("authorization"))
+        listed = dict(listing.models)
         for name in self.router.models() if self.router is not None else ():
             listed.setdefault(name, {"id": name, "object": "model", "owned_by": "restorelens"})
-        return JSONResponse({"object": "list", "data": list(listed.values()), "unreachable": unreachable})
+        return JSONResponse({"object": "list", "data": list(listed.values()), "unreachable": listing.unreachable})
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
@@ -186,12 +160,17 @@ class GateEndpoints:
     async def admin_policy(self, request: Request) -> Response:
         if (denied := self._admin_denied(request)) is not None:
             return denied
+        body = await request.body()
         try:
-            change = await request.json()
+            change = json.loads(body)
+            too_deep = nested_deeper_than(change, self.settings.max_json_depth, body)
         except RecursionError:
-            return _error(400, "body is nested too deeply", "invalid_request_error")
+            too_deep = True
         except ValueError:
             return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
+        if too_deep:
+            self.refusals["max_json_depth"] += 1
+            return _error(400, f"body nests JSON deeper than {self.settings.max_json_depth} levels", "invalid_request_error")
         if not isinstance(change, dict):
             return _error(400, "body must be a JSON object", "invalid_request_error")
         allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s"}
@@ -236,30 +215,41 @@ def create_gate_app(
     waiters: dict[Waiter, asyncio.Future[Grant]] = {}
     admission = Admission(
         policy, wait_timeout_s=settings.wait_timeout_s, queue_limit=settings.queue_limit, retry_hint=RetryHint(),
-        listeners=[emitter], on_waiter_granted=functools.partial(_wake, waiters),
+        listeners=[emitter], on_waiter_granted=functools.partial(_wake, waiters), max_retained=settings.max_retained_episodes,
     )
     transport, pool = _build_transport(settings, tracer_provider)
     timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
-    client = httpx.AsyncClient(transport=transport, timeout=timeout)
     upstreams = UpstreamTable(settings.upstream_urls())
+    refusals = dict.fromkeys(REFUSAL_LIMITS, 0)
     proxy = ProxyEndpoint(
         settings=settings, admission=admission, emitter=emitter, transport=transport, upstream=pool, timeout=timeout,
         upstreams=upstreams, clock=clock, router=router, waiters=waiters,
-        tracer_provider=tracer_provider if settings.tracing else None,
+        tracer_provider=tracer_provider if settings.tracing else None, refusals=refusals,
     )
-    registry = new_registry(admission, lambda: proxy.upstream_errors)
+    registry = new_registry(admission, lambda: proxy.upstream_errors, refusals)
     if router is not None:
         router.register_metrics(registry)
-    endpoints = GateEndpoints(settings, admission, emitter, registry, client, upstreams, router, clock)
+    # Briefly: one hung engine must not hold the listing for upstream_timeout_s.
+    listing = ModelListing([u for urls in upstreams.urls.values() for u in urls], timeout_s=settings.connect_timeout_s)
+    endpoints = GateEndpoints(settings, admission, emitter, registry, listing, transport, router, clock, refusals)
     routes = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS] + endpoints.routes()
     routes += router.routes() if router is not None else []
     app = GateApp(routes=routes, lifespan=endpoints.lifespan, exception_handlers={HTTPException: _http_error})
     app.proxy = proxy
+    app.state.head_limit = HeadLimit(settings.max_header_bytes, _head_refusal, functools.partial(_count, refusals, "max_header_bytes"))
     app.state.admission = admission
     app.state.settings = settings
     app.state.registry = registry
     app.state.spans = emitter
     return app
+
+
+def _head_refusal(status: int, message: str) -> tuple[bytes, bytes]:
+    return b"application/json", error_body(status, message, "request_too_large")
+
+
+def _count(counts: dict[str, int], key: str) -> None:
+    counts[key] += 1
 
 
 def _state(admission: Admission) -> dict[str, Any]:
@@ -272,7 +262,8 @@ def _state(admission: Admission) -> dict[str, Any]:
         "lending": admission.tracker.lending,
         "admitted": dict(admission.counters.admitted),
         "rejected": dict(admission.counters.rejected),
-        "lending_periods": len(admission.periods),
+        "withdrawn": dict(admission.counters.withdrawn),
+        "lending_periods": admission.tracker.periods_started,
         "restoration_episodes": [
             {
                 "t0_s": e.t0_s,
@@ -281,6 +272,6 @@ def _state(admission: Admission) -> dict[str, Any]:
                 "grant_restored_s": e.grant_restored_s,
                 "borrowed_drained_s": e.borrowed_drained_s,
             }
-            for e in admission.episodes[-20:]
+            for e in itertools.islice(admission.episodes, max(0, len(admission.episodes) - 20), None)
         ],
     }

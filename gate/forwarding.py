@@ -24,7 +24,9 @@ _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
      b"transfer-encoding", b"upgrade", b"host", b"content-length"}
 )
-_HOP_BY_HOP_ANSWER = _HOP_BY_HOP - {b"content-length"}
+#: Of the engine's answer, also not passed back: the gate's server adds its own date and server
+#: headers, and an answer must carry each once (nginx drops the same two by default).
+_NOT_PASSED_BACK = (_HOP_BY_HOP - {b"content-length"}) | {b"date", b"server"}
 _URL_CACHE_SIZE = 256
 
 
@@ -79,7 +81,7 @@ class UpstreamForwarder:
             await send({
                 "type": "http.response.start",
                 "status": status,
-                "headers": [(k, v) for k, v in answer_headers if k.lower() not in _HOP_BY_HOP_ANSWER],
+                "headers": [(k, v) for k, v in answer_headers if k.lower() not in _NOT_PASSED_BACK],
             })
             async for chunk in stream:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})

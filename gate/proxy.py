@@ -30,7 +30,9 @@ from .admission import Admission, Grant, Rejection, Waiter
 from .decide import Admit, Answer, Forward, Respond, decide, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
-from .proxy_asgi import ClientGone, DisconnectWatch, GateAnswer, Receive, Scope, Send, error_body, send_json
+from .proxy_asgi import (
+    REFUSAL_LIMITS, ClientGone, DisconnectWatch, GateAnswer, Receive, Scope, Send, error_body, nested_deeper_than, send_json,
+)
 from .routing import ModelRouter, NotReady, RouteAnswer, Routed
 from .settings import ANY_MODEL, GateSettings
 from .upstream_transport import UpstreamTransport
@@ -77,8 +79,11 @@ class ProxyEndpoint:
         router: ModelRouter | None,
         tracer_provider: Any,
         waiters: dict[Waiter, asyncio.Future[Grant]],
+        refusals: dict[str, int] | None = None,
     ) -> None:
         self.settings = settings
+        #: Requests refused per size limit (REFUSAL_LIMITS); /metrics reads it, the server's head check adds to it.
+        self.refusals = refusals if refusals is not None else dict.fromkeys(REFUSAL_LIMITS, 0)
         self.admission = admission
         self.emitter = emitter
         self._ids = random.Random()  # its own generator: a seeded global `random` must not repeat ids
@@ -191,6 +196,7 @@ class ProxyEndpoint:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.settings.max_body_bytes:
+                self.refusals["max_body_bytes"] += 1
                 raise GateAnswer(413, f"request body exceeds {self.settings.max_body_bytes} bytes", "request_too_large")
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -199,13 +205,17 @@ class ProxyEndpoint:
     def _parse(self, body: bytes, traffic_class: str) -> dict[str, Any]:
         if traffic_class not in TRAFFIC_CLASSES:
             raise GateAnswer(400, f"x-traffic-class {traffic_class!r} is not one of {', '.join(TRAFFIC_CLASSES)}", "invalid_request_error")
+        too_deep = False
         try:
             payload = json.loads(body)
         except RecursionError:
-            raise GateAnswer(400, "request body is nested too deeply", "invalid_request_error") from None
+            payload, too_deep = None, True  # deeper than the parser goes, so past any max_json_depth
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # The position only, never the text: the body is a prompt.
             raise GateAnswer(400, f"request body is not valid JSON (line {getattr(exc, 'lineno', 1)}, column {getattr(exc, 'colno', 0)})", "invalid_request_error") from None
+        if too_deep or nested_deeper_than(payload, self.settings.max_json_depth, body):
+            self.refusals["max_json_depth"] += 1
+            raise GateAnswer(400, f"request body nests JSON deeper than {self.settings.max_json_depth} levels", "invalid_request_error")
         if not isinstance(payload, dict):
             raise GateAnswer(400, "request body must be a JSON object", "invalid_request_error")
         return payload

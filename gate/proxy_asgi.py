@@ -7,11 +7,38 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["ClientGone", "DisconnectWatch", "GateAnswer", "Receive", "Scope", "Send", "error_body", "send_json"]
+__all__ = [
+    "ClientGone", "DisconnectWatch", "GateAnswer", "REFUSAL_LIMITS", "Receive", "Scope", "Send", "error_body",
+    "nested_deeper_than", "send_json",
+]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: The size limits a request can be refused for, by setting: the keys of the gate's refusal counts.
+REFUSAL_LIMITS = ("max_header_bytes", "max_body_bytes", "max_json_depth")
+
+
+def nested_deeper_than(value: Any, max_depth: int, raw: bytes) -> bool:
+    """True when parsed JSON nests objects and arrays more than ``max_depth`` deep (``{}`` is 1).
+
+    The raw text's bracket count bounds the depth from above at C speed, so most bodies skip the
+    walk; the walk visits containers only, never string contents.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return False
+    level = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > max_depth:
+            return True
+        level = [
+            child for each in level for child in (each.values() if isinstance(each, dict) else each)
+            if isinstance(child, dict | list)
+        ]
+    return False
 
 
 def error_body(status: int, message: str, error_type: str) -> bytes:

@@ -13,15 +13,22 @@ Definitions (docs/design.md, "Lending"):
   ``borrowed_drained_s`` is when the last request borrowed at ``t0_s`` finished. Nothing lent at
   return: no episode. Lending stops when the floor is restored.
 
+The tracker retains the last ``max_retained`` records of each kind, open or not, plus every open
+one: a gate runs for months, and each lend -> return cycle would otherwise keep ~800 bytes forever.
+
 All times are arguments; nothing here reads a clock.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["LendingPeriod", "RestorationEpisode", "RestorationListener", "RestorationTracker"]
+__all__ = ["DEFAULT_MAX_RETAINED", "LendingPeriod", "RestorationEpisode", "RestorationListener", "RestorationTracker"]
+
+#: Records of each kind kept once finished (gate.max_retained_episodes).
+DEFAULT_MAX_RETAINED = 10_000
 
 
 @dataclass(slots=True)
@@ -77,14 +84,23 @@ class RestorationListener(Protocol):
 
 
 class RestorationTracker:
-    """Keeps lending periods and restoration episodes from the core's grant events."""
+    """Keeps lending periods and restoration episodes from the core's grant events.
 
-    def __init__(self, listeners: list[RestorationListener] | None = None) -> None:
+    ``periods`` and ``episodes`` hold the most recent ``max_retained`` of each, oldest first;
+    ``periods_started`` and ``episodes_started`` count all of them.
+    """
+
+    def __init__(self, listeners: list[RestorationListener] | None = None, *, max_retained: int = DEFAULT_MAX_RETAINED) -> None:
+        if max_retained < 1:
+            raise ValueError(f"max_retained must be at least 1, not {max_retained}")
         self.listeners: list[RestorationListener] = list(listeners or [])
-        self.periods: list[LendingPeriod] = []
-        self.episodes: list[RestorationEpisode] = []
+        self.periods: deque[LendingPeriod] = deque(maxlen=max_retained)
+        self.episodes: deque[RestorationEpisode] = deque(maxlen=max_retained)
+        self.periods_started = 0
+        self.episodes_started = 0
         self._lending: LendingPeriod | None = None
         self._period_of_grant: dict[int, LendingPeriod] = {}
+        self._open_periods: dict[int, LendingPeriod] = {}
         self._open_episodes: list[RestorationEpisode] = []
 
     @property
@@ -96,11 +112,22 @@ class RestorationTracker:
     def open_episodes(self) -> int:
         return len(self._open_episodes)
 
+    @property
+    def dropped(self) -> int:
+        """Records no longer retained (both kinds)."""
+        return self.periods_started - len(self.periods) + self.episodes_started - len(self.episodes)
+
+    def unfinished(self) -> tuple[list[LendingPeriod], list[RestorationEpisode]]:
+        """Every record still open, retained or not (their spans end when a run is flushed)."""
+        return list(self._open_periods.values()), list(self._open_episodes)
+
     def borrowed_granted(self, grant_id: int, now_s: float, lendable_slots: int, borrowed_now: int) -> None:
         period = self._lending
         if period is None:
-            period = LendingPeriod(len(self.periods) + 1, now_s, lendable_slots)
+            self.periods_started += 1
+            period = LendingPeriod(self.periods_started, now_s, lendable_slots)
             self.periods.append(period)
+            self._open_periods[period.period_id] = period
             self._lending = period
             for listener in self.listeners:
                 listener.lend_started(period)
@@ -113,7 +140,8 @@ class RestorationTracker:
         """Protected demand is back: open an episode if anything is lent (``floor_restored`` ends lending)."""
         if not borrowed_grant_ids:
             return
-        episode = RestorationEpisode(len(self.episodes) + 1, now_s, request_id, len(borrowed_grant_ids))
+        self.episodes_started += 1
+        episode = RestorationEpisode(self.episodes_started, now_s, request_id, len(borrowed_grant_ids))
         episode.outstanding = set(borrowed_grant_ids)
         self.episodes.append(episode)
         self._open_episodes.append(episode)
@@ -156,6 +184,7 @@ class RestorationTracker:
             self._finish_period(period)
 
     def _finish_period(self, period: LendingPeriod) -> None:
+        self._open_periods.pop(period.period_id, None)
         for listener in self.listeners:
             listener.lend_finished(period)
 

@@ -180,6 +180,10 @@ class GateSettings:
     connect_timeout_s: float = setting(SECONDS, 5.0, help="Seconds to connect to an engine (504 beyond); also bounds /v1/models.")
     upstream_timeout_s: float = setting(SECONDS, 300.0, help="Seconds an engine may stay silent before 504.")
     max_body_bytes: int = setting(WHOLE, 4 * 1024 * 1024, help="Largest request body; a larger one is a 413.")
+    max_header_bytes: int = setting(WHOLE, 64 * 1024, help="Largest request line plus headers; a larger one is a 431 at once.")
+    max_json_depth: int = setting(WHOLE, 64, help="Deepest nesting of a request body's JSON; a deeper one is a 400.")
+    max_retained_episodes: int = setting(WHOLE, 10_000,
+        help="Closed lending periods and restoration episodes kept for /admin/state (oldest dropped first).")
     max_connections: int = setting(WHOLE, 512, help="Connections to the engines open at once, at most.")
     host: str = setting(TEXT, "127.0.0.1", flag="--host", help="Bind address (default 127.0.0.1).")
     port: int = setting(WHOLE, 8080, flag="--port", help="Port (default 8080).")
@@ -265,7 +269,8 @@ class GateSettings:
             raise SettingError("gate.policy", f"unknown policy {self.policy!r}; choose one of {', '.join(sorted(POLICIES))}")
         if self.default_traffic_class not in TRAFFIC_CLASSES:
             raise SettingError("gate.default_traffic_class", f"{self.default_traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
-        for name in ("queue_limit", "max_body_bytes", "max_connections"):
+        for name in ("queue_limit", "max_body_bytes", "max_header_bytes", "max_json_depth", "max_retained_episodes",
+                     "max_connections"):
             if getattr(self, name) < 1:
                 raise SettingError(f"gate.{name}", f"{getattr(self, name)} must be at least 1")
         if not 0 <= self.port <= 65535:

@@ -84,7 +84,7 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
     import uvicorn
 
     from restorelens.errors import SettingError
-    from restorelens.serving import bind_socket
+    from restorelens.serving import bind_socket, uvicorn_config
     from restorelens.sim.app import create_app
     from restorelens.telemetry import build_tracer_provider
 
@@ -105,7 +105,7 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
         bound_port = sock.getsockname()[1]
         click.echo(f"restorelens sim: model {model_name!r} on http://{host}:{bound_port} "
                    f"(max_num_seqs {config.max_num_seqs}, {config.num_blocks} KV blocks)", err=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server = uvicorn.Server(uvicorn_config(app))
         server.run(sockets=[sock])
     finally:
         provider.shutdown()

@@ -113,7 +113,7 @@ class VirtualModelClaimRun(VirtualWire):
         for action in self.core.shutdown(end_s):
             self.backend.perform_stop(action, end_s)  # type: ignore[arg-type]
         self.admission.close(end_s)
-        self.gate_spans.flush(self.admission.periods, self.admission.episodes, end_s)
+        self.gate_spans.flush(*self.admission.unfinished(), end_s)
         return self.results
 
     def _set_up(self) -> float:

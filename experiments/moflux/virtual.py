@@ -83,7 +83,7 @@ class VirtualMofluxRun(VirtualWire):
             self.loop.at(self.t0_s + arrival.at_s, lambda a=arrival: self._arrive(a))
         end_s = self.loop.run()
         self.admission.close(end_s)
-        self.gate_spans.flush(self.admission.periods, self.admission.episodes, end_s)
+        self.gate_spans.flush(*self.admission.unfinished(), end_s)
         return self.results
 
     def _arrive(self, arrival: Arrival) -> None:

@@ -78,7 +78,7 @@ def test_demand_returning_while_nothing_is_lent_opens_no_episode() -> None:
     run = Script(Admission(LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=2)))
     run.arrive("b1", "batch", 0)  # fits the batch floor: nothing borrowed
     run.arrive("i1", "interactive", 1)
-    assert run.admission.episodes == [] and run.admission.periods == []
+    assert not run.admission.episodes and not run.admission.periods
 
     run.arrive("b2", "batch", 2)  # would borrow, but interactive is busy: it waits
     assert "b2" not in run.grants
@@ -86,7 +86,7 @@ def test_demand_returning_while_nothing_is_lent_opens_no_episode() -> None:
     assert run.grants["b2"].slot == "borrowed" and run.granted_at["b2"] == 3
     run.finish("b2", 4)  # the loan drained before protected demand came back
     run.arrive("i2", "interactive", 6)
-    assert run.admission.episodes == []
+    assert not run.admission.episodes
     [period] = run.admission.periods
     assert (rel(period.start_s), rel(period.lend_stopped_s), rel(period.borrowed_drained_s)) == (3, 6, 4)
 
@@ -136,7 +136,7 @@ def test_static_floors_never_share_and_queued_waits_expire() -> None:
     [rejection], granted = run.admission.expire(T0 + 6)
     assert granted == [] and rejection.reason == "timeout" and rejection.wait_s == 5
     assert run.admission.counters.rejected == {"interactive": 0, "batch": 1}
-    assert run.admission.episodes == [] and run.admission.periods == []
+    assert not run.admission.episodes and not run.admission.periods
     assert run.admission.occupancy().queued["batch"] == 0
 
 
@@ -244,3 +244,45 @@ def test_without_a_control_period_the_floor_comes_back_the_moment_demand_returns
 def test_a_control_period_is_a_finite_number_of_seconds(period: float) -> None:
     with pytest.raises(SettingError, match="gate.control_period_s"):
         LendPolicy(control_period_s=period)
+
+
+def test_history_is_bounded_and_open_records_survive_it() -> None:
+    """A gate runs for months: only the last max_retained records are kept, counts stay whole."""
+    run = Script(Admission(LendPolicy({"interactive": 3, "batch": 1}, lendable_slots=2), max_retained=3))
+    t = 0.0
+    for cycle in range(10):
+        run.arrive(f"b{cycle}a", "batch", t)
+        run.arrive(f"b{cycle}b", "batch", t + 0.1)  # borrowed: a lending period opens
+        run.arrive(f"i{cycle}", "interactive", t + 0.2)  # demand returns: an episode opens
+        for name, dt in ((f"b{cycle}a", 0.3), (f"b{cycle}b", 0.4), (f"i{cycle}", 0.5)):
+            run.finish(name, t + dt)
+        t += 1
+    tracker = run.admission.tracker
+    assert (tracker.periods_started, tracker.episodes_started) == (10, 10)
+    assert [p.period_id for p in run.admission.periods] == [8, 9, 10]
+    assert [e.episode_id for e in run.admission.episodes] == [8, 9, 10]
+    assert tracker.dropped == 14
+    assert run.admission.unfinished() == ([], [])
+    # Period 11 and episode 11 stay open (their loan runs on) while newer records push them out of
+    # the retained window: the run's end must still find them to flush.
+    run.arrive("long", "batch", t)
+    run.arrive("long-borrowed", "batch", t + 0.1)
+    run.arrive("back", "interactive", t + 0.2)
+    run.finish("back", t + 0.3)
+    for cycle in range(4):
+        run.arrive(f"late{cycle}", "batch", t + 1 + cycle)  # borrows the other lendable slot: a new period
+        run.arrive(f"back{cycle}", "interactive", t + 1.2 + cycle)
+        run.finish(f"late{cycle}", t + 1.3 + cycle)
+        run.finish(f"back{cycle}", t + 1.4 + cycle)
+    assert 11 not in [p.period_id for p in run.admission.periods]
+    assert 11 not in [e.episode_id for e in run.admission.episodes]
+    open_periods, open_episodes = run.admission.unfinished()
+    # Every episode since waits for the same loan to drain.
+    assert [p.period_id for p in open_periods] == [11] and [e.episode_id for e in open_episodes] == [11, 12, 13, 14, 15]
+    run.finish("long-borrowed", t + 10)
+    assert run.admission.unfinished() == ([], [])
+
+
+def test_max_retained_must_keep_something() -> None:
+    with pytest.raises(ValueError, match="max_retained must be at least 1"):
+        Admission(StaticPolicy({"interactive": 1, "batch": 1}), max_retained=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import threading
 
@@ -112,14 +114,74 @@ def test_a_policy_change_is_in_force_at_once(gate) -> None:
     assert "restorelens_gate_admitted" in httpx.get(gate.url + "/metrics").text
 
 
+def _refused(gate) -> dict[str, float]:
+    """restorelens_gate_refused_total by limit, read off /metrics."""
+    found = {}
+    for line in httpx.get(gate.url + "/metrics").text.splitlines():
+        if line.startswith("restorelens_gate_refused_total{"):
+            found[line.split('"')[1]] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def test_a_deeply_nested_body_is_400_not_500_at_the_proxy_and_the_admin_endpoint(gate) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     inference = httpx.post(gate.url + "/v1/completions", content=deep, headers={"content-type": "application/json"})
-    assert inference.status_code == 400 and "nested too deeply" in inference.json()["error"]["message"]
+    message = "request body nests JSON deeper than 64 levels"
+    assert inference.status_code == 400 and inference.json()["error"]["message"] == message
     admin = httpx.put(gate.url + "/admin/policy", content=deep, headers={**AUTH, "content-type": "application/json"})
-    assert admin.status_code == 400 and "nested too deeply" in admin.json()["error"]["message"]
+    assert admin.status_code == 400 and admin.json()["error"]["message"] == "body nests JSON deeper than 64 levels"
+    # Deeper than gate.max_json_depth but well within what the parser could take: refused the same way.
+    payload = {"model": "tiny", "prompt": "hi", "x": json.loads("[" * 65 + "]" * 65)}
+    assert httpx.post(gate.url + "/v1/completions", json=payload).json()["error"]["message"] == message
     # and the gate serves on: its state is readable and the policy unchanged
     assert httpx.get(gate.url + "/admin/state", headers=AUTH).json()["policy"] == "lend"
+    assert _refused(gate) == {"max_body_bytes": 0, "max_header_bytes": 0, "max_json_depth": 3}
+
+
+def test_oversize_heads_and_bodies_are_refused_in_the_gates_error_shape_and_counted(serve_asgi) -> None:
+    settings = GateSettings(upstreams={"tiny": "http://127.0.0.1:9"}, tracing=False, max_header_bytes=4096, max_body_bytes=1000)
+    gate = serve_asgi(create_gate_app(settings))
+    head = httpx.post(gate.url + "/v1/completions", json={"model": "tiny"}, headers={"x-pad": "p" * 5000})
+    assert head.status_code == 431
+    assert head.json() == {"error": {"message": "request line and headers exceed 4096 bytes", "type": "request_too_large", "code": 431}}
+    body = httpx.post(gate.url + "/v1/completions", json={"model": "tiny", "prompt": "p" * 2000})
+    assert body.status_code == 413 and body.json()["error"]["type"] == "request_too_large"
+    assert _refused(gate) == {"max_body_bytes": 1, "max_header_bytes": 1, "max_json_depth": 0}
+
+
+def test_a_slow_listing_neither_holds_inference_nor_multiplies_engine_calls(serve_asgi) -> None:
+    """1,000 concurrent GET /v1/models with a hung engine once pushed inference on a healthy one from
+    3 ms to 7 s (the listing shared the proxy's pool); now they share one fan-out and their own pool."""
+    hung = threading.Event()
+    asked = []
+
+    def models(request: Request) -> Response:  # sync: runs in a worker thread, so it can block
+        asked.append(1)
+        hung.wait(30)
+        return JSONResponse({"object": "list", "data": []})
+
+    silent = serve_asgi(Starlette(routes=[Route("/v1/models", models)]))
+    healthy = serve_asgi(create_app("tiny-cpu", model_name="tiny"))
+    settings = GateSettings(upstreams={"tiny": healthy.url, "other": silent.url}, tracing=False, connect_timeout_s=5,
+                            max_connections=4)
+    gate = serve_asgi(create_gate_app(settings))
+
+    async def storm() -> tuple[list[int], list[int]]:
+        async with httpx.AsyncClient(base_url=gate.url, timeout=60, limits=httpx.Limits(max_connections=300)) as client:
+            listings = [asyncio.create_task(client.get("/v1/models")) for _ in range(200)]
+            await asyncio.sleep(0.5)  # the listings are all waiting on the hung engine now
+            inference = [await client.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 1})
+                         for _ in range(10)]
+            done_before_listings = sum(not t.done() for t in listings)
+            hung.set()
+            answers = await asyncio.gather(*listings)
+            assert done_before_listings > 0  # the inference ran while listings were still hanging
+            return [r.status_code for r in inference], [r.status_code for r in answers]
+
+    inference, listings = asyncio.run(storm())
+    assert inference == [200] * 10
+    assert set(listings) == {200}
+    assert len(asked) == 1  # one fan-out in flight per credential, not one per caller
 
 
 def test_the_lend_policys_control_period_can_be_changed_at_run_time(gate) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -203,24 +204,33 @@ def test_client_disconnect_mid_stream_and_while_queued_release_the_grant(serve_a
     first = httpx.Client()
     response = first.send(first.build_request("POST", gate.url + "/v1/completions", json=held, headers={"x-request-id": "d1"}), stream=True)
     assert response.status_code == 200
-    queued_done = threading.Event()
-
-    def queued_request() -> None:
-        try:
-            httpx.post(gate.url + "/v1/completions", json={"model": "tiny", "prompt": "x"}, timeout=0.3)
-        except httpx.TimeoutException:
-            pass  # the client gives up while queued
-        queued_done.set()
-
-    threading.Thread(target=queued_request, daemon=True).start()
-    wait_until(lambda: gate_state(gate, TOKEN)["queued"]["interactive"] == 1)
-    assert queued_done.wait(5)
+    # A raw socket, so the client leaves exactly once it is queued (a client timeout races the queueing).
+    body = json.dumps({"model": "tiny", "prompt": "x"}).encode()
+    with socket.create_connection((gate.host, gate.port)) as queued:
+        queued.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: gate\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        wait_until(lambda: gate_state(gate, TOKEN)["queued"]["interactive"] == 1)
     wait_until(lambda: gate_state(gate, TOKEN)["queued"]["interactive"] == 0)
     response.close()  # mid-stream: the engine still holds d1 open
     first.close()
     wait_until(lambda: gate_state(gate, TOKEN)["in_flight_own"]["interactive"] == 0)
     ok = httpx.post(gate.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 1})
     assert ok.status_code == 200
+    # The client that left while queued was refused nothing: withdrawn, not rejected.
+    state = gate_state(gate, TOKEN)
+    assert state["rejected"]["interactive"] == 0 and state["withdrawn"]["interactive"] == 1
+    metrics = httpx.get(gate.url + "/metrics").text
+    assert 'restorelens_gate_rejected_total{traffic_class="interactive"} 0.0' in metrics
+    assert 'restorelens_gate_withdrawn_total{traffic_class="interactive"} 1.0' in metrics
+
+
+def test_proxied_answers_carry_one_date_and_one_server_header(serve_asgi, engine) -> None:
+    gate = start_gate(serve_asgi, engine.url)
+    for body in ({"model": "tiny", "prompt": "x", "max_tokens": 1}, {"model": "tiny", "prompt": "x", "stream": True}):
+        answer = httpx.post(gate.url + "/v1/completions", json=body)
+        assert answer.status_code == 200
+        names = [name.lower() for name, _ in answer.headers.raw]
+        assert names.count(b"date") == 1 and names.count(b"server") == 1
 
 
 def test_admin_needs_token_and_metrics_are_prometheus(serve_asgi, engine) -> None:
