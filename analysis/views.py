@@ -140,7 +140,8 @@ class Analysis:
              lock_timeout_s: float = 10.0) -> Analysis:
         """Open a store read-only (waiting up to ``lock_timeout_s`` for a writer between batches).
 
-        A missing, locked or foreign file is a one-line ``RestorelensError``.
+        A missing, locked or foreign file (not DuckDB's, no ``otel_traces`` or another table of that
+        name: ``open_read_only`` checks) is a one-line ``RestorelensError``.
         """
         from restorelens.collector.store import open_read_only
 
@@ -150,9 +151,6 @@ class Analysis:
         except duckdb.Error as exc:
             raise InputError(str(path), _first_line(exc)) from None
         try:
-            tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
-            if TABLE not in tables:
-                raise InputError(str(path), f"not a restorelens span store (no {TABLE} table)")
             return cls(con, slo=slo, materialize=materialize)
         except BaseException:
             con.close()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -69,6 +71,38 @@ def test_export_writes_both_formats(tmp_path: Path) -> None:
 def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "o"])
     assert result.exit_code == 1 and "no such span store" in result.output
+
+
+def _foreign_stores(tmp_path: Path) -> dict[Path, str]:
+    """Files that are no span store, each with the reason the CLI gives."""
+    sqlite_file = tmp_path / "x.db"
+    with sqlite3.connect(sqlite_file) as con:
+        con.execute("create table t (a integer)")
+    foreign = tmp_path / "foreign.duckdb"
+    with duckdb.connect(str(foreign)) as con:
+        con.execute("create table otel_traces (a integer, b varchar)")
+    return {
+        sqlite_file: "not a valid DuckDB database (it is a SQLite database)",
+        foreign: "table otel_traces is not the restorelens schema: its columns are a, b (missing Timestamp, "
+                 "TraceId, SpanId, ParentSpanId, TraceState and 17 more)",
+    }
+
+
+def test_load_into_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Path) -> None:
+    for db, reason in _foreign_stores(tmp_path).items():
+        before = db.read_bytes()
+        result = CliRunner().invoke(cli, ["load", str(DATA / "otlp_example_trace.json"), "--db", str(db)])
+        assert (result.exit_code, result.output) == (1, f"Error: {db}: {reason}\n")
+        assert db.read_bytes() == before
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "otlp-json"])
+def test_export_of_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / "o"
+    for db, reason in _foreign_stores(tmp_path).items():
+        result = CliRunner().invoke(cli, ["export", "--db", str(db), "--format", fmt, str(out)])
+        assert (result.exit_code, result.output) == (1, f"Error: {db}: {reason}\n")
+        assert not out.exists()
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "otlp-json"])
