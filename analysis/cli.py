@@ -75,13 +75,24 @@ def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: 
 
     A limit must rest on at least one value: one whose metric has no values (an empty store, a
     run that produced no such episodes, every episode censored) fails too, unless --allow-empty.
+
+    Exit codes: 0 every limit holds; 1 a limit is exceeded or has nothing to check; 2 the check
+    could not run (a malformed --max, an unknown metric or statistic, a bad option value, a
+    missing, unreadable or busy store).
     """
     from restorelens.analysis.limits import Violation, evaluate, parse_limit
     from restorelens.analysis.views import Analysis
+    from restorelens.errors import RestorelensError
 
-    limits = [parse_limit(text, "--max") for text in maxima]
-    with Analysis.open(db_path, materialize=True) as analysis:
-        evaluations = evaluate(analysis, limits, percentile=percentile)
+    try:
+        limits = [parse_limit(text, "--max") for text in maxima]
+        with Analysis.open(db_path, materialize=True) as analysis:
+            evaluations = evaluate(analysis, limits, percentile=percentile)
+    except RestorelensError as exc:
+        # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job
+        # that is set up wrong; a check that could not judge exits 2, as click's usage errors do.
+        exc.exit_code = 2
+        raise
     unchecked = [e for e in evaluations if e.unchecked]
     if allow_empty:
         for empty in unchecked:

@@ -67,7 +67,7 @@ def test_check_fails_listing_each_violation(store: Path) -> None:
 
 def test_check_names_the_valid_metrics_for_an_unknown_one(store: Path) -> None:
     result = invoke("check", "--db", str(store), "--max", "overshot_s.p95=1")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown metric 'overshot_s'" in result.output
     assert "overshoot_s" in result.output and "drain_s" in result.output
     assert "Traceback" not in result.output
@@ -75,7 +75,7 @@ def test_check_names_the_valid_metrics_for_an_unknown_one(store: Path) -> None:
 
 def test_check_asks_to_qualify_a_metric_present_in_several_views(store: Path) -> None:
     result = invoke("check", "--db", str(store), "--max", "engine_schedule_s.p95=1")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "lending.engine_schedule_s" in result.output and "wake.engine_schedule_s" in result.output
 
 
@@ -83,7 +83,7 @@ def test_check_asks_to_qualify_a_metric_present_in_several_views(store: Path) ->
                                   "drain_s.p95=nan", "drain_s.p95=inf", "drain_s.max=-inf"])
 def test_a_malformed_max_names_the_option(store: Path, text: str) -> None:
     result = invoke("check", "--db", str(store), "--max", text)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--max" in result.output
     assert len(result.output.strip().splitlines()) == 1
 
@@ -136,15 +136,16 @@ def test_report_on_a_missing_store_is_one_line(tmp_path: Path) -> None:
     assert result.output.strip().startswith("Error:") and len(result.output.strip().splitlines()) == 1
 
 
-def test_report_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> None:
+def test_report_and_check_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> None:
     junk = tmp_path / "junk.duckdb"
     junk.write_text("not a database")
     other = tmp_path / "other.duckdb"
     duckdb.connect(str(other)).close()
     for path in (junk, other):
-        result = invoke("check", "--db", str(path), "--max", "drain_s.max=1")
-        assert result.exit_code == 1
-        assert "Error:" in result.output and len(result.output.strip().splitlines()) == 1
+        for args, exit_code in ((["report"], 1), (["check", "--max", "drain_s.max=1"], 2)):
+            result = invoke(*args, "--db", str(path))
+            assert result.exit_code == exit_code
+            assert "Error:" in result.output and len(result.output.strip().splitlines()) == 1
 
 
 def test_report_on_a_sqlite_file_or_a_foreign_otel_traces_names_the_file_and_the_problem(tmp_path: Path) -> None:
@@ -220,3 +221,42 @@ def test_allow_empty_notes_a_metric_without_values_and_passes(tmp_path: Path) ->
     assert "note: wake.overshoot_s.p95 has no values in 0 wake episodes; the limit holds (--allow-empty)" \
         in result.output
     assert "all 2 limits hold" in result.output
+
+
+def test_check_exit_codes_tell_a_breached_limit_from_a_check_that_could_not_run(tmp_path: Path) -> None:
+    """0: every limit holds; 1: a limit exceeded or with nothing to check; 2: usage or configuration."""
+    store = tmp_path / "spans.duckdb"
+    build_store(store)
+    sqlite_file = tmp_path / "x.db"
+    with sqlite3.connect(sqlite_file) as con:
+        con.execute("create table t (a integer)")
+    cases = {
+        ("--max", "overshoot_s.max=7"): 0,
+        ("--max", "drain_s.max=4"): 1,
+        ("--max", "overshoot_s.max=7", "--max", "drain_s.max=4"): 1,
+        ("--db", str(empty_store(tmp_path)), "--max", "overshoot_s.p95=1"): 1,  # nothing to check
+        ("--max", "overshot_s.p95=1"): 2,  # unknown metric
+        ("--max", "engine_schedule_s.p95=1"): 2,  # in two views
+        ("--max", "overshoot_s.p42=1"): 2,  # unknown statistic
+        ("--max", "overshoot_s.p95"): 2,  # not METRIC.STAT=NUMBER
+        ("--max", "drain_s.max=nan"): 2,
+        ("--max", "drain_s.max=1", "--percentile", "median"): 2,  # a bad option value (click's)
+        (): 2,  # no --max
+        ("--db", str(tmp_path / "absent.duckdb"), "--max", "drain_s.max=1"): 2,
+        ("--db", str(sqlite_file), "--max", "drain_s.max=1"): 2,
+    }
+    for args, exit_code in cases.items():
+        db = [] if "--db" in args else ["--db", str(store)]
+        result = invoke("check", *db, *args)
+        assert result.exit_code == exit_code, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_check_help_and_the_docs_state_the_exit_codes() -> None:
+    result = invoke("check", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "Exit codes: 0 every limit holds; 1 a limit is exceeded or has nothing to check" in text
+    assert "2 the check could not run" in text
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "analysis.md").read_text().split())
+    assert "| 2 | the check could not run:" in docs
