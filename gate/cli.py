@@ -10,6 +10,7 @@ import click
 
 from restorelens.errors import SettingError
 from restorelens.gate.settings import SETTINGS, GateSettings, Setting
+from restorelens.settings import http_url_problem
 
 __all__ = ["COMMANDS", "gate"]
 
@@ -70,6 +71,9 @@ def gate(config_file: str | None, otlp_endpoint: str | None, trace_file: str | N
     """
     if otlp_endpoint and trace_file:
         raise SettingError("--otlp-endpoint/--trace-file", "choose one span destination")
+    if otlp_endpoint and (problem := http_url_problem(otlp_endpoint)) is not None:
+        # A bad endpoint fails only at the first export, in a log line, and every span is lost.
+        raise SettingError("--otlp-endpoint", problem)
     settings = GateSettings.load(config_file, **_flag_values(flags))
     if check:
         if settings.modelclaim is not None:

@@ -13,10 +13,9 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from restorelens.errors import SettingError
-from restorelens.settings import env_name, from_env, read_toml, require_keys
+from restorelens.settings import env_name, from_env, http_url_problem, read_toml, require_keys
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies import DEFAULT_FLOORS, POLICIES, build_policy
@@ -59,6 +58,9 @@ def parse_floors(value: str | Mapping[str, Any], setting: str = "gate.floors") -
     for name, number in pairs:
         if name not in TRAFFIC_CLASSES:
             raise SettingError(setting, f"unknown traffic class {name!r}; use {', '.join(TRAFFIC_CLASSES)}")
+        if name in floors:
+            # "batch=1,batch=9" must not silently mean batch=9: which one was meant is not known.
+            raise SettingError(setting, f"{name} is given twice; give each class once")
         if isinstance(number, str):
             try:
                 number = int(number)
@@ -262,9 +264,12 @@ class GateSettings:
             if not urls:
                 raise SettingError("gate.upstreams", f"model {model!r} has no URL")
             for url in urls:
-                parts = urlsplit(url)
-                if parts.scheme not in {"http", "https"} or not parts.netloc:
-                    raise SettingError("gate.upstreams", f"{url!r} for model {model!r} is not an http(s) URL")
+                if (problem := http_url_problem(url)) is not None:
+                    raise SettingError("gate.upstreams", f"{problem} (for model {model!r})")
+        for name in ("connect_timeout_s", "upstream_timeout_s"):
+            # 0 s is no time at all: every connection, or every answer, would time out (502/504).
+            if getattr(self, name) == 0:
+                raise SettingError(f"gate.{name}", "must be more than 0 seconds: every request would time out")
         if self.policy not in POLICIES:
             raise SettingError("gate.policy", f"unknown policy {self.policy!r}; choose one of {', '.join(sorted(POLICIES))}")
         if self.default_traffic_class not in TRAFFIC_CLASSES:
@@ -275,8 +280,19 @@ class GateSettings:
                 raise SettingError(f"gate.{name}", f"{getattr(self, name)} must be at least 1")
         if not 0 <= self.port <= 65535:
             raise SettingError("gate.port", f"{self.port} is not a TCP port")
-        if self.admin_token is not None and len(self.admin_token) < 8:
-            raise SettingError("gate.admin_token", "too short: use at least 8 characters")
+        if self.admin_token is not None:
+            if len(self.admin_token) < 8:
+                raise SettingError("gate.admin_token", "too short: use at least 8 characters")
+            # It is compared with an Authorization header, which carries visible ASCII only (headers
+            # are stripped, and decoded as Latin-1): another token could never match, every call 401.
+            if not all("!" <= c <= "~" for c in self.admin_token):
+                raise SettingError("gate.admin_token", "use visible ASCII characters only, no spaces: it is sent "
+                                                       "in an Authorization header")
+        missing = [name for name in TRAFFIC_CLASSES if name not in self.floors]
+        if missing:
+            # A class left out would get floor 0: its requests would queue and 429 without saying why.
+            raise SettingError("gate.floors", f"no {missing[0]} floor; give every class "
+                                              f"({', '.join(TRAFFIC_CLASSES)}), 0 to admit none on its own slots")
         self.build_policy()  # floors / lendable / capacity errors name their setting
         return self
 

@@ -11,10 +11,11 @@ import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from restorelens.errors import InputError, SettingError
 
-__all__ = ["ENV_PREFIX", "env_name", "from_env", "read_toml", "require_keys"]
+__all__ = ["ENV_PREFIX", "env_name", "from_env", "http_url_problem", "read_toml", "require_keys"]
 
 ENV_PREFIX = "RESTORELENS_"
 
@@ -62,3 +63,39 @@ def require_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> Non
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise SettingError(f"{where}.{unknown[0]}", f"unknown setting; valid ones: {', '.join(sorted(allowed))}")
+
+
+#: What a host name may hold (RFC 3986 reg-name without percent-encoding; letters may be non-ASCII,
+#: which the HTTP client encodes with IDNA).
+_HOST_PUNCTUATION = frozenset("-._~")
+
+
+def http_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the base URL of an HTTP service, or None when it can.
+
+    It needs an http or https scheme, a host and, when given, a port in 1-65535. A query, a fragment
+    or credentials are refused: paths are appended to a base URL, and the gate forwards requests
+    without a URL's credentials. Checked when the settings load, so that a typo is found then, not at
+    the first connection (or, for an engine the lifecycle waits for, at the end of its start timeout).
+    """
+    if url != url.strip():
+        return f"{url!r} has spaces around it"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port out of range, not a number, or a bracketed host that is no IPv6 address
+        return f"{url!r} is not a URL with a host and a port in 1-65535"
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        return f"{url!r} is not an http(s) URL (e.g. http://127.0.0.1:8000)"
+    host = parts.hostname or ""
+    if not host:
+        return f"{url!r} has no host"
+    if "[" not in parts.netloc and not all(c.isalnum() or c in _HOST_PUNCTUATION for c in host):
+        return f"{url!r}: {host!r} is not a host name"
+    if port == 0:
+        return f"{url!r}: port 0 cannot be connected to (give 1-65535, or none for the scheme's default)"
+    if parts.username is not None:
+        return f"{url!r} holds credentials, which the gate does not forward"
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        return f"{url!r} has a query or fragment; give the base URL only (paths are appended to it)"
+    return None

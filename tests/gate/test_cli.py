@@ -11,6 +11,7 @@ import sys
 
 import click
 import httpx
+import pytest
 from click.testing import CliRunner
 
 import restorelens.cli
@@ -89,6 +90,20 @@ def test_check_validates_the_modelclaim_table_without_starting_engines(tmp_path)
         result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(bad), "--check"])
         assert result.exit_code == 1, result.output
         assert f"setting {setting}:" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+#: Each passed --check and then failed once the gate ran (issue #17): --check must refuse it, in one
+#: line naming the setting and what is wrong.
+@pytest.mark.parametrize(("argv", "setting"), [
+    (["--floors", "batch=1,batch=9,interactive=3"], "gate.floors"),
+    (["--upstream", "tiny=http://127.0.0.1:99999"], "gate.upstreams"),
+    (["--otlp-endpoint", "not a url at all"], "--otlp-endpoint"),
+])
+def test_check_refuses_gate_values_that_would_fail_once_running(argv: list[str], setting: str) -> None:
+    base = [] if argv[0] == "--upstream" else ["--upstream", "http://127.0.0.1:9"]
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", *base, *argv, "--check"])
+    assert result.exit_code == 1, result.output
+    assert f"setting {setting}: " in result.output and len(result.output.strip().splitlines()) == 1
 
 
 def test_a_busy_port_is_one_line_naming_port() -> None:

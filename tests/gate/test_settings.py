@@ -183,3 +183,60 @@ def test_every_setting_is_read_from_its_environment_variable_and_the_gate_table(
         config.write_text(f"[gate]\n{each.name} = {toml_value}\n")
         from_toml = GateSettings.load(config, environ={}, **upstream)
         assert getattr(from_env, each.name) == getattr(from_toml, each.name) == expected != getattr(GateSettings(), each.name), each.name
+
+
+# Values that type-check but would only fail once the gate serves: refused when the settings load
+# (which `restorelens gate --check` runs), naming the setting and the problem (issue #17).
+def test_a_floor_given_twice_is_refused_not_the_last_one_kept() -> None:
+    for given_as in ({"RESTORELENS_GATE_FLOORS": "batch=1,batch=9,interactive=3"}, {}):
+        flags = {} if given_as else {"floors": "interactive=3, batch=1, batch=9"}
+        with pytest.raises(SettingError, match=r"^setting gate\.floors: batch is given twice") as caught:
+            GateSettings.load(environ=given_as, upstreams=["http://x"], **flags)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(SettingError, match=r"gate\.floors: interactive is given twice"):
+        GateSettings(upstreams={"*": "http://x"}).with_changes(floors="interactive=2,interactive=4,batch=1")
+
+
+def test_a_traffic_class_left_out_of_the_floors_is_refused() -> None:
+    # It used to get floor 0 silently: under static every batch request queued, then got a 429.
+    with pytest.raises(SettingError, match=r"^setting gate\.floors: no batch floor"):
+        GateSettings.load(environ={}, upstreams=["http://x"], policy="static", floors="interactive=4")
+    assert GateSettings.load(environ={}, upstreams=["http://x"], policy="static",
+                             floors="interactive=4,batch=0").floors == {"interactive": 4, "batch": 0}
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("not a url at all", "not an http(s) URL"),
+    ("localhost:8000", "not an http(s) URL"),
+    ("http://:8000", "no host"),
+    ("http://not a host", "not a host name"),
+    ("http://127.0.0.1:99999", "1-65535"),
+    ("http://127.0.0.1:80a", "1-65535"),
+    ("http://127.0.0.1:0", "port 0"),
+    ("http://[::zz]:80", "1-65535"),
+    ("http://user:secret@127.0.0.1:8000", "credentials"),
+    ("http://127.0.0.1:8000?key=1", "query or fragment"),
+])
+def test_an_upstream_that_is_not_a_base_url_is_refused(url: str, problem: str) -> None:
+    with pytest.raises(SettingError, match=r"^setting gate\.upstreams: ") as caught:
+        GateSettings.load(environ={}, upstreams=[f"tiny={url}"])
+    assert problem in caught.value.problem and "'tiny'" in caught.value.problem
+
+
+def test_good_upstream_urls_are_kept() -> None:
+    urls = ["http://127.0.0.1:8000", "https://engine.example/v1-prefix/", "http://[::1]:8000", "http://engine:65535"]
+    assert GateSettings.load(environ={}, upstreams=urls).upstream_urls() == {"*": urls}
+
+
+@pytest.mark.parametrize("name", ["connect_timeout_s", "upstream_timeout_s"])
+def test_a_zero_engine_timeout_is_refused(name: str) -> None:
+    # 0 s: every connection (or answer) times out, so every request would be a 502/504.
+    with pytest.raises(SettingError, match=rf"^setting gate\.{name}: must be more than 0 seconds"):
+        GateSettings.load(environ={}, upstreams=["http://x"], **{name: 0.0})
+
+
+@pytest.mark.parametrize("token", ["with a space", "tab\tinside", "non-ascii-é-token", " leading-space", "new\nline-token"])
+def test_an_admin_token_no_authorization_header_can_carry_is_refused(token: str) -> None:
+    # Compared with the header's value (stripped, Latin-1): such a token could never match, every call 401.
+    with pytest.raises(SettingError, match=r"^setting gate\.admin_token: use visible ASCII"):
+        GateSettings.load(environ={}, upstreams=["http://x"], admin_token=token)
