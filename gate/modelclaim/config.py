@@ -18,25 +18,30 @@ Example::
     weights = "8Gi"                               # host RAM a level-1 sleep takes
     engine_url = "http://127.0.0.1:8001"          # attach to a running engine (vLLM sleep API)
     # or: command = ["python", "-m", "restorelens", "sim", "--port", "{port}"]   (process backend)
-    # or: simulated = { cold_start_s = 30, wake_s = 4 }                           (in-process engine)
 
-Syntax errors (unknown keys, wrong types, unparsable quantities) raise ``SettingError`` naming the
-key path (``modelclaim.claims[0].perGPU.kvFloor``). A declaration that parses but cannot run (no or
-non-positive ``perGPU``, a reserved engine flag, too large for every GPU) is kept: the claim stays
-Pending with AIBrix's reason and the gate answers 503 without Retry-After, as AIBrix does.
+Errors raise ``SettingError`` naming the key path (``modelclaim.claims[0].perGPU.kvFloor``): unknown
+keys, wrong types, unparsable quantities, and every value that would only fail once the gate runs
+(a URL that is not one, a command template that cannot be filled in, a Retry-After that is not
+whole seconds, an engine URL missing for a candidate pod). A declaration that parses but cannot run
+by AIBrix's rules (no or non-positive ``perGPU``, a reserved engine flag, too large for every GPU)
+is kept: the claim stays Pending with AIBrix's reason and the gate answers 503 without Retry-After,
+as AIBrix does. ``simulated`` (an in-process engine) is refused: its engines serve no HTTP, so a
+live gate would route every request to nothing; in-process engines are for virtual-time runs
+(``VirtualLifecycle`` with an ``InProcessBackend``, docs/modelclaim.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import string
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
 from restorelens.clock import Clock
 from restorelens.errors import SettingError
-from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend, FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend
 from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
@@ -44,7 +49,7 @@ from restorelens.gate.modelclaim.policy import parse_pool_policy
 from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend
 from restorelens.gate.modelclaim.router import ModelClaimRouter
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
-from restorelens.settings import require_keys
+from restorelens.settings import http_url_problem, require_keys
 
 __all__ = ["build_core", "build_router", "check_table"]
 
@@ -52,11 +57,13 @@ ROOT = "modelclaim"
 TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_interval_s", "health_interval_s",
             "start_timeout_s"}
 POD_KEYS = {"name", "node", "gpus"}
+#: ``simulated`` is known so that it is refused with its reason, not as a typo (``_backend``).
 CLAIM_KEYS = {"model", "perGPU", "weights", "sleeping_footprint", "tensor_parallel", "pods", "engine_args",
               "engine_url", "engine_urls", "command", "env", "simulated"}
 PER_GPU_KEYS = {"maximumFootprint", "kvFloor"}
-SIMULATED_KEYS = {"cold_start_s", "wake_s", "sleep_s"}
 RETRY_KEYS = {"not_ready_s", "waiting_for_room_s", "moving_s"}
+#: What ``EngineCommand.render`` fills into a ``command`` item.
+COMMAND_PLACEHOLDERS = ("host", "port", "model")
 
 
 def _table(value: Any, where: str) -> Mapping[str, Any]:
@@ -84,11 +91,65 @@ def _number(value: Any, where: str, *, minimum: float = 0.0) -> float:
     return float(value)
 
 
-def _bytes(value: Any, where: str) -> int:
+def _bytes(value: Any, where: str, *, signed: bool = False) -> int:
+    """A quantity; negative only when ``signed`` (``perGPU``, whose non-positive figures AIBrix keeps
+    as ``InvalidPerGPU``): a negative size would make the memory ledger's sums meaningless."""
     try:
-        return parse_quantity(value)
+        size = parse_quantity(value)
     except (TypeError, ValueError) as exc:
         raise SettingError(where, str(exc)) from None
+    except OverflowError:  # TOML's inf
+        raise SettingError(where, f"not a quantity: {value!r}") from None
+    if size < 0 and not signed:
+        raise SettingError(where, f"must not be negative, got {value!r}")
+    return size
+
+
+def _whole_seconds(value: Any, where: str) -> int:
+    # Retry-After is whole seconds (RFC 9110 delay-seconds): 2.7 would have been sent as 2.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingError(where, f"must be a whole number of seconds >= 1 (Retry-After has no fractions), got {value!r}")
+    return value
+
+
+def _command_item(item: Any, where: str, model: str) -> str:
+    """One ``command`` item, checked the way ``EngineCommand.render`` will format it at every start."""
+    text = _str(item, where)
+    if "\0" in text:
+        raise SettingError(where, "holds a NUL character, which no program argument can")
+    try:
+        fields = [name for _, name, _, _ in string.Formatter().parse(text) if name is not None]
+    except ValueError as exc:  # "Single '}' encountered in format string", "expected '}' before end of string"
+        raise SettingError(where, f"{text!r} is not a valid template ({exc}); write {{{{ and }}}} for literal braces") from None
+    for name in fields:
+        if name not in COMMAND_PLACEHOLDERS:
+            known = ", ".join(f"{{{p}}}" for p in COMMAND_PLACEHOLDERS)
+            shown = f"{{{name}}}" if name else "{}"
+            raise SettingError(where, f"unknown placeholder {shown} in {text!r}; use {known} (or {{{{ }}}} for braces)")
+    try:  # a conversion or format spec the values cannot take (e.g. {model:d})
+        text.format(host="127.0.0.1", port=8000, model=model)
+    except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+        raise SettingError(where, f"{text!r} cannot be filled in: {exc}") from None
+    return text
+
+
+def _env(value: Any, where: str) -> dict[str, str]:
+    env = _str_map(value, where)
+    for key, item in env.items():
+        # What the process start would refuse (ValueError from exec), at every attempt.
+        if not key or "=" in key or "\0" in key:
+            raise SettingError(f"{where}.{key}", "is not an environment variable name")
+        if "\0" in item:
+            raise SettingError(f"{where}.{key}", "holds a NUL character, which no environment value can")
+    return env
+
+
+def _url(value: Any, where: str) -> str:
+    url = _str(value, where)
+    problem = http_url_problem(url)
+    if problem is not None:
+        raise SettingError(where, problem)
+    return url
 
 
 def _str_map(value: Any, where: str) -> dict[str, str]:
@@ -128,8 +189,8 @@ def _claim(raw: Any, where: str, pod_names: set[str]) -> ClaimSpec:
         raise SettingError(f"{where}.tensor_parallel", f"must be an integer, got {tensor_parallel!r}")
     return ClaimSpec(
         model=_str(table.get("model"), f"{where}.model"),
-        max_footprint_bytes=None if footprint is None else _bytes(footprint, f"{where}.perGPU.maximumFootprint"),
-        kv_floor_bytes=None if kv_floor is None else _bytes(kv_floor, f"{where}.perGPU.kvFloor"),
+        max_footprint_bytes=None if footprint is None else _bytes(footprint, f"{where}.perGPU.maximumFootprint", signed=True),
+        kv_floor_bytes=None if kv_floor is None else _bytes(kv_floor, f"{where}.perGPU.kvFloor", signed=True),
         weight_bytes=_bytes(table.get("weights", 0), f"{where}.weights"),
         sleeping_footprint_bytes=_bytes(table.get("sleeping_footprint", 0), f"{where}.sleeping_footprint"),
         tensor_parallel=tensor_parallel,
@@ -138,26 +199,46 @@ def _claim(raw: Any, where: str, pod_names: set[str]) -> ClaimSpec:
     )
 
 
-def _backend(raw: Mapping[str, Any], spec: ClaimSpec, where: str, options: dict[str, Any]) -> EngineBackend:
-    kinds = [k for k in ("engine_url", "engine_urls", "command", "simulated") if k in raw]
+def _backend(
+    raw: Mapping[str, Any], spec: ClaimSpec, pods: Sequence[str], where: str, options: dict[str, Any]
+) -> EngineBackend:
+    """The claim's backend; ``pods`` are the pod names declared."""
+    if "simulated" in raw:
+        # An in-process engine answers the lifecycle but serves no HTTP: the claim would go Active
+        # and every request would get a 502. The virtual-time runners build their own backends.
+        raise SettingError(f"{where}.simulated", "in-process engines are only for virtual-time experiments "
+                                                 "(VirtualLifecycle); in a live gate use engine_url, or command = "
+                                                 "[\"python\", \"-m\", \"restorelens\", \"sim\", \"--port\", \"{port}\"]")
+    kinds = [k for k in ("engine_url", "engine_urls", "command") if k in raw]
     if len(kinds) != 1:
-        raise SettingError(where, "give exactly one of engine_url, engine_urls, command, simulated")
+        raise SettingError(where, "give exactly one of engine_url, engine_urls, command")
     kind = kinds[0]
+    if "env" in raw and kind != "command":
+        raise SettingError(f"{where}.env", "only a started engine (command) takes an environment")
     if kind == "engine_url":
-        return VllmSleepBackend({spec.model: _str(raw[kind], f"{where}.engine_url")}, **options)
+        return VllmSleepBackend({spec.model: _url(raw[kind], f"{where}.engine_url")}, **options)
     if kind == "engine_urls":
-        urls = _str_map(raw[kind], f"{where}.engine_urls")
+        table = _table(raw[kind], f"{where}.engine_urls")
+        urls = {pod: _url(url, f"{where}.engine_urls.{pod}") for pod, url in table.items()}
+        for pod in urls:
+            if pod not in pods:
+                raise SettingError(f"{where}.engine_urls.{pod}", "no pod of this name is declared")
+        # Placement may pick any candidate pod: one without a URL would fail every start there.
+        for pod in spec.pods if spec.pods is not None else pods:
+            if pod not in urls:
+                raise SettingError(f"{where}.engine_urls", f"no URL for candidate pod {pod!r}; add it, or list the "
+                                                           "claim's pods")
         return VllmSleepBackend({(spec.model, pod): url for pod, url in urls.items()}, **options)
-    if kind == "command":
-        argv = tuple(_str(a, f"{where}.command[{i}]") for i, a in enumerate(_list(raw[kind], f"{where}.command")))
-        if not argv:
-            raise SettingError(f"{where}.command", "must name a program")
-        env = _str_map(raw.get("env", {}), f"{where}.env")
-        return ProcessBackend({spec.model: EngineCommand(argv, env, spec.engine_args)}, **options)
-    sim = _table(raw[kind], f"{where}.simulated")
-    require_keys(sim, SIMULATED_KEYS, f"{where}.simulated")
-    latencies = {k: _number(v, f"{where}.simulated.{k}") for k, v in sim.items()}
-    return InProcessBackend(lambda model, pod: FixedLatencyEngine(**latencies))
+    items = _list(raw[kind], f"{where}.command")
+    if not items:
+        raise SettingError(f"{where}.command", "must name a program")
+    argv = tuple(_command_item(a, f"{where}.command[{i}]", spec.model) for i, a in enumerate(items))
+    if not any(name == "port" for a in argv for _, name, _, _ in string.Formatter().parse(a)):
+        # The lifecycle picks the port and polls /health there; an engine told no port is never found.
+        raise SettingError(f"{where}.command", "has no {port}: the engine must listen on the port the lifecycle "
+                                               "picks (e.g. \"--port\", \"{port}\")")
+    env = _env(raw.get("env", {}), f"{where}.env")
+    return ProcessBackend({spec.model: EngineCommand(argv, env, spec.engine_args)}, **options)
 
 
 def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapping[str, Any]]]:
@@ -177,7 +258,7 @@ def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapp
     policy = parse_pool_policy(_table(table.get("policy", {}), f"{ROOT}.policy"), f"{ROOT}.policy")
     retry = _table(table.get("retry_after", {}), f"{ROOT}.retry_after")
     require_keys(retry, RETRY_KEYS, f"{ROOT}.retry_after")
-    answers = AnswerTable(**{k: int(_number(v, f"{ROOT}.retry_after.{k}", minimum=1)) for k, v in retry.items()})
+    answers = AnswerTable(**{k: _whole_seconds(v, f"{ROOT}.retry_after.{k}") for k, v in retry.items()})
     nodes = {p.node_name for p in pods}
     limits = {}
     for node, value in _table(table.get("host_ram_limits", {}), f"{ROOT}.host_ram_limits").items():
@@ -220,5 +301,5 @@ def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCor
     health_interval_s = _number(table.get("health_interval_s", 2.0), f"{ROOT}.health_interval_s", minimum=0.01)
     backends = {}
     for i, (model, raw) in enumerate(raw_claims.items()):
-        backends[model] = _backend(raw, core.claims_view()[model].spec, f"{ROOT}.claims[{i}]", options)
+        backends[model] = _backend(raw, core.claims_view()[model].spec, list(core.pods), f"{ROOT}.claims[{i}]", options)
     return core, backends, health_interval_s

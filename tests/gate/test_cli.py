@@ -106,6 +106,34 @@ def test_check_refuses_gate_values_that_would_fail_once_running(argv: list[str],
     assert f"setting {setting}: " in result.output and len(result.output.strip().splitlines()) == 1
 
 
+CLAIMS_THAT_FAIL_ONCE_RUNNING = [
+    ('command = ["vllm", "serve", "{{model", "--port", "{{port}}"]', "modelclaim.claims[0].command[2]",
+     "not a valid template"),
+    ('command = ["vllm", "serve", "{{model}}", "--port", "{{prot}}"]', "modelclaim.claims[0].command[4]",
+     "unknown placeholder {prot}"),
+    ('engine_url = "not a url at all"', "modelclaim.claims[0].engine_url", "not an http(s) URL"),
+    ("simulated = {{ cold_start_s = 1 }}", "modelclaim.claims[0].simulated", "only for virtual-time experiments"),
+]
+
+
+@pytest.mark.parametrize(("backend", "setting", "problem"), CLAIMS_THAT_FAIL_ONCE_RUNNING)
+def test_check_refuses_a_claim_that_would_fail_once_running(tmp_path, backend: str, setting: str, problem: str) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text(MODELCLAIM.replace('command = ["/nonexistent/engine", "--port", "{{port}}"]', backend).format(extra=""))
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(config), "--check"])
+    assert result.exit_code == 1, result.output
+    assert f"setting {setting}: " in result.output and problem in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_check_refuses_retry_after_that_is_not_whole_seconds(tmp_path) -> None:
+    config = tmp_path / "gate.toml"
+    config.write_text(MODELCLAIM.format(extra="retry_after = { not_ready_s = 2.7 }"))
+    result = CliRunner().invoke(restorelens.cli.cli, ["gate", "--config", str(config), "--check"])
+    assert result.exit_code == 1, result.output
+    assert "setting modelclaim.retry_after.not_ready_s: must be a whole number of seconds" in result.output
+
+
 def test_a_busy_port_is_one_line_naming_port() -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
