@@ -8,11 +8,17 @@ from pathlib import Path
 
 import click
 
-__all__ = ["COMMANDS", "dashboard", "streamlit_command"]
+__all__ = ["COMMANDS", "DEFAULT_MAX_UPLOAD_BYTES", "dashboard", "streamlit_command"]
+
+#: ``source.DEFAULT_MAX_UPLOAD_BYTES`` (a test keeps them equal): source imports DuckDB, and
+#: ``--help`` should not wait for it.
+DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
 
-def streamlit_command(host: str, port: int) -> list[str]:
+def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> list[str]:
     """The ``python -m streamlit run`` command line for the packaged app."""
+    from restorelens.dashboard.source import upload_size_mib
+
     app = Path(__file__).resolve().parent / "pages" / "app.py"
     return [
         sys.executable, "-m", "streamlit", "run", str(app),
@@ -21,6 +27,9 @@ def streamlit_command(host: str, port: int) -> list[str]:
         "--server.headless", "true",
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",
+        # Streamlit holds an upload in memory and refuses it past this (its default is 200 MB):
+        # the compressed side of --max-upload-bytes, in whole MiB; the app checks the exact bytes.
+        "--server.maxUploadSize", str(upload_size_mib(max_upload_bytes)),
     ]
 
 
@@ -32,7 +41,10 @@ def streamlit_command(host: str, port: int) -> list[str]:
 @click.option("--max", "limits", multiple=True, metavar="METRIC.STAT=N",
               help="A limit the overview checks, e.g. wake.overshoot_s.p95=1 (repeatable; default: "
                    "lending.ttft_s.p95=5 and wake.overshoot_s.p95=1).")
-def dashboard(db: str, host: str, port: int, limits: tuple[str, ...]) -> None:
+@click.option("--max-upload-bytes", "max_upload_bytes", default=DEFAULT_MAX_UPLOAD_BYTES, show_default=True,
+              type=click.IntRange(min=1),
+              help="Largest file the sidebar's upload takes, as sent and once decompressed (256 MiB by default).")
+def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int) -> None:
     """Open the recovery dashboard on DB at http://HOST:PORT.
 
     Pages: overview (episode counts, p50/p95/max of each restoration event, broken limits),
@@ -40,7 +52,7 @@ def dashboard(db: str, host: str, port: int, limits: tuple[str, ...]) -> None:
     The sidebar can switch to the sample traces or an uploaded OTLP JSON(L) file.
     """
     from restorelens.analysis import parse_limit
-    from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, validate_store
+    from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, MAX_UPLOAD_ENV, validate_store
 
     for text in limits:
         parse_limit(text, "--max")
@@ -48,9 +60,10 @@ def dashboard(db: str, host: str, port: int, limits: tuple[str, ...]) -> None:
     validate_store(path)
     env = dict(os.environ)
     env[DB_ENV] = str(path)
+    env[MAX_UPLOAD_ENV] = str(max_upload_bytes)
     if limits:
         env[LIMITS_ENV] = ";".join(limits)
-    command = streamlit_command(host, port)
+    command = streamlit_command(host, port, max_upload_bytes)
     click.echo(f"restorelens dashboard: http://{host}:{port} (spans from {path}); Ctrl-C stops it", err=True)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -10,11 +10,11 @@ writer commits) and a TTL. Nothing connects at import time.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import polars as pl
 import streamlit as st
@@ -69,20 +69,17 @@ def store_reader(path: str) -> StoreReader:
 
 
 @st.cache_resource(show_spinner="Loading the uploaded traces…")
-def uploaded_store(digest: str, name: str, _payload: bytes) -> str:
-    """A temporary store holding the uploaded OTLP JSON(L) file (one per distinct content)."""
-    folder = Path(tempfile.mkdtemp(prefix="restorelens-upload-"))
-    safe_name = Path(name).name or "upload.jsonl"
-    upload = folder / safe_name
-    upload.write_bytes(_payload)
-    assert hashlib.sha256(_payload).hexdigest() == digest
-    return str(source.load_into_store([upload], folder / "spans.duckdb"))
+def uploaded_store(digest: str, name: str, max_bytes: int, _upload: IO[bytes]) -> str:
+    """A store holding an uploaded OTLP JSON(L) file, plain, gzip or zstd (one per distinct content,
+    name and limit: the name appears in messages), in this process's folder."""
+    _upload.seek(0)
+    return str(source.load_upload(_upload, name, max_bytes=max_bytes))
 
 
 @st.cache_resource(show_spinner="Loading the sample traces…")
 def sample_store(files: tuple[str, ...], stamps: tuple[int, ...]) -> str:
-    """A temporary store holding the sample traces (rebuilt when a sample file changes)."""
-    folder = Path(tempfile.mkdtemp(prefix="restorelens-samples-"))
+    """A store holding the sample traces (rebuilt when a sample file changes), in this process's folder."""
+    folder = Path(tempfile.mkdtemp(prefix="samples-", dir=source.work_folder()))
     return str(source.load_into_store([Path(f) for f in files], folder / "spans.duckdb"))
 
 

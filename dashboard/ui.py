@@ -1,10 +1,16 @@
 """Small Streamlit helpers the pages share: the store in use, guarded loads, charts with export,
-and selections kept in the URL so a view can be shared."""
+and selections kept in the URL so a view can be shared.
+
+Streamlit renders markdown in st.error, st.info, st.caption and the like: text that a user or a
+span store controls (file names, ids from the URL, service names, attribute values) goes through
+``plain`` first, so it shows as written and cannot become a link or an external image.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -13,18 +19,36 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from restorelens.dashboard import data, queries, source
-from restorelens.errors import RestorelensError
+from restorelens.errors import InputError, RestorelensError
 
-__all__ = ["current_store", "guarded", "limits_in_use", "pick", "show_figure", "source_picker", "stamp"]
+__all__ = ["current_store", "guarded", "limits_in_use", "pick", "plain", "show_figure", "source_picker", "stamp"]
 
 T = TypeVar("T")
 
-_STORE_KEY = "store_path"
+#: Session keys: the store the pages read (None: none, e.g. the upload failed) and why there is none.
+_STORE_KEY, _PROBLEM_KEY = "store_path", "store_problem"
+#: The last upload that failed (its digest, name and limit) and its message: not loaded again on every rerun.
+_FAILED_UPLOAD_KEY = "failed_upload"
+_DIGEST_KEY = "upload_digest"
 _SOURCE_DB, _SOURCE_SAMPLES, _SOURCE_UPLOAD = "span store (--db)", "sample traces", "upload OTLP JSON(L)"
+#: What the uploader offers; the content decides how it is read (gzip and zstd by their magic bytes).
+_UPLOAD_TYPES = ["json", "jsonl", "gz", "zst"]
+#: Every ASCII punctuation character: CommonMark lets a backslash escape each of them.
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def plain(text: object) -> str:
+    """``text`` on one line, every ASCII punctuation character backslash-escaped: rendered as markdown
+    it reads as written, with no link, image, emphasis, colour directive or LaTeX in it."""
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(str(text).split()))
 
 
 def source_picker() -> None:
-    """Sidebar: choose the --db store, the sample traces or an uploaded file (entrypoint only)."""
+    """Sidebar: choose the --db store, the sample traces or an uploaded file (entrypoint only).
+
+    The choice always sets the store the pages read, even to none: a failed upload shows its error,
+    never the --db store in its place. A caption under the choice says which store is shown.
+    """
     db = os.environ.get(source.DB_ENV)
     samples = source.sample_files()
     options = [name for name, present in ((_SOURCE_DB, db), (_SOURCE_SAMPLES, samples), (_SOURCE_UPLOAD, True))
@@ -33,31 +57,65 @@ def source_picker() -> None:
         choice = st.radio("Spans from", options, key="source")
         try:
             if choice == _SOURCE_DB:
-                st.session_state[_STORE_KEY] = db
-                st.caption(f"`{db}` (read-only)")
+                _show(db, f"the store {db} (read-only)")
             elif choice == _SOURCE_SAMPLES:
                 stamps = tuple(int(p.stat().st_mtime_ns) for p in samples)
-                st.session_state[_STORE_KEY] = queries.sample_store(tuple(str(p) for p in samples), stamps)
-                st.caption(f"{len(samples)} sample file(s)")
+                _show(queries.sample_store(tuple(str(p) for p in samples), stamps), f"{len(samples)} sample file(s)")
             else:
-                upload = st.file_uploader("OTLP JSON or JSON lines", type=["json", "jsonl"], key="upload")
-                if upload is None:
-                    st.session_state.pop(_STORE_KEY, None)
-                else:
-                    payload = upload.getvalue()
-                    digest = hashlib.sha256(payload).hexdigest()
-                    st.session_state[_STORE_KEY] = queries.uploaded_store(digest, upload.name, payload)
-        except (RestorelensError, duckdb.Error) as exc:
-            st.session_state.pop(_STORE_KEY, None)
-            st.error(_one_line(exc))
+                _upload_picker()
+        except (RestorelensError, duckdb.Error, OSError) as exc:
+            _show(None, problem=_one_line(exc))
+
+
+def _show(path: str | None, what: str = "", *, problem: str | None = None) -> None:
+    """Make ``path`` the store the pages read and say so (or that none is shown, and why)."""
+    st.session_state[_STORE_KEY] = path
+    st.session_state[_PROBLEM_KEY] = problem
+    st.caption(f"Showing: {plain(what)}" if path else "Showing: no store")
+
+
+def _upload_picker() -> None:
+    max_bytes = source.configured_max_upload_bytes()
+    upload = st.file_uploader("OTLP JSON or JSON lines (plain, gzip or zstd)", type=_UPLOAD_TYPES, key="upload",
+                              max_upload_size=source.upload_size_mib(max_bytes))
+    if upload is None:
+        _show(None)
+        return
+    shown = source.shown_name(upload.name)
+    attempt = (_digest(upload), upload.name, max_bytes)
+    failed = st.session_state.get(_FAILED_UPLOAD_KEY)
+    if failed is not None and failed[0] == attempt:
+        raise InputError("", failed[1])
+    try:
+        _show(queries.uploaded_store(*attempt, upload), f"the uploaded {shown}")
+    except (RestorelensError, duckdb.Error, OSError) as exc:
+        st.session_state[_FAILED_UPLOAD_KEY] = (attempt, _one_line(exc))
+        raise
+
+
+def _digest(upload: Any) -> str:
+    """The upload's SHA-256, computed once per uploaded file (not on every rerun)."""
+    known = st.session_state.get(_DIGEST_KEY)
+    if known is None or known[0] != upload.file_id:
+        known = (upload.file_id, hashlib.file_digest(upload, "sha256").hexdigest())
+        st.session_state[_DIGEST_KEY] = known
+    return str(known[1])
 
 
 def current_store() -> str:
     """The store the pages read; without one, a message and the page stops (never a traceback)."""
-    path = st.session_state.get(_STORE_KEY) or os.environ.get(source.DB_ENV)
+    if _STORE_KEY in st.session_state:  # the entrypoint's choice, even none
+        path = st.session_state[_STORE_KEY]
+    else:  # a page run on its own
+        path = os.environ.get(source.DB_ENV)
     if not path:
-        st.info("No spans yet: start with `restorelens dashboard --db FILE`, or pick the sample traces or "
-                "upload an OTLP JSON(L) file in the sidebar.")
+        problem = st.session_state.get(_PROBLEM_KEY)
+        if problem:
+            st.error(plain(problem))
+            st.caption("No spans are shown: pick another source in the sidebar or upload another file.")
+        else:
+            st.info("No spans yet: start with `restorelens dashboard --db FILE`, or pick the sample traces or "
+                    "upload an OTLP JSON(L) file in the sidebar.")
         st.stop()
     guarded(queries.store_reader, path)
     return str(path)
@@ -72,7 +130,7 @@ def guarded(load: Callable[..., T], *args: Any) -> T:
     try:
         return load(*args)
     except (RestorelensError, duckdb.Error, OSError) as exc:
-        st.error(_one_line(exc))
+        st.error(plain(_one_line(exc)))
         st.stop()
         raise  # st.stop() raises; this keeps type checkers honest
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -49,9 +50,11 @@ def test_without_db_the_entrypoint_offers_an_upload(monkeypatch: pytest.MonkeyPa
 def test_an_uploaded_jsonl_file_becomes_a_readable_store(tmp_path: Path) -> None:
     (jsonl, *_) = moflux_files(tmp_path)
     payload = jsonl.read_bytes()
-    path = queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "../../etc/run.jsonl", payload)
-    assert Path(path).parent.name.startswith("restorelens-upload-")
-    assert (Path(path).parent / "run.jsonl").is_file()  # the upload's name cannot leave its folder
+    path = Path(queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "../../etc/run.jsonl",
+                                       source.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload)))
+    # in this process's folder; the upload's name is no part of any path (tests/dashboard/test_upload.py)
+    assert path.parent.parent == source.work_folder() and path.parent.name.startswith("upload-")
+    assert {p.name for p in path.parent.iterdir()} <= {"spans.duckdb", "spans.duckdb.wal"}
     with Analysis.open(path) as analysis:
         assert analysis.requests().height > 0
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from restorelens.cli import cli
 from restorelens.dashboard import cli as dashboard_cli
-from restorelens.dashboard.source import DB_ENV, LIMITS_ENV
+from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, MAX_UPLOAD_ENV
 
 
 def invoke(*args: str):
@@ -62,7 +62,20 @@ def test_a_valid_store_hands_over_to_streamlit_on_loopback(store_path: Path, mon
     assert argv[argv.index("--browser.gatherUsageStats") + 1] == "false"
     assert seen["env"][DB_ENV] == str(store_path.resolve())
     assert seen["env"][LIMITS_ENV] == "wake.overshoot_s.p95=2"
+    assert seen["env"][MAX_UPLOAD_ENV] == str(256 * 1024 * 1024)
+    assert argv[argv.index("--server.maxUploadSize") + 1] == "256"
     assert "http://127.0.0.1:8765" in result.output
+
+
+def test_the_upload_limit_reaches_the_app_and_streamlit(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict = {}
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(argv=argv, env=env))
+    result = invoke("--db", str(store_path), "--max-upload-bytes", str(10 * 1024 * 1024 + 1))
+    assert result.exit_code == 0, result.output
+    assert seen["env"][MAX_UPLOAD_ENV] == "10485761"
+    assert seen["argv"][seen["argv"].index("--server.maxUploadSize") + 1] == "11"  # whole MiB, rounded up
+    result = invoke("--db", str(store_path), "--max-upload-bytes", "0")
+    assert result.exit_code == 2 and "--max-upload-bytes" in result.output
 
 
 def test_the_packaged_app_exists() -> None:

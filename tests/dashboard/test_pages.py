@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import streamlit as st
+from rendered import seen
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
@@ -158,10 +159,11 @@ def test_an_invalid_file_is_one_error_line(page: str, tmp_path: Path, monkeypatc
     bogus.write_text("not a database\n")
     monkeypatch.setenv(source.DB_ENV, str(bogus))
     app = run_page(page)
-    assert len(app.error) == 1 and str(bogus) in app.error[0].value
+    assert len(app.error) == 1 and str(bogus) in seen(app.error[0].value)
 
 
 def test_without_a_store_the_page_explains_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(source.DB_ENV, raising=False)
     app = run_page("overview")
     assert "restorelens dashboard --db FILE" in app.info[0].value
+
