@@ -55,10 +55,8 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
 
     import errno
 
-    import uvicorn
-
     from restorelens.collector.receiver import TRACES_PATH, create_receiver_app
-    from restorelens.serving import bind_socket, uvicorn_config
+    from restorelens.serving import bind_socket, serve
 
     # Bound here rather than by uvicorn so that port 0 shows the real port, and a busy port or a foreign
     # address is a one-line error before the store file is created.
@@ -72,8 +70,7 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"
         click.echo(f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)", err=True)
-        server = uvicorn.Server(uvicorn_config(app))
-        server.run(sockets=[sock])
+        serve(app, sock)
 
 
 @click.command("load")

@@ -107,10 +107,8 @@ def _listen(host: str, port: int):  # -> socket.socket
 
 
 def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | None) -> None:
-    import uvicorn
-
     from restorelens.gate.app import create_gate_app
-    from restorelens.serving import uvicorn_config
+    from restorelens.serving import serve
     from restorelens.telemetry import build_tracer_provider
 
     sock = _listen(settings.host, settings.port)
@@ -126,8 +124,7 @@ def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | 
         bound_host, bound_port = sock.getsockname()[:2]
         # The bound port, not the asked one: with --port 0 the kernel picked it.
         click.echo(f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}", err=True)
-        server = uvicorn.Server(uvicorn_config(app))
-        server.run(sockets=[sock])
+        serve(app, sock)
     finally:
         sock.close()
         if provider is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import socket
 import threading
 import time
@@ -25,7 +26,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread", "bind_socket", "uvicorn_config"]
+__all__ = ["DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread", "bind_socket", "serve", "uvicorn_config"]
 
 DEFAULT_HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
@@ -159,6 +160,27 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True)
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def serve(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` in this (main) thread until SIGINT or SIGTERM, then return.
+
+    uvicorn shuts down gracefully on either signal and then raises it again; SIGTERM's default action
+    would then end the process before the caller's ``finally`` runs, so a gate stopped the way
+    Kubernetes and systemd stop it lost the spans still in its exporter's queue. Ignoring the
+    re-raised signal lets the caller finish: flush, close, exit 0.
+    """
+    server = uvicorn.Server(uvicorn_config(app))
+    previous = {sig: signal.signal(sig, _already_handled) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _already_handled(signum: int, frame: object) -> None:
+    """The signal uvicorn raises again after shutting down for it: nothing is left to do."""
 
 
 class _QuietServer(uvicorn.Server):

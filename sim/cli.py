@@ -81,10 +81,8 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
            otlp_endpoint, trace_file, service_name) -> None:  # noqa: ANN001
     import socket
 
-    import uvicorn
-
     from restorelens.errors import SettingError
-    from restorelens.serving import bind_socket, uvicorn_config
+    from restorelens.serving import bind_socket, serve
     from restorelens.sim.app import create_app
     from restorelens.telemetry import build_tracer_provider
 
@@ -105,8 +103,7 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
         bound_port = sock.getsockname()[1]
         click.echo(f"restorelens sim: model {model_name!r} on http://{host}:{bound_port} "
                    f"(max_num_seqs {config.max_num_seqs}, {config.num_blocks} KV blocks)", err=True)
-        server = uvicorn.Server(uvicorn_config(app))
-        server.run(sockets=[sock])
+        serve(app, sock)
     finally:
         provider.shutdown()
 

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -154,3 +158,30 @@ def test_fuzz_head_sizes_and_read_boundaries(sizes: list[int], split: int) -> No
         elif len(head) < DEFAULT_MAX_HEADER_BYTES - 64:
             assert answer.startswith(b"HTTP/1.1 200 ")
         assert httpx.get(server.url).text == "0"
+
+
+def test_a_gate_stopped_with_sigterm_flushes_its_spans_and_exits_0(tmp_path) -> None:
+    """uvicorn raises SIGTERM again after its graceful shutdown; its default action ended the gate
+    before the exporter's queue was flushed, so the spans of the last seconds were lost."""
+    trace_file = tmp_path / "gate.jsonl"
+    gate = subprocess.Popen(
+        [sys.executable, "-m", "restorelens", "gate", "--upstream", "http://127.0.0.1:9", "--port", "0",
+         "--trace-file", str(trace_file)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert gate.stderr is not None
+    banner = gate.stderr.readline()
+    url = banner.strip().rsplit(" ", 1)[1]
+    answer = httpx.post(url + "/v1/completions", json={"model": "tiny", "prompt": "x"})
+    assert answer.status_code == 502  # nothing listens on port 9: the gate still records the request
+    gate.send_signal(signal.SIGTERM)
+    _, errors = gate.communicate(timeout=60)
+    assert gate.returncode == 0, errors
+    names = [span["name"] for line in trace_file.read_text().splitlines() for span in _spans(json.loads(line))]
+    assert "gate.request" in names
+
+
+def _spans(document: dict) -> Iterator[dict]:
+    for resource_spans in document["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            yield from scope_spans["spans"]
