@@ -13,6 +13,7 @@ from restorelens.lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "InsertResult": "store",
     "LoadSummary": "loader",
+    "OutputExists": "export",
     "PayloadError": "rows",
     "SpanRows": "rows",
     "SpanStore": "store",

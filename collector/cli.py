@@ -113,13 +113,23 @@ def load(files: tuple[str, ...], db: str) -> None:
 @click.option(
     "--format", "fmt", required=True, type=click.Choice(["parquet", "otlp-json"]), help="Output format."
 )
+@click.option("--force", is_flag=True, help="Replace OUT if it exists (refused without).")
 @click.argument("out", type=click.Path(dir_okay=False))
-def export(db: str, fmt: str, out: str) -> None:
+def export(db: str, fmt: str, out: str, force: bool) -> None:
     """Export every span of DB to OUT: Parquet (zstd, the otel_traces columns) or OTLP JSON lines
-    (loadable by Jaeger's UI, the Collector and restorelens load)."""
-    from restorelens.collector.export import export_otlp_jsonl, export_parquet
+    (loadable by Jaeger's UI, the Collector and restorelens load).
 
-    count = export_parquet(db, out) if fmt == "parquet" else export_otlp_jsonl(db, out)
+    OUT is written under a temporary name next to it and renamed once complete, so a failed
+    export never leaves half a file in place of a good one.
+    """
+    from restorelens.collector.export import OutputExists, export_otlp_jsonl, export_parquet
+    from restorelens.errors import InputError
+
+    exporter = export_parquet if fmt == "parquet" else export_otlp_jsonl
+    try:
+        count = exporter(db, out, overwrite=force)
+    except OutputExists:
+        raise InputError(out, "already exists (--force replaces it)") from None
     click.echo(f"{count} spans written to {out}")
 
 

@@ -4,13 +4,20 @@ The OTLP JSON lines are what the Collector's file exporter writes (one ``TracesD
 lower-case hex IDs, int64 as strings, enums as integers), so Jaeger's UI, the Collector's
 ``otlpjsonfile`` receiver and ``restorelens load`` read them back. The store keeps attribute values
 as strings, so they are exported as ``stringValue``.
+
+An export goes to a temporary file next to the output, renamed over it once complete: a failed
+export (disk full, a store error) leaves the previous file whole, never half of a new one. An
+existing output is replaced only when asked (``overwrite=True``, ``restorelens export --force``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +29,7 @@ from restorelens.collector.schema import TABLE
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, open_read_only
 from restorelens.errors import InputError
 
-__all__ = ["DEFAULT_SPANS_PER_LINE", "export_otlp_jsonl", "export_parquet"]
+__all__ = ["DEFAULT_SPANS_PER_LINE", "OutputExists", "export_otlp_jsonl", "export_parquet"]
 
 #: Spans per exported line: the SDK's default export batch size.
 DEFAULT_SPANS_PER_LINE = 512
@@ -44,9 +51,61 @@ def _reason(exc: OSError) -> str:
     return os.strerror(exc.errno) if exc.errno else str(exc)
 
 
+class OutputExists(InputError):
+    """The output file exists and replacing it was not asked for."""
+
+    def __init__(self, out: str | os.PathLike[str]) -> None:
+        super().__init__(str(out), "already exists (overwrite=True replaces it)")
+
+
+def _is_stream(out: str | os.PathLike[str]) -> bool:
+    """Whether OUT exists as something other than a regular file or folder (``/dev/stdout``, a pipe):
+    written in place, as there is neither a file to keep nor one a rename could replace."""
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _check_output(out: str | os.PathLike[str], overwrite: bool) -> None:
+    """Refuse an existing OUT before the store is read (a folder would only fail at the rename)."""
+    if Path(out).is_dir():
+        raise InputError(str(out), os.strerror(errno.EISDIR))
+    if not overwrite and Path(out).is_file():
+        raise OutputExists(out)
+
+
 @contextlib.contextmanager
-def _writing(out: str | os.PathLike[str]) -> Iterator[None]:
-    """Opening or writing OUT failing (missing folder, permissions, disk full) is an InputError naming it."""
+def _writing(out: str | os.PathLike[str]) -> Iterator[str]:
+    """The path to write OUT's content to: a new file next to OUT, renamed over it when the block
+    ends and removed if it fails. Failing to write (permissions, disk full) is an InputError
+    naming OUT."""
+    if _is_stream(out):
+        with _named(out):
+            yield str(out)
+        return
+    _make_folder(out)
+    final = Path(out)
+    # Hidden, and made with O_EXCL so no other file is ever truncated; mode 0666 less the umask,
+    # as the output itself would get (tempfile's files are 0600). A process killed meanwhile
+    # leaves it behind, under a name that says what it was.
+    partial = final.with_name(f".{final.name}.{secrets.token_hex(4)}.partial")
+    with _named(out):
+        os.close(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        with _named(out):
+            yield str(partial)
+            os.replace(partial, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def _named(out: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError in the block (missing folder, permissions, disk full) is an InputError naming OUT."""
     try:
         yield
     except OSError as exc:
@@ -54,14 +113,21 @@ def _writing(out: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def export_parquet(
-    db_path: str | os.PathLike[str], out: str | os.PathLike[str], *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
+    db_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    overwrite: bool = False,
 ) -> int:
-    """Write ``otel_traces`` (ordered by start time) to a zstd Parquet file; returns the span count."""
+    """Write ``otel_traces`` (ordered by start time) to a zstd Parquet file; returns the span count.
+
+    An existing ``out`` is an ``OutputExists`` error unless ``overwrite``; it is replaced only once
+    the export is complete."""
+    _check_output(out, overwrite)
     written = 0
     with open_read_only(db_path, timeout_s=lock_timeout_s) as con:
         reader = con.sql(f'select * from {TABLE} order by "Timestamp"').to_arrow_reader(_FETCH_ROWS)
-        _make_folder(out)
-        with _writing(out), pq.ParquetWriter(str(out), reader.schema, compression="zstd") as writer:
+        with _writing(out) as path, pq.ParquetWriter(path, reader.schema, compression="zstd") as writer:
             for batch in reader:
                 writer.write_batch(batch)
                 written += batch.num_rows
@@ -158,12 +224,16 @@ def export_otlp_jsonl(
     *,
     spans_per_line: int = DEFAULT_SPANS_PER_LINE,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    overwrite: bool = False,
 ) -> int:
-    """Write every span as OTLP JSON lines (spans of a trace kept together); returns the span count."""
+    """Write every span as OTLP JSON lines (spans of a trace kept together); returns the span count.
+
+    An existing ``out`` is an ``OutputExists`` error unless ``overwrite``; it is replaced only once
+    the export is complete."""
+    _check_output(out, overwrite)
     written = 0
     with open_read_only(db_path, timeout_s=lock_timeout_s) as con:
-        _make_folder(out)
-        with _writing(out), open(out, "w", encoding="utf-8") as f:
+        with _writing(out) as path, open(path, "w", encoding="utf-8") as f:
             for rows in _chunks(con, spans_per_line):
                 f.write(json.dumps(_traces_data(rows), separators=(",", ":"), ensure_ascii=False))
                 f.write("\n")

@@ -68,6 +68,20 @@ def test_export_writes_both_formats(tmp_path: Path) -> None:
         assert (tmp_path / name).stat().st_size > 0
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "otlp-json"])
+def test_export_refuses_to_replace_a_file_unless_forced(tmp_path: Path, fmt: str) -> None:
+    db = str(tmp_path / "t.duckdb")
+    assert CliRunner().invoke(cli, ["load", str(DATA / "collector_file_exporter.jsonl"), "--db", db]).exit_code == 0
+    out = tmp_path / "o"
+    out.write_text("keep me\n")
+    result = CliRunner().invoke(cli, ["export", "--db", db, "--format", fmt, str(out)])
+    assert (result.exit_code, result.output) == (1, f"Error: {out}: already exists (--force replaces it)\n")
+    assert out.read_text() == "keep me\n"
+    result = CliRunner().invoke(cli, ["export", "--db", db, "--format", fmt, "--force", str(out)])
+    assert result.exit_code == 0 and "3 spans written" in result.output
+    assert out.read_text(errors="replace") != "keep me\n"
+
+
 def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "o"])
     assert result.exit_code == 1 and "no such span store" in result.output

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from restorelens.collector.export import export_otlp_jsonl, export_parquet
+from restorelens.collector import export as export_module
+from restorelens.collector.export import OutputExists, export_otlp_jsonl, export_parquet
 from restorelens.collector.loader import load_paths
 from restorelens.collector.schema import COLUMNS
 from restorelens.collector.store import open_read_only
@@ -17,7 +21,8 @@ from restorelens.errors import InputError
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = [DATA / "collector_file_exporter.jsonl", DATA / "otlp_example_trace.json"]
-Exporter = Callable[[Path, Path], int]
+Exporter = Callable[..., int]
+EXPORTERS = [export_parquet, export_otlp_jsonl]
 
 
 def _table(db: Path) -> list[tuple[object, ...]]:
@@ -55,3 +60,75 @@ def test_an_output_that_cannot_be_written_is_an_input_error_naming_it(tmp_path: 
         with pytest.raises(InputError) as caught:
             export(tmp_path / "a.duckdb", out)
         assert (caught.value.where, caught.value.problem) == (str(out), reason)
+
+
+@pytest.mark.parametrize("export", EXPORTERS)
+def test_an_existing_output_is_refused_unless_overwrite_and_then_replaced(tmp_path: Path, export: Exporter) -> None:
+    load_paths(FIXTURES, tmp_path / "a.duckdb")
+    out = tmp_path / "out"
+    out.write_text("a good export from before\n")
+    with pytest.raises(OutputExists) as caught:
+        export(tmp_path / "a.duckdb", out)
+    assert (caught.value.where, caught.value.problem) == (str(out), "already exists (overwrite=True replaces it)")
+    assert out.read_text() == "a good export from before\n"
+    assert export(tmp_path / "a.duckdb", out, overwrite=True) == 4
+    assert out.read_bytes() != b"a good export from before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "out"]  # no temporary file left
+
+
+def _fail_midway(monkeypatch: pytest.MonkeyPatch, export: Exporter) -> None:
+    """The disk fills up after the first batch or line is written."""
+    disk_full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    if export is export_parquet:
+        write_batch = pq.ParquetWriter.write_batch
+
+        def first_then_full(self: pq.ParquetWriter, batch: Any, *args: Any, **kwargs: Any) -> None:
+            write_batch(self, batch, *args, **kwargs)
+            raise disk_full
+
+        monkeypatch.setattr(pq.ParquetWriter, "write_batch", first_then_full)
+    else:
+        traces_data = export_module._traces_data
+        calls = []
+
+        def first_then_full(rows: list[dict[str, Any]]) -> dict[str, Any]:
+            calls.append(1)
+            if len(calls) > 1:
+                raise disk_full
+            return traces_data(rows)
+
+        monkeypatch.setattr(export_module, "_traces_data", first_then_full)
+
+
+@pytest.mark.parametrize("export", EXPORTERS)
+def test_a_failed_export_leaves_the_previous_file_whole_and_no_partial_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, export: Exporter
+) -> None:
+    load_paths(FIXTURES, tmp_path / "a.duckdb")
+    out = tmp_path / "out"
+    out.write_text("a good export from before\n")
+    _fail_midway(monkeypatch, export)
+    more = {} if export is export_parquet else {"spans_per_line": 1}  # more than one line
+    with pytest.raises(InputError) as caught:
+        export(tmp_path / "a.duckdb", out, overwrite=True, **more)
+    assert (caught.value.where, caught.value.problem) == (str(out), "No space left on device")
+    assert out.read_text() == "a good export from before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.duckdb", "out"]
+
+
+@pytest.mark.parametrize("export", EXPORTERS)
+def test_a_new_output_gets_the_usual_permissions(tmp_path: Path, export: Exporter) -> None:
+    load_paths(FIXTURES, tmp_path / "a.duckdb")
+    umask = os.umask(0o022)
+    try:
+        export(tmp_path / "a.duckdb", tmp_path / "sub" / "out")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "sub" / "out").stat().st_mode & 0o777 == 0o644  # not a temporary file's 0600
+
+
+def test_an_output_that_is_no_regular_file_is_written_in_place(tmp_path: Path) -> None:
+    # /dev/stdout, a pipe: nothing there to keep, and nothing that could be renamed over
+    load_paths(FIXTURES, tmp_path / "a.duckdb")
+    assert export_otlp_jsonl(tmp_path / "a.duckdb", "/dev/null") == 4
+    assert export_parquet(tmp_path / "a.duckdb", "/dev/null") == 4
