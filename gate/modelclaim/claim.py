@@ -77,6 +77,7 @@ class ClaimStatus:
     idle_since_s: float
     restarts: int
     wake_path: str | None
+    last_error: str = ""
 
 
 @dataclass(slots=True)
@@ -94,6 +95,7 @@ class ClaimState:
     wake: WakeInProgress | None = None
     restarts: int = 0
     restart_at_s: float | None = None
+    last_error: str = ""  # the engine's last failure, for the 503 and the status while restarting or Failed
     sleep_refused_idle_since_s: float | None = None  # idle sleep refused (host RAM) for this idle period
 
     # --- queries -------------------------------------------------------------------------------
@@ -133,6 +135,7 @@ class ClaimState:
             idle_since_s=self.idle_since_s,
             restarts=self.restarts,
             wake_path=wake.path if wake and wake.room_found_s is not None else None,
+            last_error=self.last_error,
         )
 
     # --- transitions ---------------------------------------------------------------------------

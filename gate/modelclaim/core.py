@@ -139,7 +139,7 @@ class ModelClaimCore:
         if not claim.out_of_service:
             claim.want_wake(now_s, trigger)
             actions += self._reconcile(now_s)
-        return self.answers.answer(model, claim.phase, claim.reason), actions
+        return self.answers.answer(model, claim.phase, claim.reason, error=claim.last_error), actions
 
     def request_started(self, model: str, now_s: float) -> list[Action]:
         self._claims[model].inflight += 1
@@ -204,7 +204,7 @@ class ModelClaimCore:
         claim = self._claims[model]
         if claim.phase != FAILED:
             raise ClaimControlError(f"model {model} is {claim.phase}, not Failed")
-        claim.restarts = 0
+        claim.restarts, claim.last_error = 0, ""
         claim.set_state(SCHEDULING, REASON_NOT_PLACED, now_s, self.listeners, pod=None)
         return self._tick(now_s)
 

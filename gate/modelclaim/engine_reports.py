@@ -71,6 +71,7 @@ def engine_failed(state: LifecycleState, claim: ClaimState, instance_id: int, no
     if inst is None or inst.crashed:
         return
     model = claim.spec.model
+    claim.last_error = error
     if claim.op in (OP_STARTING, OP_WAKING):
         claim.finish_wake(now_s, "failed", state.listeners, error=error)
     claim.op = None

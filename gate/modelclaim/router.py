@@ -158,7 +158,8 @@ class ModelClaimRouter:
                 {"model": s.model, "phase": s.phase, "reason": s.reason, "since_s": s.since_s, "pod": s.pod,
                  "gpus": list(s.gpus), "upstream_url": s.upstream_url, "in_flight": s.in_flight,
                  "idle_since_s": s.idle_since_s, "restarts": s.restarts, "wake_path": s.wake_path,
-                 "retry_after_s": None if s.phase == ACTIVE else self.core.answers.retry_after_s(s.reason)}
+                 "retry_after_s": None if s.phase == ACTIVE else self.core.answers.retry_after_s(s.reason, s.phase),
+                 "last_error": s.last_error or None}
                 for s in models
             ],
             "gpus": gpus,

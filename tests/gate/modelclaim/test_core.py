@@ -175,19 +175,27 @@ def test_crashes_restart_with_backoff_2_4_8_16_32_then_failed() -> None:
         life.advance_to(t + backoff_s)
         t += backoff_s
         assert actions_of(life, StartEngine, "a")[-1][0] == t  # restarted exactly after the backoff
-    life.fail("a", t)
+    life.fail("a", t, "exited with status 1: CUDA out of memory")
     assert len(actions_of(life, StartEngine, "a")) == 6  # the first start and five restarts
     answer = life.route("a", t + 1)
-    assert (answer.phase, answer.reason, answer.retry_after_s) == ("Failed", "EngineFailed", 10)
+    # Failed is not retried by the lifecycle (AIBrix's controller would move it): no Retry-After,
+    # and the answer says why and what would help, instead of "retry shortly".
+    assert (answer.phase, answer.reason, answer.retry_after_s) == ("Failed", "EngineFailed", None)
+    assert "CUDA out of memory" in answer.message and "POST /modelclaim/models/a/restart" in answer.message
+    assert "retry shortly" not in answer.message
     assert life.core.ledger.charged_bytes(GpuSlot("p1", 0)) == 0
+    life.restart("a", t + 2)
+    assert "CUDA out of memory" not in life.route("a", t + 3).message  # a new budget, the old failure forgotten
 
 
 def test_a_request_during_backoff_is_linked_to_the_restart() -> None:
     life, rec = lifecycle([Pod("p1", (24 * GIB,))], [claim("a")], PoolPolicy(sleep_after_s=600))
     life.advance_to(T0 + 30)
-    life.fail("a", T0 + 40)
+    life.fail("a", T0 + 40, "engine not alive")
     answer = life.route("a", T0 + 41)
+    # The lifecycle restarts it by itself: retrying shortly is right, and the failure is said.
     assert (answer.phase, answer.reason, answer.retry_after_s) == ("Loading", "EngineFailed", 10)
+    assert "engine not alive" in answer.message and "retry shortly" in answer.message
     life.advance_to(T0 + 72)
     assert rec.wakes[-1].path == "cold-start" and rec.wakes[-1].requested_s == T0 + 41
     assert isinstance(life.route("a", T0 + 72), Routed)

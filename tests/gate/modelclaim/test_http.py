@@ -113,7 +113,7 @@ def test_every_row_of_the_503_table(gate) -> None:  # noqa: ANN001
     rows = {
         "starting": (503, "10", "Loading", "EngineStarting"),
         "asleep": (503, "10", "Activating", "EngineSleeping"),  # room at once: the wake is triggered
-        "broken": (503, "10", "Failed", "EngineFailed"),
+        "broken": (503, None, "Failed", "EngineFailed"),  # not retried until restarted: no Retry-After
         "unplaced": (503, "10", "Scheduling", "NotPlaced"),
         "waits-a": (503, "20", "Sleeping", "WaitingForRoom"),  # waits-b idle < 30 s, no other pod
         "mover": (503, "30", "Loading", "Moving"),
@@ -126,6 +126,11 @@ def test_every_row_of_the_503_table(gate) -> None:  # noqa: ANN001
         assert (response.status_code, response.headers.get("retry-after")) == (status, retry_after), model
         assert phase_of(client, model) == (phase, reason), model
         assert response.json()["error"]["message"], model
+    failed = ask(client, "broken").json()["error"]["message"]
+    assert "engine binary missing" in failed and "/modelclaim/models/broken/restart" in failed
+    assert "retry shortly" not in failed
+    status = {m["model"]: m for m in client.get("/modelclaim/status").json()["models"]}["broken"]
+    assert (status["retry_after_s"], status["last_error"]) == (None, "engine binary missing")
     assert ask(client, "no-such-model").status_code == 400
     ok = ask(client, "active")
     assert ok.status_code == 200 and ok.json()["choices"]
