@@ -164,7 +164,7 @@ def pick(param: str, values: Sequence[str], labels: Sequence[str], label: str) -
     wanted = st.query_params.get(param)
     index = list(values).index(wanted) if wanted in values else 0
     if wanted is not None and wanted not in values:
-        st.warning(f"{param} {wanted!r} from the link is not in this store; showing the first one.")
+        st.warning(f"{param} {plain(repr(wanted))} from the link is not in this store; showing the first one.")
     names = dict(zip(values, labels, strict=True))
     chosen = st.selectbox(label, list(values), index=index, format_func=names.__getitem__, key=f"pick-{param}")
     st.query_params[param] = chosen
@@ -184,4 +184,4 @@ def episode_metrics(episode: dict[str, Any], metrics: Sequence[tuple[str, str]])
             text = str(value)
         column.metric(name, text)
     if episode.get("censored"):
-        st.warning(f"Censored episode: {episode.get('censored_reason')}")
+        st.warning(f"Censored episode: {plain(episode.get('censored_reason'))}")

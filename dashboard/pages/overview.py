@@ -22,9 +22,9 @@ if all(row["count"] == 0 for row in counts.values()):
 st.subheader("Limits")
 if result.violations:
     for violation in result.violations:
-        st.error(f"Limit broken: {violation}")
+        st.error(f"Limit broken: {ui.plain(violation)}")
 else:
-    st.success("Every limit holds: " + ", ".join(result.limits) if result.limits else "No limits configured.")
+    st.success("Every limit holds: " + ui.plain(", ".join(result.limits)) if result.limits else "No limits configured.")
 if not result.breaches.is_empty():
     st.caption("Episodes and requests whose own value is over a limit (open them on their page):")
     st.dataframe(result.breaches, hide_index=True)

@@ -21,10 +21,11 @@ if len(trace_ids) > 1:
     trace_id = st.selectbox("Traces holding this request", trace_ids, key="trace-choice")
 spans = ui.guarded(queries.trace, path, stamp, trace_id)
 if spans.is_empty():
-    st.info(f"No request or trace {query!r} in this store.")
+    st.info(f"No request or trace {ui.plain(repr(query))} in this store.")
     st.stop()
 
 st.query_params["trace"] = trace_id
-st.caption(f"trace `{trace_id}` · {spans.height} spans · services: {', '.join(sorted(set(spans['service_name'])))}")
+services = ", ".join(sorted({str(name) for name in spans["service_name"]}))
+st.caption(ui.plain(f"trace {trace_id} · {spans.height} spans · services: {services}"))
 ui.show_figure(figures.waterfall(spans), "waterfall", f"trace-{trace_id[:12]}")
 st.dataframe(spans.drop("attributes"), hide_index=True)

@@ -9,10 +9,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 import streamlit as st
-from rendered import seen
+from rendered import INJECTED, seen
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
+from restorelens.collector import load_paths
 from restorelens.dashboard import source
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
@@ -59,7 +60,7 @@ def test_overview_shows_counts_statistics_and_broken_limits(on_store: Path) -> N
         assert metrics["lending episodes"] == str(analysis.lending_episodes().height)
         assert metrics["requests"] == str(analysis.requests().height)
     assert metrics["wake episodes"] == "3"
-    assert any("wake.overshoot_s.p95" in e.value for e in app.error)
+    assert any("wake.overshoot_s.p95" in seen(e.value) for e in app.error)
     wake_spec = next(s for s in specs(app) if "Wake episodes" in s["layout"]["title"]["text"])
     names = {trace["name"] for trace in wake_spec["data"]}
     assert "tiny · cold-start max" in names
@@ -167,3 +168,29 @@ def test_without_a_store_the_page_explains_how_to_get_one(monkeypatch: pytest.Mo
     app = run_page("overview")
     assert "restorelens dashboard --db FILE" in app.info[0].value
 
+
+def bodies(app: AppTest) -> list[str]:
+    """Every markdown body on the page (Streamlit renders markdown in each of these)."""
+    kinds = ("markdown", "caption", "info", "warning", "error", "success", "title", "subheader")
+    return [element.value for kind in kinds for element in getattr(app, kind)]
+
+
+@pytest.mark.parametrize(("page", "param"), [("traces", "trace"), ("traces", "request"), ("lending", "episode"),
+                                             ("wakes", "episode")])
+def test_text_from_the_link_shows_as_written_never_as_markdown(on_store: Path, page: str, param: str) -> None:
+    app = run_page(page, **{param: INJECTED})
+    shown = [seen(body) for body in bodies(app)]  # seen() fails on a link, an image or raw HTML
+    assert any(repr(INJECTED) in text for text in shown), shown
+
+
+def test_text_from_the_spans_shows_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sample = source.SAMPLE_DIR / "modelclaim-in-place.jsonl"
+    spans = tmp_path / "spans.jsonl"
+    spans.write_text(sample.read_text().replace('"restorelens-sim"', json.dumps(INJECTED)))
+    load_paths([spans], tmp_path / "spans.duckdb")
+    monkeypatch.setenv(source.DB_ENV, str(tmp_path / "spans.duckdb"))
+    with Analysis.open(tmp_path / "spans.duckdb") as analysis:
+        trace_id = analysis.requests()["trace_id"][0]
+    app = run_page("traces", trace=trace_id)
+    shown = [seen(body) for body in bodies(app)]
+    assert any(f"services: {INJECTED}" in text or f"{INJECTED}, " in text for text in shown), shown
