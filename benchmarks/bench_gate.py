@@ -53,14 +53,15 @@ ENGINE_SOURCE = textwrap.dedent('''
 ''')
 
 GATE_SOURCE = textwrap.dedent('''
-    import sys, uvicorn
+    import sys
     from restorelens.gate import GateSettings, create_gate_app
+    from restorelens.serving import bind_socket, serve
     from restorelens.telemetry import build_tracer_provider
     port, upstream, tracing = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "on"
     provider = build_tracer_provider("restorelens-gate", "none") if tracing else None
     settings = GateSettings(upstreams={"*": upstream}, policy="fcfs", tracing=tracing, port=port)
     app = create_gate_app(settings, tracer_provider=provider)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    serve(app, bind_socket("127.0.0.1", port))  # the server `restorelens gate` runs: bounded heads included
 ''')
 
 NGINX_CONF = """
