@@ -12,7 +12,9 @@ against its own servers on 127.0.0.1, all exporting to that one collector:
 
 Then every span is flushed, the collector stops (its writer commits), the analysis report is
 printed and, unless told otherwise, the dashboard is served on the store until Ctrl-C. Every
-server is stopped on the way out, whatever ends the run.
+server is stopped on the way out, whatever ends the run: SIGTERM is turned into the same interrupt
+as Ctrl-C, because Python's default for it ends the process at once and the dashboard (a child
+process) would keep running.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
 
-__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "run_demo", "serve_dashboard"]
+__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "run_demo",
+           "serve_dashboard", "sigterm_interrupts", "signals_held"]
 
 #: Fits every scenario (about 920 protocol seconds) into ~92 s of wall time plus start-ups.
 DEFAULT_TIME_SCALE = 10.0
@@ -114,19 +117,22 @@ def free_port() -> int:
 
 
 def serve_dashboard(db: Path, echo: Callable[[str], None], *, port: int | None = None) -> None:
-    """Run ``restorelens dashboard --db DB`` until Ctrl-C (or until it exits), then stop it."""
+    """Run ``restorelens dashboard --db DB`` until Ctrl-C or SIGTERM (or until it exits), then stop it."""
     port = port or free_port()
     command = [sys.executable, "-m", "restorelens", "dashboard", "--db", str(db), "--port", str(port)]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    echo(f"dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)")
+    process = None
     try:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        echo(f"dashboard: http://127.0.0.1:{port}  (Ctrl-C stops it)")
         code = process.wait()
         if code != 0:
             raise RestorelensError(f"the dashboard exited with status {code}")
     except KeyboardInterrupt:
         echo("stopping the dashboard")
     finally:
-        stop_process(process)
+        if process is not None:
+            with signals_held():  # a second Ctrl-C or SIGTERM must not cut the stop short
+                stop_process(process)
 
 
 def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
@@ -140,9 +146,49 @@ def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> Non
         process.wait()
 
 
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, SIGTERM raises ``KeyboardInterrupt`` as Ctrl-C does, so every ``finally`` runs and
+    stops its server or child; the previous handler comes back after. Python's default for SIGTERM
+    ends the process at once. Off the main thread (no handler can be set there) it does nothing."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is done, then act (an interrupt raised after it).
+
+    Not around starting a child: a child inherits the blocked signals and could not be stopped.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def run_demo(db: str | None, *, time_scale: float, seed: int, dashboard: bool,
              echo: Callable[[str], None], progress: Any = None) -> DemoResult:
-    """The whole demo; ``progress`` is a rich ``Progress`` (or None for plain lines)."""
+    """The whole demo; ``progress`` is a rich ``Progress`` (or None for plain lines). SIGTERM stops
+    it as Ctrl-C does: every server and the dashboard's process are stopped."""
+    with sigterm_interrupts():
+        return _run_demo(db, time_scale=time_scale, seed=seed, dashboard=dashboard, echo=echo, progress=progress)
+
+
+def _run_demo(db: str | None, *, time_scale: float, seed: int, dashboard: bool,
+              echo: Callable[[str], None], progress: Any) -> DemoResult:
     path = prepare_db(db)
     echo(f"spans go to {path} (live servers on 127.0.0.1, time x{time_scale:g})")
     started = time.monotonic()
