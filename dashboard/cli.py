@@ -42,7 +42,7 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
               help="A limit the overview checks, e.g. wake.overshoot_s.p95=1 (repeatable; default: "
                    "lending.ttft_s.p95=5 and wake.overshoot_s.p95=1).")
 @click.option("--max-upload-bytes", "max_upload_bytes", default=DEFAULT_MAX_UPLOAD_BYTES, show_default=True,
-              type=click.IntRange(min=1),
+              type=click.IntRange(min=1), metavar="N",
               help="Largest file the sidebar's upload takes, as sent and once decompressed (256 MiB by default).")
 def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int) -> None:
     """Open the recovery dashboard on DB at http://HOST:PORT.
