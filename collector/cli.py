@@ -41,7 +41,14 @@ _existing_db_option = click.option(
     type=click.IntRange(1),
     help="Largest request body, compressed or decompressed (413 above).",
 )
-def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: int) -> None:
+@click.option(
+    "--max-header-bytes",
+    default=64 * 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest request line plus headers (431 at once above).",
+)
+def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: int, max_header_bytes: int) -> None:
     """Receive OTLP/HTTP traces on POST /v1/traces into the span store DB.
 
     Point any OpenTelemetry SDK or Collector at http://HOST:PORT/v1/traces (protobuf or JSON, gzip,
@@ -66,7 +73,7 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
         setting = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         raise SettingError(setting, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     with sock:
-        app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes)
+        app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes)
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"
         click.echo(f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)", err=True)

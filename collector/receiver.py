@@ -3,9 +3,10 @@
 Answers, in the request's encoding (protobuf or JSON; JSON when the request's type is unknown):
 200 ``ExportTraceServiceResponse`` once the spans are committed (``partial_success`` when some were
 rejected); 400 ``google.rpc.Status`` saying what is wrong; 401 without the bearer token when one is
-set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compressed or not); 415 for
-other content types or encodings; 429 (backlog full) and 503 (store locked by a reader too long, or
-failing) with ``Retry-After``.
+set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compressed or not); 431 at
+once for a request line plus headers above ``max_header_bytes``; 415 for other content types or
+encodings; 429 (backlog full) and 503 (store locked by a reader too long, or failing) with
+``Retry-After``. ``GET /metrics`` counts spans stored and rejected and requests refused per limit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from typing import Any
 
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -33,6 +37,7 @@ from restorelens.collector.http_body import BodyTooLarge, CorruptBody, Unsupport
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.writer import Overloaded, StoreWriter
+from restorelens.serving import DEFAULT_MAX_HEADER_BYTES, HeadLimit
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "TRACES_PATH", "create_receiver_app"]
 
@@ -44,7 +49,25 @@ PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _MAX_MESSAGES_IN_ANSWER = 20
 # google.rpc.Code for each HTTP status we send (grpc/grpc doc/http-grpc-status-mapping.md, reversed).
-_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 413: 11, 415: 3, 429: 8, 500: 13, 503: 14}
+_RPC_CODE = {400: 3, 401: 16, 404: 5, 405: 12, 413: 11, 415: 3, 429: 8, 431: 11, 500: 13, 503: 14}
+#: The size limits a request can be refused for, by option: the keys of the refusal counts.
+REFUSAL_LIMITS = ("max_header_bytes", "max_body_bytes")
+
+
+class ReceiverCollector(Collector):
+    """/metrics, read from the receiver's counts at scrape time (the request path only adds)."""
+
+    def __init__(self, counts: dict[str, int], refusals: dict[str, int]) -> None:
+        self.counts, self.refusals = counts, refusals
+
+    def collect(self):  # -> Iterator[CounterMetricFamily]
+        prefix = "restorelens_collector_"
+        yield CounterMetricFamily(prefix + "spans_stored", "Spans committed to the store", value=self.counts["stored"])
+        yield CounterMetricFamily(prefix + "spans_rejected", "Spans rejected alone (partial success)", value=self.counts["rejected"])
+        refused = CounterMetricFamily(prefix + "refused", "Requests refused for passing a size limit, by the limit's option", labels=["limit"])
+        for limit, count in sorted(self.refusals.items()):
+            refused.add_metric([limit], count)
+        yield refused
 
 
 def _media_type(request: Request) -> str:
@@ -96,6 +119,7 @@ def create_receiver_app(
     *,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
     max_pending_spans: int = 200_000,
     lock_timeout_s: float = 5.0,
     retry_after_s: int = 1,
@@ -111,6 +135,14 @@ def create_receiver_app(
     )
     expected_token = token.encode() if token else None
     retry_after = {"Retry-After": str(retry_after_s)}
+    counts = {"stored": 0, "rejected": 0}
+    refusals = dict.fromkeys(REFUSAL_LIMITS, 0)
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(ReceiverCollector(counts, refusals))
+
+    def too_large(answer_type: str, message: str) -> Response:
+        refusals["max_body_bytes"] += 1
+        return _status(answer_type, 413, message)
 
     async def export_traces(request: Request) -> Response:
         media_type = _media_type(request)
@@ -130,7 +162,7 @@ def create_receiver_app(
         except ValueError:
             return _status(answer_type, 400, "invalid Content-Length")
         if declared > max_body_bytes:
-            return _status(answer_type, 413, f"request body exceeds {max_body_bytes} bytes")
+            return too_large(answer_type, f"request body exceeds {max_body_bytes} bytes")
         try:
             decoder = body_decoder(request.headers.get("content-encoding", ""), max_body_bytes)
             async for chunk in request.stream():
@@ -139,13 +171,14 @@ def create_receiver_app(
         except UnsupportedEncoding as exc:
             return _status(answer_type, 415, str(exc))
         except BodyTooLarge as exc:
-            return _status(answer_type, 413, str(exc))
+            return too_large(answer_type, str(exc))
         except CorruptBody as exc:
             return _status(answer_type, 400, str(exc))
         try:
             rows = await run_in_threadpool(_decode, media_type, body)
         except PayloadError as exc:
             return _status(answer_type, 400, str(exc))
+        counts["rejected"] += rows.rejected
         if not len(rows):
             return _success(answer_type, rows)
         writer.start()
@@ -157,7 +190,11 @@ def create_receiver_app(
             await asyncio.wrap_future(future)
         except Exception as exc:  # StoreBusy or a storage failure: nothing was committed
             return _status(answer_type, 503, f"span store unavailable: {exc}", retry_after)
+        counts["stored"] += len(rows)
         return _success(answer_type, rows)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -172,9 +209,15 @@ def create_receiver_app(
             await run_in_threadpool(writer.stop)
 
     app = Starlette(
-        routes=[Route(TRACES_PATH, export_traces, methods=["POST"])],
+        routes=[Route(TRACES_PATH, export_traces, methods=["POST"]), Route("/metrics", metrics, methods=["GET"])],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
     app.state.writer = writer
+
+    def head_refused() -> None:
+        refusals["max_header_bytes"] += 1
+
+    # The server answers an oversize head before any route runs; JSON, since its type is unread.
+    app.state.head_limit = HeadLimit(max_header_bytes, lambda status, message: (JSON.encode(), _status(JSON, status, message).body), head_refused)
     return app

@@ -210,3 +210,20 @@ def test_a_lone_surrogate_is_rejected_alone_and_poisons_no_other_request(tmp_pat
     with open_read_only(db) as con:
         names = {row[0] for row in con.execute('select "SpanName" from otel_traces').fetchall()}
     assert names == {f"good-{i}" for i in range(40)}
+
+
+def test_oversize_heads_get_431_and_every_refusal_and_span_is_counted_on_metrics(tmp_path: Path, serve_asgi: Serve) -> None:
+    server = serve_asgi(create_receiver_app(tmp_path / "s.duckdb", max_body_bytes=4096, max_header_bytes=2048))
+    url = server.url + "/v1/traces"
+    head = httpx.post(url, content=b"{}", headers={"content-type": "application/json", "x-pad": "p" * 3000})
+    assert head.status_code == 431
+    assert head.json() == {"code": 11, "message": "request line and headers exceed 2048 bytes", "details": []}
+    body = httpx.post(url, content=b"{" + b" " * 5000 + b"}", headers={"content-type": "application/json"})
+    assert body.status_code == 413
+    good = json.loads((DATA / "collector_file_exporter.jsonl").read_text().splitlines()[0])
+    assert httpx.post(url, json=good).status_code == 200
+    metrics = httpx.get(server.url + "/metrics").text
+    stored = sum(len(s["spans"]) for r in good["resourceSpans"] for s in r["scopeSpans"])
+    assert f"restorelens_collector_spans_stored_total {float(stored)}" in metrics
+    assert 'restorelens_collector_refused_total{limit="max_header_bytes"} 1.0' in metrics
+    assert 'restorelens_collector_refused_total{limit="max_body_bytes"} 1.0' in metrics
