@@ -35,12 +35,24 @@ _SOURCE_DB, _SOURCE_SAMPLES, _SOURCE_UPLOAD = "span store (--db)", "sample trace
 _UPLOAD_TYPES = ["json", "jsonl", "gz", "zst"]
 #: Every ASCII punctuation character: CommonMark lets a backslash escape each of them.
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+#: What GitHub-flavoured markdown links by itself (a bare URL, www., an e-mail address), escaped or
+#: not: Streamlit finds them in the text after the escapes are read.
+_AUTOLINKED = re.compile(r"://|www\.|@|mailto:|xmpp:", re.IGNORECASE)
 
 
 def plain(text: object) -> str:
-    """``text`` on one line, every ASCII punctuation character backslash-escaped: rendered as markdown
-    it reads as written, with no link, image, emphasis, colour directive or LaTeX in it."""
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(str(text).split()))
+    """``text`` on one line, as markdown that shows it as written: each word backslash-escaped
+    (no link, image, emphasis, colour directive or LaTeX), and each word GFM would link by itself
+    in a code span, where nothing is read."""
+    return " ".join(_code_span(word) if _AUTOLINKED.search(word) else _MARKDOWN_PUNCTUATION.sub(r"\\\1", word)
+                    for word in str(text).split())
+
+
+def _code_span(word: str) -> str:
+    """``word`` as a CommonMark code span: fenced by more backticks than it holds in a row."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", word)), default=0) + 1)
+    pad = " " if word.startswith("`") or word.endswith("`") else ""
+    return f"{fence}{pad}{word}{pad}{fence}"
 
 
 def source_picker() -> None:
