@@ -9,6 +9,8 @@ import threading
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -189,3 +191,25 @@ def test_the_lend_policys_control_period_can_be_changed_at_run_time(gate) -> Non
     assert answer.status_code == 200, answer.text
     state = httpx.get(gate.url + "/admin/state", headers=AUTH).json()
     assert state["control_period_s"] == 0.25
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(depth=st.integers(0, 3000), kinds=st.lists(st.sampled_from(["[", "{"]), min_size=1, max_size=8),
+       where=st.sampled_from(["proxy", "admin"]))
+def test_fuzz_nesting_depth_is_400_past_the_limit_and_never_500(gate, depth: int, kinds: list[str], where: str) -> None:
+    """Nesting of any depth, objects and arrays mixed, at both JSON endpoints: 400 exactly past
+    gate.max_json_depth (64), whatever the parser's own recursion limit; never a 5xx."""
+    opening = "".join(kinds[i % len(kinds)] if kinds[i % len(kinds)] == "[" else '{"k":' for i in range(depth))
+    closing = "".join("]" if kinds[i % len(kinds)] == "[" else "}" for i in reversed(range(depth)))
+    if where == "proxy":
+        body = '{"model": "tiny", "prompt": "x", "extra": ' + opening + "1" + closing + "}"
+        answer = httpx.post(gate.url + "/v1/completions", content=body, headers={"content-type": "application/json"})
+    else:
+        body = '{"policy": "lend", "x": ' + opening + "1" + closing + "}"
+        answer = httpx.put(gate.url + "/admin/policy", content=body, headers={**AUTH, "content-type": "application/json"})
+    too_deep = depth + 1 > 64  # the body's own object is one level
+    assert answer.status_code != 500  # the gate's own failure; a 502 is its upstream (port 9) refusing
+    message = answer.json()["error"]["message"]
+    assert ("deeper than 64 levels" in message) == too_deep
+    if too_deep:
+        assert answer.status_code == 400
