@@ -76,8 +76,7 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
         app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes)
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"
-        click.echo(f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)", err=True)
-        serve(app, sock)
+        serve(app, sock, ready=f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)")
 
 
 @click.command("load")

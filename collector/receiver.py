@@ -178,8 +178,8 @@ def create_receiver_app(
             rows = await run_in_threadpool(_decode, media_type, body)
         except PayloadError as exc:
             return _status(answer_type, 400, str(exc))
-        counts["rejected"] += rows.rejected
         if not len(rows):
+            counts["rejected"] += rows.rejected
             return _success(answer_type, rows)
         writer.start()
         try:
@@ -191,6 +191,7 @@ def create_receiver_app(
         except Exception as exc:  # StoreBusy or a storage failure: nothing was committed
             return _status(answer_type, 503, f"span store unavailable: {exc}", retry_after)
         counts["stored"] += len(rows)
+        counts["rejected"] += rows.rejected  # here, not before the write: a 429 or 503 batch comes again
         return _success(answer_type, rows)
 
     async def metrics(request: Request) -> Response:

@@ -123,8 +123,7 @@ def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | 
         app = create_gate_app(settings, tracer_provider=provider)
         bound_host, bound_port = sock.getsockname()[:2]
         # The bound port, not the asked one: with --port 0 the kernel picked it.
-        click.echo(f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}", err=True)
-        serve(app, sock)
+        serve(app, sock, ready=f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}")
     finally:
         sock.close()
         if provider is not None:

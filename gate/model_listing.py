@@ -40,7 +40,8 @@ class _Fetch:
 
 async def _list_one(client: httpx.AsyncClient, url: str, authorization: str | None, timeout_s: float) -> tuple[list[dict[str, Any]], str | None]:
     """(the engine's model entries, what went wrong or None). The caller's credentials go along."""
-    headers = {"authorization": authorization} if authorization is not None else {}
+    # As received (Latin-1, as Starlette decoded it): httpx would refuse a str outside ASCII.
+    headers = {"authorization": authorization.encode("latin-1")} if authorization is not None else {}
     try:
         async with asyncio.timeout(timeout_s):  # the pool wait included: a hung engine costs each caller timeout_s at most
             response = await client.get(url + "/v1/models", headers=headers, timeout=timeout_s)
@@ -68,6 +69,7 @@ class ModelListing:
         limits = httpx.Limits(max_connections=max(1, CONNECTIONS_PER_ENGINE * len(self.urls)), max_keepalive_connections=len(self.urls))
         self._client = httpx.AsyncClient(limits=limits, timeout=timeout_s)
         self._fetches: OrderedDict[str | None, _Fetch] = OrderedDict()
+        self._running: set[asyncio.Task[Listing]] = set()  # evicted ones included: aclose cancels them all
         #: Fan-outs started (the rest of the calls shared one): what bounds the engines' load.
         self.fetches_started = 0
 
@@ -78,6 +80,8 @@ class ModelListing:
         if not fresh:
             fetch = _Fetch(loop.create_task(self._fetch(authorization)))
             fetch.task.add_done_callback(lambda _task, f=fetch: setattr(f, "done_at_s", loop.time()))
+            self._running.add(fetch.task)
+            fetch.task.add_done_callback(self._running.discard)
             self._fetches[authorization] = fetch
             self.fetches_started += 1
             while len(self._fetches) > MAX_CREDENTIALS:
@@ -99,6 +103,6 @@ class ModelListing:
         return Listing(models, unreachable)
 
     async def aclose(self) -> None:
-        for fetch in self._fetches.values():
-            fetch.task.cancel()
+        for task in list(self._running):
+            task.cancel()
         await self._client.aclose()

@@ -210,7 +210,7 @@ class ProxyEndpoint:
             payload = json.loads(body)
         except RecursionError:
             payload, too_deep = None, True  # deeper than the parser goes, so past any max_json_depth
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and an int literal past Python's digit limit
             # The position only, never the text: the body is a prompt.
             raise GateAnswer(400, f"request body is not valid JSON (line {getattr(exc, 'lineno', 1)}, column {getattr(exc, 'colno', 0)})", "invalid_request_error") from None
         if too_deep or nested_deeper_than(payload, self.settings.max_json_depth, body):

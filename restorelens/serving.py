@@ -16,6 +16,7 @@ import functools
 import json
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +64,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     Counted per received chunk while a head is incomplete, so the parser never buffers more than the
     limit plus one socket read; checked exactly (line plus headers) when a head completes within
     one chunk. A refused connection is closed: what follows its head cannot be framed reliably.
+
+    Trailer fields of a chunked body are refused too, by closing the connection (the request is
+    already being served, so no status can be sent): uvicorn would append them to the request's
+    headers, where the app has already read them and a proxy would forward them, and httptools
+    grows them by concatenation just like a head. Bytes that arrive during a body but carry none of
+    it (chunk framing, trailers) count against the same limit.
     """
 
     def __init__(self, *args: Any, head_limit: HeadLimit, **kwargs: Any) -> None:
@@ -72,13 +79,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._heads_completed = 0
         self._refused = False
+        self._body_bytes_seen = 0  # on_body calls add to it: tells a read that carried body from one that did not
+        self._framing_bytes = 0  # received during a body since its last body byte
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
         whole_chunk_is_head = self._head_open
         heads_before = self._heads_completed
+        body_before = self._body_bytes_seen
         super().data_received(data)
+        if not self._head_open and not self._refused and heads_before == self._heads_completed:
+            if self._body_bytes_seen != body_before:
+                self._framing_bytes = 0  # at most one read of framing after the last body byte goes uncounted
+            else:
+                self._framing_bytes += len(data)
+                if self._framing_bytes > self._head_limit.max_header_bytes:
+                    self._abort()
+                    return
         if self._head_open and not self._refused:
             if whole_chunk_is_head and heads_before == self._heads_completed:
                 self._head_bytes += len(data)
@@ -91,14 +109,24 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             self._send_431()
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._refused:
+            return
+        if not self._head_open:
+            self._abort()  # a trailer field: see the class docstring
+            return
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         if self._refused:
             return
         self._head_open = False
         self._head_bytes = 0
+        self._framing_bytes = 0
         self._heads_completed += 1
-        # Exact size as on the wire: "name: value\r\n" per header, plus the request line.
-        size = len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        # The size on the wire: "METHOD URL HTTP/1.1\r\n", then "name: value\r\n" per header.
+        request_line = len(self.parser.get_method()) + 1 + len(self.url) + len(" HTTP/1.1\r\n")
+        size = request_line + sum(len(name) + len(value) + 4 for name, value in self.headers)
         if size > self._head_limit.max_header_bytes:
             self._refused = True
             return
@@ -106,7 +134,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
+            self._body_bytes_seen += len(body)
             super().on_body(body)
+
+    def _should_upgrade(self) -> bool:
+        # A refused head has no scope to upgrade with: it gets its 431 like any other.
+        return not self._refused and super()._should_upgrade()
+
+    def _abort(self) -> None:
+        """Close the connection mid-request; the app sees the client disconnect."""
+        self._refused = True
+        self._head_limit.refused()
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.close()
 
     def on_message_complete(self) -> None:
         if self._refused:
@@ -162,25 +204,29 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True)
     return sock
 
 
-def serve(app: Any, sock: socket.socket) -> None:
+def serve(app: Any, sock: socket.socket, *, ready: str | None = None) -> None:
     """Serve ``app`` on ``sock`` in this (main) thread until SIGINT or SIGTERM, then return.
 
     uvicorn shuts down gracefully on either signal and then raises it again; SIGTERM's default action
     would then end the process before the caller's ``finally`` runs, so a gate stopped the way
-    Kubernetes and systemd stop it lost the spans still in its exporter's queue. Ignoring the
-    re-raised signal lets the caller finish: flush, close, exit 0.
+    Kubernetes and systemd stop it lost the spans still in its exporter's queue. Our handler,
+    installed before ``ready`` is printed (supervisors take that line for "started"), asks the
+    server to stop: a signal before uvicorn installs its own ends the server once started, and the
+    one uvicorn raises again after shutting down is absorbed, so the caller finishes and exits 0.
     """
     server = uvicorn.Server(uvicorn_config(app))
-    previous = {sig: signal.signal(sig, _already_handled) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def stop(signum: int, frame: object) -> None:
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if ready is not None:
+            print(ready, file=sys.stderr, flush=True)
         server.run(sockets=[sock])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _already_handled(signum: int, frame: object) -> None:
-    """The signal uvicorn raises again after shutting down for it: nothing is left to do."""
 
 
 class _QuietServer(uvicorn.Server):

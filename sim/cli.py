@@ -101,9 +101,8 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
         except OSError as exc:
             raise SettingError("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         bound_port = sock.getsockname()[1]
-        click.echo(f"restorelens sim: model {model_name!r} on http://{host}:{bound_port} "
-                   f"(max_num_seqs {config.max_num_seqs}, {config.num_blocks} KV blocks)", err=True)
-        serve(app, sock)
+        serve(app, sock, ready=f"restorelens sim: model {model_name!r} on http://{host}:{bound_port} "
+                               f"(max_num_seqs {config.max_num_seqs}, {config.num_blocks} KV blocks)")
     finally:
         provider.shutdown()
 

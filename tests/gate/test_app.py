@@ -213,3 +213,23 @@ def test_fuzz_nesting_depth_is_400_past_the_limit_and_never_500(gate, depth: int
     assert ("deeper than 64 levels" in message) == too_deep
     if too_deep:
         assert answer.status_code == 400
+
+
+def test_an_integer_past_pythons_digit_limit_is_a_400_not_a_500(gate) -> None:
+    body = '{"model": "tiny", "prompt": "x", "n": ' + "1" * 5000 + "}"
+    answer = httpx.post(gate.url + "/v1/completions", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 400 and "not valid JSON" in answer.json()["error"]["message"]
+
+
+def test_models_passes_a_latin_1_credential_through_instead_of_failing(serve_asgi) -> None:
+    seen = []
+
+    def models(request: Request) -> Response:
+        seen.append(request.headers.get("authorization"))
+        return JSONResponse({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    engine = serve_asgi(Starlette(routes=[Route("/v1/models", models)]))
+    gate = serve_asgi(create_gate_app(GateSettings(upstreams={"m": engine.url}, tracing=False)))
+    answer = httpx.get(gate.url + "/v1/models", headers={"authorization": "Bearer caf\xe9".encode("latin-1")})
+    assert answer.status_code == 200 and [m["id"] for m in answer.json()["data"]] == ["m"]
+    assert seen == ["Bearer caf\xe9"]

@@ -5,7 +5,7 @@ holds a request until told, fails with a 500, stalls past the gate's timeout or 
 connection mid-stream on demand. Clients are raw sockets, so a disconnect happens exactly when the
 rule says. Policies are swapped at run time through ``PUT /admin/policy``.
 
-After every step the gate must settle to at most one grant per request the engine is still holding
+After every step the gate must settle to exactly one grant per request the engine is still holding
 for a connected client. At the end, with every client gone and every hold released, nothing may be
 in flight or queued, every restoration episode must be drained, and every request that reached the
 gate must have ended its ``gate.request`` span.
@@ -143,11 +143,12 @@ class ProxyGrantSafety(RuleBasedStateMachine):
 
     @invariant()
     def grants_settle_to_the_requests_still_held(self) -> None:
-        """Every grant belongs to a request the engine holds for a connected client, once settled."""
+        """Once settled, the grants are exactly the requests the engine holds for connected clients:
+        none leaked, none released while its request still runs."""
         for _ in range(SETTLE_POLLS):
             state = self._state()
             connected = {rid for rid, (_, kind) in self.clients.items() if kind == "hold"}
-            if self._in_flight(state) <= len(connected & self.engine_holding):
+            if self._in_flight(state) == len(connected & self.engine_holding):
                 return
             time.sleep(0.01)
         raise AssertionError(f"grants leaked: {state}")

@@ -153,11 +153,63 @@ def test_fuzz_head_sizes_and_read_boundaries(sizes: list[int], split: int) -> No
     with ServerThread(SIZED) as server:
         head = b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + b"".join(f"x-{i}: ".encode() + b"v" * n + b"\r\n" for i, n in enumerate(sizes)) + b"\r\n"
         answer, _ = _raw_exchange(server, iter([head[:split], head[split:]]))
-        if len(head) > DEFAULT_MAX_HEADER_BYTES + 64:
-            assert answer.startswith(b"HTTP/1.1 431 ")
-        elif len(head) < DEFAULT_MAX_HEADER_BYTES - 64:
-            assert answer.startswith(b"HTTP/1.1 200 ")
+        # The limit is on the request line plus header lines as sent, without the blank line.
+        assert answer.startswith(b"HTTP/1.1 431 " if len(head) - 2 > DEFAULT_MAX_HEADER_BYTES else b"HTTP/1.1 200 ")
         assert httpx.get(server.url).text == "0"
+
+
+@pytest.mark.parametrize("method", ["GET", "OPTIONS"])
+def test_the_limit_is_exact_to_the_byte_whatever_the_method(method: str) -> None:
+    with ServerThread(SIZED) as server:
+        for over in (0, 1):
+            start = f"{method} / HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-pad: ".encode()
+            pad = DEFAULT_MAX_HEADER_BYTES - len(start) - 2 + over  # the pad line ends in \r\n
+            head = start + b"p" * pad + b"\r\n"
+            assert len(head) == DEFAULT_MAX_HEADER_BYTES + over
+            answer, _ = _raw_exchange(server, iter([head + b"\r\n"]))
+            assert answer.startswith(b"HTTP/1.1 431 " if over else b"HTTP/1.1 ")
+            assert over or not answer.startswith(b"HTTP/1.1 431 ")
+
+
+def _chunked(trailer: bytes) -> bytes:
+    return (b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"10\r\n0123456789abcdef\r\n0\r\n" + trailer + b"\r\n")
+
+
+def test_trailer_fields_are_refused_and_never_join_the_headers() -> None:
+    """uvicorn appended trailers to scope["headers"] (a proxy then forwarded them as headers) and
+    httptools grew them by concatenation, past any head limit."""
+    seen: list[list[tuple[bytes, bytes]]] = []
+
+    async def record(request: Request) -> PlainTextResponse:
+        body = await request.body()
+        seen.append(list(request.scope["headers"]))
+        return PlainTextResponse(str(len(body)))
+
+    app = Starlette(routes=[Route("/", record, methods=["POST"])])
+    with ServerThread(app) as server:
+        plain, _ = _raw_exchange(server, iter([_chunked(b"").replace(b"host: x", b"host: x\r\nconnection: close")]))
+        assert plain.startswith(b"HTTP/1.1 200 ") and plain.endswith(b"16")
+        answer, _ = _raw_exchange(server, iter([_chunked(b"x-traffic-class: interactive\r\n")]))
+        assert answer == b""  # closed: the request was already being served, no status can follow
+        assert all(b"x-traffic-class" not in dict(headers) for headers in seen)
+
+        def huge_trailer() -> Iterator[bytes]:
+            yield _chunked(b"")[:-2] + b"x-big: "
+            for _ in range(150):
+                yield b"t" * 1_000_000
+
+        _, sent = _raw_exchange(server, huge_trailer())
+        assert sent < 20_000_000  # cut off after about the limit, not parsed for 150 MB
+        assert httpx.get(server.url).status_code == 405  # and the server serves on
+
+
+def test_an_upgrade_request_with_an_oversize_head_gets_its_431() -> None:
+    with ServerThread(SIZED) as server:
+        head = (b"GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n"
+                b"x-big: " + b"a" * 70_000 + b"\r\n\r\n")
+        answer, _ = _raw_exchange(server, iter([head]))
+        assert answer.startswith(b"HTTP/1.1 431 ")
 
 
 def test_a_gate_stopped_with_sigterm_flushes_its_spans_and_exits_0(tmp_path) -> None:
@@ -185,3 +237,18 @@ def _spans(document: dict) -> Iterator[dict]:
     for resource_spans in document["resourceSpans"]:
         for scope_spans in resource_spans["scopeSpans"]:
             yield from scope_spans["spans"]
+
+
+def test_sigterm_the_moment_the_start_line_appears_still_ends_in_an_orderly_exit() -> None:
+    """Supervisors take the start line for "ready"; a SIGTERM right after it once hit the default
+    handler (no handler was installed yet) and ended the gate with -15, its spans unflushed."""
+    for _ in range(3):
+        gate = subprocess.Popen(
+            [sys.executable, "-m", "restorelens", "gate", "--upstream", "http://127.0.0.1:9", "--port", "0", "--no-tracing"],
+            stderr=subprocess.PIPE, text=True,
+        )
+        assert gate.stderr is not None
+        assert gate.stderr.readline().startswith("restorelens gate: ")
+        gate.send_signal(signal.SIGTERM)
+        _, errors = gate.communicate(timeout=60)
+        assert gate.returncode == 0, errors
