@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -41,3 +44,21 @@ def serve_asgi() -> Iterator[Callable[..., ServerThread]]:
     yield start
     for server in reversed(servers):
         server.stop()
+
+
+@pytest.fixture
+def foreign_stores(tmp_path: Path) -> dict[Path, str]:
+    """Files that are no span store, each with the reason every command gives for it: a SQLite file
+    (it never reaches DuckDB, which would download its sqlite_scanner extension) and a DuckDB file
+    whose otel_traces has other columns."""
+    sqlite_file = tmp_path / "x.db"
+    with sqlite3.connect(sqlite_file) as con:
+        con.execute("create table otel_traces (a integer)")
+    foreign = tmp_path / "foreign.duckdb"
+    with duckdb.connect(str(foreign)) as con:
+        con.execute("create table otel_traces (a integer, b varchar)")
+    return {
+        sqlite_file: "not a valid DuckDB database (it is a SQLite database)",
+        foreign: "table otel_traces is not the restorelens schema: its columns are a, b (missing Timestamp, "
+                 "TraceId, SpanId, ParentSpanId, TraceState and 17 more)",
+    }

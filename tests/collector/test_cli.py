@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -87,23 +85,8 @@ def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "no such span store" in result.output
 
 
-def _foreign_stores(tmp_path: Path) -> dict[Path, str]:
-    """Files that are no span store, each with the reason the CLI gives."""
-    sqlite_file = tmp_path / "x.db"
-    with sqlite3.connect(sqlite_file) as con:
-        con.execute("create table t (a integer)")
-    foreign = tmp_path / "foreign.duckdb"
-    with duckdb.connect(str(foreign)) as con:
-        con.execute("create table otel_traces (a integer, b varchar)")
-    return {
-        sqlite_file: "not a valid DuckDB database (it is a SQLite database)",
-        foreign: "table otel_traces is not the restorelens schema: its columns are a, b (missing Timestamp, "
-                 "TraceId, SpanId, ParentSpanId, TraceState and 17 more)",
-    }
-
-
-def test_load_into_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Path) -> None:
-    for db, reason in _foreign_stores(tmp_path).items():
+def test_load_into_a_file_that_is_no_span_store_is_a_one_line_error(foreign_stores: dict[Path, str]) -> None:
+    for db, reason in foreign_stores.items():
         before = db.read_bytes()
         result = CliRunner().invoke(cli, ["load", str(DATA / "otlp_example_trace.json"), "--db", str(db)])
         assert (result.exit_code, result.output) == (1, f"Error: {db}: {reason}\n")
@@ -111,9 +94,9 @@ def test_load_into_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Pa
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "otlp-json"])
-def test_export_of_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Path, fmt: str) -> None:
+def test_export_of_a_file_that_is_no_span_store_is_a_one_line_error(tmp_path: Path, fmt: str, foreign_stores: dict[Path, str]) -> None:
     out = tmp_path / "o"
-    for db, reason in _foreign_stores(tmp_path).items():
+    for db, reason in foreign_stores.items():
         result = CliRunner().invoke(cli, ["export", "--db", str(db), "--format", fmt, str(out)])
         assert (result.exit_code, result.output) == (1, f"Error: {db}: {reason}\n")
         assert not out.exists()
