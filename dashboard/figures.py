@@ -1,24 +1,46 @@
 """Plotly figures for the overview, policy, lifecycle and trace pages (pure: frames in, figure out).
 
 Episode timelines live in ``dashboard/timelines.py``.
+
+Plotly reads a subset of HTML in every text it draws (names, legends, hover text, tick labels,
+annotations, titles): ``<a href>``, ``<b>``, ``<br>``, ``<span style>``. Text that comes from the
+spans (span, service and model names, policies, attribute values) goes through ``literal`` (or
+``literals`` for a column) before it reaches a figure, so it shows as written and never becomes a
+link or markup. Our own hover templates keep their ``<br>``; data is never formatted into them but
+reaches them through ``%{...}`` fields (customdata, the axes, the trace's name).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-__all__ = ["goodput_strip", "lifecycle_swimlanes", "paired_strip", "statistics_dots", "waterfall"]
+__all__ = ["goodput_strip", "lifecycle_swimlanes", "literal", "literals", "paired_strip", "statistics_dots",
+           "waterfall"]
 
 _TEMPLATE = "plotly_white"
 _STAT_SYMBOLS = {"p50": "circle", "p95": "diamond", "max": "x"}
 
 
+def literal(value: object) -> str:
+    """``value`` as Plotly text that shows as written: ``&``, ``<`` and ``>`` as the entities Plotly
+    draws as those characters, so no tag in it is read (quotes need none: they mean nothing outside
+    a tag, and Plotly would draw ``&quot;`` as written)."""
+    return html.escape(str(value), quote=False)
+
+
+def literals(values: Iterable[Any]) -> list[Any]:
+    """A column for a figure: each string through ``literal``; numbers and nulls as they are."""
+    return [literal(value) if isinstance(value, str) else value for value in values]
+
+
 def _group_label(row: dict, groups: Sequence[str]) -> str:
-    return " · ".join(str(row[g]) for g in groups) or "all"
+    return literal(" · ".join(str(row[g]) for g in groups) or "all")
 
 
 def statistics_dots(stats: pl.DataFrame, groups: Sequence[str], title: str) -> go.Figure:
@@ -30,12 +52,13 @@ def statistics_dots(stats: pl.DataFrame, groups: Sequence[str], title: str) -> g
     for (group,), rows in labelled.group_by("group", maintain_order=True):
         for statistic, symbol in _STAT_SYMBOLS.items():
             figure.add_trace(go.Scatter(
-                x=rows["metric"].to_list(), y=rows[statistic].to_list(), mode="markers",
+                x=literals(rows["metric"]), y=rows[statistic].to_list(), mode="markers",
                 name=f"{group} {statistic}", legendgroup=str(group), marker={"symbol": symbol, "size": 11},
-                customdata=rows["count"].to_list(),
-                hovertemplate=f"{group}<br>%{{x}} {statistic} = %{{y:.3f}} s<br>n = %{{customdata}}<extra></extra>",
+                customdata=[[count, group] for count in rows["count"]],
+                hovertemplate=f"%{{customdata[1]}}<br>%{{x}} {statistic} = %{{y:.3f}} s<br>n = %{{customdata[0]}}"
+                              "<extra></extra>",
             ))
-    figure.update_layout(template=_TEMPLATE, title=title, height=380, yaxis_title="seconds",
+    figure.update_layout(template=_TEMPLATE, title=literal(title), height=380, yaxis_title="seconds",
                          xaxis_title="restoration event", legend={"font": {"size": 10}})
     return figure
 
@@ -43,18 +66,19 @@ def statistics_dots(stats: pl.DataFrame, groups: Sequence[str], title: str) -> g
 def goodput_strip(summary: pl.DataFrame) -> go.Figure:
     """Interactive SLO goodput and batch goodput per policy × workload, one dot per seed."""
     workloads = sorted({str(w) for w in summary["workload"].to_list()})
+    shown = [literal(w) for w in workloads]
     figure = make_subplots(rows=2, cols=max(len(workloads), 1), shared_yaxes="rows",
-                           subplot_titles=[*(f"{w}: interactive SLO goodput" for w in workloads),
-                                           *(f"{w}: batch goodput (borrow phase)" for w in workloads)])
+                           subplot_titles=[*(f"{w}: interactive SLO goodput" for w in shown),
+                                           *(f"{w}: batch goodput (borrow phase)" for w in shown)])
     rows = (("interactive_slo_goodput_rps", 1), ("batch_borrow_goodput_rps", 2))
     for col, workload in enumerate(workloads, start=1):
         part = summary.filter(pl.col("workload").cast(pl.String) == workload)
         for column, row in rows:
             figure.add_trace(go.Box(
-                x=part["policy"].to_list(), y=part[column].to_list(), boxpoints="all", jitter=0.3,
+                x=literals(part["policy"]), y=part[column].to_list(), boxpoints="all", jitter=0.3,
                 pointpos=0, fillcolor="rgba(0,0,0,0)", line={"color": "rgba(0,0,0,0)"},
                 marker={"size": 9, "color": "#1f77b4" if row == 1 else "#ff7f0e"},
-                customdata=part["seed"].to_list(), name=f"{workload} {column}", showlegend=False,
+                customdata=literals(part["seed"]), name=f"{literal(workload)} {column}", showlegend=False,
                 hovertemplate="policy %{x}<br>seed %{customdata}<br>%{y:.4f} req/s<extra></extra>",
             ), row=row, col=col)
     figure.update_yaxes(title_text="req/s", rangemode="tozero")
@@ -65,19 +89,21 @@ def goodput_strip(summary: pl.DataFrame) -> go.Figure:
 def paired_strip(paired: pl.DataFrame, baseline: str) -> go.Figure:
     """Policy minus ``baseline`` goodput per workload × seed; above zero the policy did better."""
     part = paired.filter(pl.col("baseline") == baseline)
+    shown = literal(baseline)
     figure = make_subplots(rows=1, cols=2, subplot_titles=("interactive SLO goodput Δ", "batch goodput Δ"))
     for col, column in enumerate(("interactive_slo_goodput_diff_rps", "batch_borrow_goodput_diff_rps"), start=1):
         for (workload,), rows in part.group_by("workload", maintain_order=True):
             figure.add_trace(go.Box(
-                x=rows["policy"].to_list(), y=rows[column].to_list(), boxpoints="all", jitter=0.3, pointpos=0,
-                name=str(workload), legendgroup=str(workload), showlegend=col == 1, customdata=rows["seed"].to_list(),
-                hovertemplate=f"{workload}<br>%{{x}} − {baseline}<br>seed %{{customdata}}: %{{y:+.4f}} req/s"
-                              "<extra></extra>",
+                x=literals(rows["policy"]), y=rows[column].to_list(), boxpoints="all", jitter=0.3, pointpos=0,
+                name=literal(workload), legendgroup=literal(workload), showlegend=col == 1,
+                customdata=[[seed, shown] for seed in literals(rows["seed"])],
+                hovertemplate="%{fullData.name}<br>%{x} − %{customdata[1]}<br>seed %{customdata[0]}: "
+                              "%{y:+.4f} req/s<extra></extra>",
             ), row=1, col=col)
         figure.add_hline(y=0, line={"dash": "dash", "color": "#7f7f7f"}, row=1, col=col)
-    figure.update_yaxes(title_text="req/s vs " + baseline, col=1)
+    figure.update_yaxes(title_text="req/s vs " + shown, col=1)
     figure.update_layout(template=_TEMPLATE, height=420, boxmode="group",
-                         title=f"Paired differences: policy − {baseline}, same workload and seed")
+                         title=f"Paired differences: policy − {shown}, same workload and seed")
     return figure
 
 
@@ -96,10 +122,10 @@ def lifecycle_swimlanes(intervals: pl.DataFrame) -> go.Figure:
     )
     for (phase,), rows in timed.group_by("phase", maintain_order=True):
         figure.add_trace(go.Bar(
-            base=rows["from_s"].to_list(), x=rows["duration_s"].to_list(), y=rows["model"].to_list(),
-            orientation="h", name=str(phase), marker={"color": _PHASE_COLOURS.get(str(phase), "#7f7f7f")},
-            customdata=list(zip(rows["reason"].to_list(), rows["pod"].to_list(), strict=True)),
-            hovertemplate=f"{phase}<br>%{{y}} on %{{customdata[1]}}<br>reason %{{customdata[0]}}"
+            base=rows["from_s"].to_list(), x=rows["duration_s"].to_list(), y=literals(rows["model"]),
+            orientation="h", name=literal(phase), marker={"color": _PHASE_COLOURS.get(str(phase), "#7f7f7f")},
+            customdata=list(zip(literals(rows["reason"]), literals(rows["pod"]), strict=True)),
+            hovertemplate="%{fullData.name}<br>%{y} on %{customdata[1]}<br>reason %{customdata[0]}"
                           "<br>from %{base:.2f} s for %{x:.2f} s<extra></extra>",
         ))
     figure.update_layout(template=_TEMPLATE, barmode="overlay", height=120 + 50 * intervals["model"].n_unique(),
@@ -114,7 +140,7 @@ def waterfall(spans: pl.DataFrame) -> go.Figure:
     if spans.is_empty():
         return figure
     depth = _depths(spans)
-    labels = [f"{'  ' * depth[sid]}{svc} · {name}" for sid, svc, name in
+    labels = [literal(f"{'  ' * depth[sid]}{svc} · {name}") for sid, svc, name in
               spans.select("span_id", "service_name", "name").rows()]
     services = spans["service_name"].to_list()
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf"]
@@ -122,7 +148,7 @@ def waterfall(spans: pl.DataFrame) -> go.Figure:
     figure.add_trace(go.Bar(
         base=spans["offset_s"].to_list(), x=[max(d, 1e-4) for d in spans["duration_s"].to_list()], y=labels,
         orientation="h", marker={"color": [colours[s] for s in services]}, name="spans",
-        customdata=spans["span_id"].to_list(),
+        customdata=literals(spans["span_id"]),
         hovertemplate="%{y}<br>start +%{base:.3f} s<br>%{x:.3f} s<br>span %{customdata}<extra></extra>",
     ))
     event_x, event_y, event_text = [], [], []
@@ -133,7 +159,7 @@ def waterfall(spans: pl.DataFrame) -> go.Figure:
             event_y.append(label)
             event_text.append(name)
     if event_x:
-        figure.add_trace(go.Scatter(x=event_x, y=event_y, mode="markers", text=event_text, name="events",
+        figure.add_trace(go.Scatter(x=event_x, y=event_y, mode="markers", text=literals(event_text), name="events",
                                     marker={"symbol": "line-ns-open", "size": 16, "color": "#000"},
                                     hovertemplate="%{text} at +%{x:.3f} s<extra></extra>"))
     figure.update_yaxes(autorange="reversed", type="category")

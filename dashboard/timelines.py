@@ -1,7 +1,9 @@
 """Episode timelines: one picture per restoration, each separate event a labelled mark.
 
 Pure builders: a detail from ``dashboard.data`` in, a Plotly figure out. Event names are the
-markers' text (so they are in the figure spec, not only drawn), times are seconds from t0.
+markers' text (so they are in the figure spec, not only drawn), times are seconds from t0. Text
+from the spans (models, policies, wake paths, request ids, event details) goes through
+``figures.literal`` first: Plotly draws it as written, never as a link or markup.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from restorelens.dashboard.data import LENDING_EVENTS, LendingDetail, WakeDetail
+from restorelens.dashboard.figures import literal, literals
 
 __all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "wake_timeline"]
 
@@ -39,7 +42,8 @@ def _colour(event: str) -> str:
 
 
 def _hover(events: pl.DataFrame) -> list[str]:
-    return [f"<b>{e}</b><br>t0 + {t:.3f} s<br>{d}" for e, t, d in events.select("event", "offset_s", "detail").rows()]
+    return [f"<b>{literal(e)}</b><br>t0 + {t:.3f} s<br>{literal(d)}"
+            for e, t, d in events.select("event", "offset_s", "detail").rows()]
 
 
 def lending_timeline(detail: LendingDetail) -> go.Figure:
@@ -48,14 +52,14 @@ def lending_timeline(detail: LendingDetail) -> go.Figure:
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.45, 0.55], vertical_spacing=0.08,
                            subplot_titles=("restoration events", "gate slots in use"))
     # One lane per event, in causal order: events milliseconds apart stay readable side by side.
-    lanes = list(reversed(events["event"].to_list()))
+    lanes = literals(reversed(events["event"].to_list()))
     for event, offset in events.select("event", "offset_s").rows():
-        figure.add_trace(go.Scatter(x=[0, offset], y=[event, event], mode="lines", hoverinfo="skip",
+        figure.add_trace(go.Scatter(x=[0, offset], y=[literal(event)] * 2, mode="lines", hoverinfo="skip",
                                     line={"color": _colour(event), "width": 3}, showlegend=False), row=1, col=1)
     figure.add_trace(
         go.Scatter(
-            x=events["offset_s"].to_list(), y=events["event"].to_list(), mode="markers+text", name="events",
-            text=events["event"].to_list(), textposition="middle right", hovertext=_hover(events),
+            x=events["offset_s"].to_list(), y=literals(events["event"]), mode="markers+text", name="events",
+            text=literals(events["event"]), textposition="middle right", hovertext=_hover(events),
             hoverinfo="text", showlegend=False,
             marker={"size": 13, "symbol": "diamond", "color": [_colour(e) for e in events["event"]]},
         ),
@@ -77,7 +81,8 @@ def lending_timeline(detail: LendingDetail) -> go.Figure:
     figure.update_xaxes(title_text="seconds from demand return (t0)", row=2, col=1)
     figure.update_layout(
         template=_TEMPLATE, height=560, margin={"t": 60, "b": 40, "l": 50, "r": 20},
-        title=f"Lending episode · policy {episode.get('policy')} · {episode.get('returning_request_id') or ''}",
+        title=f"Lending episode · policy {literal(episode.get('policy'))} · "
+              f"{literal(episode.get('returning_request_id') or '')}",
         legend={"orientation": "h", "y": -0.18},
     )
     return figure
@@ -95,7 +100,7 @@ def wake_timeline(detail: WakeDetail) -> go.Figure:
         rows = events[chosen]
         figure.add_trace(go.Scatter(
             x=rows["offset_s"].to_list(), y=[lane] * rows.height, mode="markers+text", name=lane,
-            text=rows["event"].to_list(),
+            text=literals(rows["event"]),
             textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(rows.height)],
             hovertext=_hover(rows), hoverinfo="text", showlegend=False,
             marker={"size": 13, "symbol": "diamond", "color": [_colour(e) for e in rows["event"]]},
@@ -113,8 +118,8 @@ def wake_timeline(detail: WakeDetail) -> go.Figure:
     figure.update_xaxes(title_text="seconds from the first 503 (t0)", zeroline=True)
     figure.update_layout(
         template=_TEMPLATE, height=380, margin={"t": 60, "b": 40, "l": 110, "r": 20},
-        title=f"Wake episode · {episode.get('model')} · {episode.get('wake_path')} · "
-              f"{episode.get('retry_policy') or ''}",
+        title=f"Wake episode · {literal(episode.get('model'))} · {literal(episode.get('wake_path'))} · "
+              f"{literal(episode.get('retry_policy') or '')}",
     )
     return figure
 
@@ -135,7 +140,7 @@ def hint_scatter(wakes: pl.DataFrame) -> go.Figure:
     for path, group in usable.group_by("wake_path", maintain_order=True):
         figure.add_trace(go.Scatter(
             x=group["retry_after_s"].to_list(), y=group["ready_s"].to_list(), mode="markers",
-            name=str(path[0]), marker={"size": 10}, customdata=group["span_id"].to_list(),
+            name=literal(path[0]), marker={"size": 10}, customdata=literals(group["span_id"]),
             hovertemplate="hint %{x:.1f} s<br>ready %{y:.2f} s<extra>%{fullData.name}</extra>",
         ))
     top = max([*usable["retry_after_s"].to_list(), *usable["ready_s"].to_list(), 1.0])

@@ -10,7 +10,7 @@ import pytest
 # dashboard_stores.py sits next to the tests; --import-mode=importlib does not put this folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dashboard_stores import build_store, empty_store  # noqa: E402
+from dashboard_stores import build_store, empty_store, hostile_store  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -22,3 +22,9 @@ def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def empty_store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return empty_store(tmp_path_factory.mktemp("dashboard-empty") / "empty.duckdb")
+
+
+@pytest.fixture(scope="session")
+def hostile_store_path(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The realistic store with markup in its span, service and model names and attribute values."""
+    return hostile_store(tmp_path_factory.mktemp("dashboard-hostile") / "hostile.duckdb", store_path)

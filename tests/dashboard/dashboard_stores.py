@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
 
 from builders import Traces  # noqa: E402
 
+from restorelens import spans as sc  # noqa: E402
 from restorelens.collector import load_paths  # noqa: E402
 from restorelens.experiments import RunTelemetry, get_scenario, run_virtual  # noqa: E402
 
@@ -92,4 +93,53 @@ def empty_store(db_path: Path) -> Path:
 
     with SpanStore(db_path):
         pass
+    return db_path
+
+
+#: Markup a span name, a service name or an attribute value could carry: Plotly reads each of these
+#: tags in the text it draws (a link, bold, a styled span, a line break).
+HOSTILE = '<a href="https://evil.example/x">click</a><b>bold</b><span style="color:red">red</span><br>&amp;'
+#: The attributes that carry a user's words into the figures (models, policies, workloads, paths, ids).
+_HOSTILE_KEYS = (
+    sc.ATTR_POLICY, sc.ATTR_GATE_POLICY, sc.ATTR_WORKLOAD, sc.ATTR_GEN_AI_REQUEST_MODEL, sc.ATTR_RETRY_POLICY,
+    sc.ATTR_REQUEST_ID, sc.ATTR_RUN_ID, sc.ATTR_MODELCLAIM_PHASE, sc.ATTR_MODELCLAIM_REASON, sc.ATTR_MODELCLAIM_POD,
+    sc.ATTR_MODELCLAIM_WAKE_PATH,
+)
+
+
+def hostile_store(db_path: Path, realistic: Path) -> Path:
+    """The realistic store with ``HOSTILE`` appended to every service name and to each attribute in
+    ``_HOSTILE_KEYS`` (consistently, so every join and episode still holds), plus a child span named
+    ``HOSTILE`` with an event named ``HOSTILE`` under each client request."""
+    from restorelens.collector.derived import rebuild
+
+    db_path.write_bytes(realistic.read_bytes())
+    keys = ", ".join(f"'{key}'" for key in _HOSTILE_KEYS)
+    con = duckdb.connect(str(db_path))
+    try:
+        con.execute(f"""
+            create temporary table hostile as
+            select * replace (
+                "ServiceName" || $hostile as "ServiceName",
+                map_from_entries(list_transform(map_entries("SpanAttributes"), lambda e: {{
+                    'key': e.key, 'value': case when e.key in ({keys}) then e.value || $hostile else e.value end
+                }})) as "SpanAttributes"
+            ) from otel_traces
+            union all
+            select * replace (
+                substr(md5("SpanId"), 1, 16) as "SpanId", "SpanId" as "ParentSpanId", $hostile as "SpanName",
+                'Internal' as "SpanKind", "ServiceName" || $hostile as "ServiceName",
+                map([], [])::map(varchar, varchar) as "SpanAttributes",
+                (1000000)::ubigint as "Duration",
+                ["Timestamp"] as "Events.Timestamp", [$hostile] as "Events.Name",
+                [map([], [])::map(varchar, varchar)] as "Events.Attributes",
+                []::varchar[] as "Links.TraceId", []::varchar[] as "Links.SpanId",
+                []::varchar[] as "Links.TraceState", []::map(varchar, varchar)[] as "Links.Attributes"
+            ) from otel_traces where "SpanName" = $client
+        """, {"hostile": HOSTILE, "client": sc.SPAN_CLIENT_REQUEST})
+        con.execute("delete from otel_traces")
+        con.execute("insert into otel_traces select * from hostile")
+        rebuild(con)  # the derived tables the copy kept hold the old values
+    finally:
+        con.close()
     return db_path

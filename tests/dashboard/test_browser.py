@@ -8,6 +8,7 @@ here). Set RESTORELENS_SAVE_SCREENSHOT=1 to also write the overview to docs/dash
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -41,6 +42,19 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def dashboard_url(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(store_path, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def hostile_url(hostile_store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(hostile_store_path, tmp_path_factory) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``restorelens dashboard --db store_path`` on a free port until the block ends."""
     port = free_port()
     log = (tmp_path_factory.mktemp("dashboard-server") / "server.log").open("wb")
     process = subprocess.Popen(
@@ -145,3 +159,51 @@ def test_the_wake_timeline_draws_retries_and_the_overshoot(browser, dashboard_ur
         assert label in drawn, label
     page.screenshot(path=str(tmp_path / "wakes.png"), full_page=True)
     page.close()
+
+
+#: Anything in a chart's elements that only markup read from the data could have made: a link, a
+#: link's target, the styles of <b> and <span style="color:red"> (Plotly keeps each text as given
+#: in data-unformatted, escaped: not looked at). Streamlit draws every title in <b> itself.
+_MARKUP_DRAWN = """chart => {
+    const found = [...chart.querySelectorAll("svg a")].map(a => "link " + a.outerHTML.slice(0, 120));
+    for (const element of chart.querySelectorAll("*")) {
+        for (const attribute of [...element.attributes].filter(a => /^(xlink:)?href$|^style$/.test(a.name))) {
+            const value = attribute.value.replace(/\\s+/g, "").toLowerCase();
+            if (value.includes("evil.example") || value.includes("fill:red") || value.includes("color:red")
+                || (element.closest("svg") && !element.closest(".gtitle") && value.includes("font-weight:bold"))) {
+                const text = element.closest("[data-unformatted]")?.getAttribute("data-unformatted");
+                found.push(`${element.tagName} ${attribute.name}=${attribute.value} in ${text}`.slice(0, 300));
+            }
+        }
+    }
+    return found;
+}"""
+
+
+def test_markup_in_the_spans_is_drawn_as_text_never_as_links(browser, hostile_url: str, hostile_store_path: Path,
+                                                              tmp_path: Path) -> None:
+    from dashboard_stores import HOSTILE
+
+    from restorelens.analysis import Analysis
+
+    with Analysis.open(hostile_store_path) as analysis:
+        trace_id = analysis.requests()["trace_id"][0]
+        hostile_bar = analysis.trace(trace_id)["name"].to_list().index(HOSTILE)  # the waterfall's bars in order
+    for name, url_path in (("traces", f"traces?trace={trace_id}"), ("lifecycle", "lifecycle"),
+                           ("wakes", "wakes"), ("lending", "lending"), ("policies", "policies"),
+                           ("overview", "")):
+        page = open_page(browser, f"{hostile_url}/{url_path}")
+        charts = page.get_by_test_id("stPlotlyChart")
+        charts.first.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)
+        drawn = " ".join(chart_text(page, index) for index in range(charts.count()))
+        assert HOSTILE in drawn, name  # shown as written, character for character
+        if name == "traces":  # the hover text too: the span named HOSTILE (and its event, drawn on it)
+            bar = charts.first.locator(".trace.bars .point path").nth(hostile_bar)
+            bar.hover(force=True, timeout=RENDER_MS)  # force: Plotly's drag layer lies over the bars
+            hover = charts.first.locator(".hoverlayer .hovertext")
+            hover.first.wait_for(timeout=RENDER_MS)
+            assert HOSTILE in " ".join(hover.all_text_contents())
+        for index in range(charts.count()):
+            assert charts.nth(index).evaluate(_MARKUP_DRAWN) == [], f"{name} chart {index}"
+        page.screenshot(path=str(tmp_path / f"hostile-{name}.png"), full_page=True)
+        page.close()
