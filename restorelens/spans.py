@@ -78,6 +78,9 @@ ATTR_ENGINE_WAKE_TAGS = "engine.wake_tags"
 
 ATTR_HTTP_STATUS_CODE = _http.HTTP_RESPONSE_STATUS_CODE
 ATTR_HTTP_RESEND_COUNT = _http.HTTP_REQUEST_RESEND_COUNT
+#: The pre-stable name of the status, which opentelemetry-instrumentation-httpx writes at its default
+#: (OTEL_SEMCONV_STABILITY_OPT_IN unset); read where the stable one is absent, never written.
+ATTR_HTTP_STATUS_CODE_OLD = "http.status_code"
 #: Opt-in response header attribute (http.response.header.<key>); semconv has no Retry-After key.
 ATTR_HTTP_RETRY_AFTER = "http.response.header.retry-after"
 ATTR_ERROR_TYPE = _error.ERROR_TYPE
@@ -198,6 +201,7 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_ENGINE_WAKE_TAGS: STRING_ARRAY,
     ATTR_HTTP_STATUS_CODE: INT,
     ATTR_HTTP_RESEND_COUNT: INT,
+    ATTR_HTTP_STATUS_CODE_OLD: INT,
     ATTR_HTTP_RETRY_AFTER: STRING_ARRAY,
     ATTR_ERROR_TYPE: STRING,
     ATTR_GEN_AI_REQUEST_MODEL: STRING,
