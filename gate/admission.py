@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies import AdmissionPolicy, Occupancy, Slot
-from .restoration import DEFAULT_MAX_RETAINED, LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker
+from .restoration import (
+    DEFAULT_MAX_RETAINED, LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker,
+)
 from .retry_hint import RetryHint
 
 __all__ = ["Admission", "Decision", "Grant", "GrantError", "Rejection", "Waiter"]

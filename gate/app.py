@@ -7,7 +7,6 @@ import contextlib
 import functools
 import hmac
 import itertools
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from .gate_spans import GateSpans
 from .metrics import new_registry
 from .model_listing import ModelListing
 from .proxy import ProxyEndpoint, Receive, Scope, Send, UpstreamTable
-from .proxy_asgi import REFUSAL_LIMITS, error_body, nested_deeper_than
+from .proxy_asgi import REFUSAL_LIMITS, JsonTooDeep, error_body, load_json
 from .retry_hint import RetryHint
 from .routing import ModelRouter
 from .settings import GateSettings
@@ -160,17 +159,13 @@ class GateEndpoints:
     async def admin_policy(self, request: Request) -> Response:
         if (denied := self._admin_denied(request)) is not None:
             return denied
-        body = await request.body()
         try:
-            change = json.loads(body)
-            too_deep = nested_deeper_than(change, self.settings.max_json_depth, body)
-        except RecursionError:
-            too_deep = True
-        except ValueError:
-            return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
-        if too_deep:
+            change = load_json(await request.body(), self.settings.max_json_depth)
+        except JsonTooDeep:
             self.refusals["max_json_depth"] += 1
             return _error(400, f"body nests JSON deeper than {self.settings.max_json_depth} levels", "invalid_request_error")
+        except ValueError:
+            return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
         if not isinstance(change, dict):
             return _error(400, "body must be a JSON object", "invalid_request_error")
         allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s"}

@@ -70,8 +70,6 @@ class ModelListing:
         self._client = httpx.AsyncClient(limits=limits, timeout=timeout_s)
         self._fetches: OrderedDict[str | None, _Fetch] = OrderedDict()
         self._running: set[asyncio.Task[Listing]] = set()  # evicted ones included: aclose cancels them all
-        #: Fan-outs started (the rest of the calls shared one): what bounds the engines' load.
-        self.fetches_started = 0
 
     async def get(self, authorization: str | None) -> Listing:
         loop = asyncio.get_running_loop()
@@ -83,7 +81,6 @@ class ModelListing:
             self._running.add(fetch.task)
             fetch.task.add_done_callback(self._running.discard)
             self._fetches[authorization] = fetch
-            self.fetches_started += 1
             while len(self._fetches) > MAX_CREDENTIALS:
                 self._fetches.popitem(last=False)  # its task runs on for whoever already awaits it
         assert fetch is not None

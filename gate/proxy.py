@@ -31,7 +31,8 @@ from .decide import Admit, Answer, Forward, Respond, decide, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .proxy_asgi import (
-    REFUSAL_LIMITS, ClientGone, DisconnectWatch, GateAnswer, Receive, Scope, Send, error_body, nested_deeper_than, send_json,
+    REFUSAL_LIMITS, ClientGone, DisconnectWatch, GateAnswer, JsonTooDeep, Receive, Scope, Send, error_body, load_json,
+    send_json,
 )
 from .routing import ModelRouter, NotReady, RouteAnswer, Routed
 from .settings import ANY_MODEL, GateSettings
@@ -205,17 +206,14 @@ class ProxyEndpoint:
     def _parse(self, body: bytes, traffic_class: str) -> dict[str, Any]:
         if traffic_class not in TRAFFIC_CLASSES:
             raise GateAnswer(400, f"x-traffic-class {traffic_class!r} is not one of {', '.join(TRAFFIC_CLASSES)}", "invalid_request_error")
-        too_deep = False
         try:
-            payload = json.loads(body)
-        except RecursionError:
-            payload, too_deep = None, True  # deeper than the parser goes, so past any max_json_depth
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, and an int literal past Python's digit limit
+            payload = load_json(body, self.settings.max_json_depth)
+        except JsonTooDeep:
+            self.refusals["max_json_depth"] += 1
+            raise GateAnswer(400, f"request body nests JSON deeper than {self.settings.max_json_depth} levels", "invalid_request_error") from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int literal past Python's digit limit
             # The position only, never the text: the body is a prompt.
             raise GateAnswer(400, f"request body is not valid JSON (line {getattr(exc, 'lineno', 1)}, column {getattr(exc, 'colno', 0)})", "invalid_request_error") from None
-        if too_deep or nested_deeper_than(payload, self.settings.max_json_depth, body):
-            self.refusals["max_json_depth"] += 1
-            raise GateAnswer(400, f"request body nests JSON deeper than {self.settings.max_json_depth} levels", "invalid_request_error")
         if not isinstance(payload, dict):
             raise GateAnswer(400, "request body must be a JSON object", "invalid_request_error")
         return payload

@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = [
-    "ClientGone", "DisconnectWatch", "GateAnswer", "REFUSAL_LIMITS", "Receive", "Scope", "Send", "error_body",
-    "nested_deeper_than", "send_json",
+    "ClientGone", "DisconnectWatch", "GateAnswer", "REFUSAL_LIMITS", "JsonTooDeep", "Receive", "Scope", "Send",
+    "error_body", "load_json", "nested_deeper_than", "send_json",
 ]
 
 Scope = dict[str, Any]
@@ -18,6 +18,23 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 #: The size limits a request can be refused for, by setting: the keys of the gate's refusal counts.
 REFUSAL_LIMITS = ("max_header_bytes", "max_body_bytes", "max_json_depth")
+
+
+class JsonTooDeep(Exception):
+    """A JSON body nests deeper than the gate accepts (gate.max_json_depth)."""
+
+
+def load_json(body: bytes, max_depth: int) -> Any:
+    """``json.loads`` bounded in depth: ``JsonTooDeep`` past ``max_depth`` (or past what the parser
+    itself can take), ``ValueError`` when the body is not JSON (an int literal past Python's digit
+    limit included)."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise JsonTooDeep() from None
+    if nested_deeper_than(value, max_depth, body):
+        raise JsonTooDeep()
+    return value
 
 
 def nested_deeper_than(value: Any, max_depth: int, raw: bytes) -> bool:
