@@ -6,7 +6,9 @@ rejected); 400 ``google.rpc.Status`` saying what is wrong; 401 without the beare
 set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compressed or not); 431 at
 once for a request line plus headers above ``max_header_bytes``; 415 for other content types or
 encodings; 429 (backlog full) and 503 (store locked by a reader too long, or failing) with
-``Retry-After``. ``GET /metrics`` counts spans stored and rejected and requests refused per limit.
+``Retry-After``. ``GET /metrics`` counts spans stored and rejected and requests refused per limit,
+and, for each engine scraped (``scrape_targets``: collector/scrape.py), scrapes by outcome and the
+samples stored or dropped.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import hmac
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from google.rpc import status_pb2
@@ -36,6 +38,13 @@ from restorelens.collector.decode_json import decode_traces_json, may_hold_surro
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import PayloadError, SpanRows
+from restorelens.collector.scrape import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_SCRAPE_BYTES,
+    DEFAULT_SCRAPE_TIMEOUT_S,
+    ScrapeCounts,
+    Scraper,
+)
 from restorelens.collector.writer import Overloaded, StoreWriter
 from restorelens.serving import DEFAULT_MAX_HEADER_BYTES, HeadLimit
 
@@ -57,8 +66,8 @@ REFUSAL_LIMITS = ("max_header_bytes", "max_body_bytes")
 class ReceiverCollector(Collector):
     """/metrics, read from the receiver's counts at scrape time (the request path only adds)."""
 
-    def __init__(self, counts: dict[str, int], refusals: dict[str, int]) -> None:
-        self.counts, self.refusals = counts, refusals
+    def __init__(self, counts: dict[str, int], refusals: dict[str, int], scrapes: dict[str, ScrapeCounts]) -> None:
+        self.counts, self.refusals, self.scrapes = counts, refusals, scrapes
 
     def collect(self):  # -> Iterator[CounterMetricFamily]
         prefix = "restorelens_collector_"
@@ -68,6 +77,19 @@ class ReceiverCollector(Collector):
         for limit, count in sorted(self.refusals.items()):
             refused.add_metric([limit], count)
         yield refused
+        if not self.scrapes:
+            return
+        scrapes = CounterMetricFamily(prefix + "scrapes", "Scrapes of each engine's /metrics, by outcome (ok, failed)", labels=["target", "outcome"])
+        stored = CounterMetricFamily(prefix + "engine_samples_stored", "Engine metric samples stored in engine_metrics", labels=["target"])
+        dropped = CounterMetricFamily(
+            prefix + "engine_samples_dropped", "Engine metric samples scraped but not stored (store busy, behind or failing)", labels=["target"]
+        )
+        for target, c in self.scrapes.items():
+            scrapes.add_metric([target, "ok"], c.ok)
+            scrapes.add_metric([target, "failed"], c.failed)
+            stored.add_metric([target], c.samples_stored)
+            dropped.add_metric([target], c.samples_dropped)
+        yield from (scrapes, stored, dropped)
 
 
 def _media_type(request: Request) -> str:
@@ -124,11 +146,17 @@ def create_receiver_app(
     lock_timeout_s: float = 5.0,
     retry_after_s: int = 1,
     writer_options: dict[str, Any] | None = None,
+    scrape_targets: Sequence[str] = (),
+    scrape_interval_s: float = DEFAULT_INTERVAL_S,
+    scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
+    max_scrape_bytes: int = DEFAULT_MAX_SCRAPE_BYTES,
 ) -> Starlette:
     """A Starlette app receiving OTLP/HTTP traces into the DuckDB file ``db_path``.
 
     The store opens now (so a locked or unwritable file fails here); its writer thread runs with the
-    app's lifespan (or from the first request) and is drained and closed at shutdown.
+    app's lifespan (or from the first request) and is drained and closed at shutdown. Each of
+    ``scrape_targets`` (a Prometheus /metrics URL) is scraped into ``engine_metrics`` every
+    ``scrape_interval_s`` during the lifespan, through the same writer.
     """
     writer = StoreWriter(
         db_path, max_pending_spans=max_pending_spans, lock_timeout_s=lock_timeout_s, **(writer_options or {})
@@ -138,7 +166,10 @@ def create_receiver_app(
     counts = {"stored": 0, "rejected": 0}
     refusals = dict.fromkeys(REFUSAL_LIMITS, 0)
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(ReceiverCollector(counts, refusals))
+    scraper = Scraper(
+        scrape_targets, writer, interval_s=scrape_interval_s, timeout_s=scrape_timeout_s, max_scrape_bytes=max_scrape_bytes
+    )
+    registry.register(ReceiverCollector(counts, refusals, scraper.counts))
 
     def too_large(answer_type: str, message: str) -> Response:
         refusals["max_body_bytes"] += 1
@@ -204,9 +235,11 @@ def create_receiver_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         writer.start()
+        scraper.start()
         try:
             yield
         finally:
+            await run_in_threadpool(scraper.stop)  # first: its last rows go in with the writer's drain
             await run_in_threadpool(writer.stop)
 
     app = Starlette(
@@ -215,6 +248,7 @@ def create_receiver_app(
         lifespan=lifespan,
     )
     app.state.writer = writer
+    app.state.scraper = scraper
 
     def head_refused() -> None:
         refusals["max_header_bytes"] += 1

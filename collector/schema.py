@@ -1,13 +1,17 @@
-"""The ``otel_traces`` table definition (``schema.sql``) and a helper that creates it."""
+"""The store's table definitions (``schema.sql``: ``otel_traces``, ``engine_metrics``) and a helper
+that creates them."""
 
 from __future__ import annotations
 
 from importlib import resources
 from typing import Any
 
-__all__ = ["COLUMNS", "TABLE", "create_schema", "schema_sql"]
+__all__ = ["COLUMNS", "ENGINE_METRICS_COLUMNS", "ENGINE_METRICS_TABLE", "TABLE", "create_schema", "schema_sql"]
 
 TABLE = "otel_traces"
+#: Samples scraped from engines' Prometheus /metrics (collector/scrape.py), beside the spans.
+ENGINE_METRICS_TABLE = "engine_metrics"
+ENGINE_METRICS_COLUMNS = ("Timestamp", "Target", "MetricName", "Labels", "Value")
 
 #: Column names in table order (ClickHouse exporter layout, Nested flattened with dots).
 COLUMNS = (
@@ -41,5 +45,5 @@ def schema_sql() -> str:
 
 
 def create_schema(con: Any) -> None:
-    """Create ``otel_traces`` on a DuckDB connection if it does not exist."""
+    """Create ``otel_traces`` and ``engine_metrics`` on a DuckDB connection where they do not exist."""
     con.execute(schema_sql())

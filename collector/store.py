@@ -23,7 +23,7 @@ from restorelens.collector import derived
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows
-from restorelens.collector.schema import TABLE, create_schema
+from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, create_schema
 from restorelens.collector.store_access import (
     DEFAULT_LOCK_TIMEOUT_S,
     StoreBusy,
@@ -252,6 +252,17 @@ class SpanStore:
         else:
             decode_traces_proto_columns(obj, rows)
         return self.insert_rows(rows)
+
+    def insert_engine_metrics(self, tables: Sequence[pa.Table]) -> int:
+        """Append scraped ``engine_metrics`` rows (``collector/scrape.py``), all in one transaction;
+        returns how many. No key: two scrapes of one target may share a timestamp on a coarse clock."""
+        present = [t for t in tables if t.num_rows]
+        if not present:
+            return 0
+        combined = present[0] if len(present) == 1 else pa.concat_tables(present)
+        with self.transaction() as con:
+            con.from_arrow(combined).insert_into(ENGINE_METRICS_TABLE)
+        return combined.num_rows
 
     def count(self) -> int:
         row = self.connection().execute(f"select count(*) from {TABLE}").fetchone()

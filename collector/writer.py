@@ -9,6 +9,12 @@ and for ``reader_window_s`` after holding it ``max_hold_s`` under steady load (f
 cannot ask). While a reader holds the file, inserts wait up to ``lock_timeout_s`` and then fail
 with StoreBusy (the receiver answers 503 + Retry-After); submissions beyond ``max_pending_spans``
 are refused at once (429 + Retry-After), which bounds memory.
+
+Engine metrics scraped by the same process (``collector/scrape.py``) come through this thread too,
+as Arrow tables for ``engine_metrics``: a second connection could not write the file (DuckDB
+takes one writer) and would fight this one for it. They go in after the group's spans, in their
+own transaction, so a failure of either never costs the other; beyond ``max_pending_samples``
+waiting they are refused (Overloaded), which the scraper counts as samples dropped.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
+
+import pyarrow as pa
 
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import SpanStore, read_requested
@@ -40,6 +48,7 @@ class StoreWriter:
         db_path: str | os.PathLike[str],
         *,
         max_pending_spans: int = 200_000,
+        max_pending_samples: int = 100_000,
         lock_timeout_s: float = 5.0,
         idle_release_s: float = 1.0,
         max_hold_s: float = 5.0,
@@ -48,6 +57,7 @@ class StoreWriter:
         poll_s: float = 0.05,
     ) -> None:
         self.max_pending_spans = max_pending_spans
+        self.max_pending_samples = max_pending_samples
         self.idle_release_s = idle_release_s
         self.poll_s = poll_s
         self.max_hold_s = max_hold_s
@@ -60,6 +70,7 @@ class StoreWriter:
         self._store.release()
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0
+        self._pending_samples = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._opened_at = 0.0
@@ -82,6 +93,16 @@ class StoreWriter:
             self._pending += len(rows)
         future: Future[tuple[int, int]] = Future()
         self._queue.put((rows, future))
+        return future
+
+    def submit_engine_metrics(self, table: pa.Table) -> Future[int]:
+        """Queue ``engine_metrics`` rows for the next commit; the future gives how many were stored."""
+        with self._lock:
+            if self._pending_samples and self._pending_samples + table.num_rows > self.max_pending_samples:
+                raise Overloaded(f"{self._pending_samples} engine metric samples waiting to be stored")
+            self._pending_samples += table.num_rows
+        future: Future[int] = Future()
+        self._queue.put((table, future))
         return future
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -133,18 +154,38 @@ class StoreWriter:
                 self._store.release()
                 time.sleep(self.reader_window_s)
             was_open = self._store.is_open
+            spans = [(rows, future) for rows, future in group if isinstance(rows, SpanRows)]
+            metrics = [(table, future) for table, future in group if not isinstance(table, SpanRows)]
             try:
-                counts = self._store.insert_batches([rows for rows, _ in group])
-            except Exception as exc:  # every waiter learns why; the receiver maps it to 503
-                log.warning("span store insert failed: %s", exc)
-                for _, future in group:
-                    future.set_exception(exc)
-            else:
-                for (_, future), count in zip(group, counts, strict=True):
-                    future.set_result(count)
+                if spans:
+                    self._insert_spans(spans)
+                if metrics:
+                    self._insert_metrics(metrics)
             finally:
                 if not was_open and self._store.is_open:
                     self._opened_at = time.monotonic()
                 with self._lock:
-                    self._pending -= sum(len(rows) for rows, _ in group)
+                    self._pending -= sum(len(rows) for rows, _ in spans)
+                    self._pending_samples -= sum(table.num_rows for table, _ in metrics)
         self._store.release()
+
+    def _insert_spans(self, group: list[tuple[SpanRows, Future[tuple[int, int]]]]) -> None:
+        try:
+            counts = self._store.insert_batches([rows for rows, _ in group])
+        except Exception as exc:  # every waiter learns why; the receiver maps it to 503
+            log.warning("span store insert failed: %s", exc)
+            for _, future in group:
+                future.set_exception(exc)
+        else:
+            for (_, future), count in zip(group, counts, strict=True):
+                future.set_result(count)
+
+    def _insert_metrics(self, group: list[tuple[pa.Table, Future[int]]]) -> None:
+        try:
+            self._store.insert_engine_metrics([table for table, _ in group])
+        except Exception as exc:  # the scraper counts them as dropped; logged there per target, not here per batch
+            for _, future in group:
+                future.set_exception(exc)
+        else:
+            for table, future in group:
+                future.set_result(table.num_rows)
