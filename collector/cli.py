@@ -48,17 +48,62 @@ _existing_db_option = click.option(
     type=click.IntRange(1),
     help="Largest request line plus headers (431 at once above).",
 )
-def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: int, max_header_bytes: int) -> None:
+@click.option(
+    "--scrape",
+    "scrape_targets",
+    multiple=True,
+    metavar="URL",
+    help="An engine's Prometheus /metrics to scrape into table engine_metrics (e.g. http://127.0.0.1:8000/metrics); "
+    "repeat for several engines.",
+)
+@click.option("--interval-s", default=0.25, show_default=True, type=float, help="Seconds between scrapes of each --scrape URL.")
+@click.option(
+    "--scrape-timeout-s", default=1.0, show_default=True, type=float, help="Longest wait for one scrape's whole answer."
+)
+@click.option(
+    "--max-scrape-bytes",
+    default=8 * 1024 * 1024,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Largest scrape answer, decompressed (a failed scrape above).",
+)
+def collect(
+    db: str,
+    host: str,
+    port: int,
+    token: str | None,
+    max_body_bytes: int,
+    max_header_bytes: int,
+    scrape_targets: tuple[str, ...],
+    interval_s: float,
+    scrape_timeout_s: float,
+    max_scrape_bytes: int,
+) -> None:
     """Receive OTLP/HTTP traces on POST /v1/traces into the span store DB.
 
     Point any OpenTelemetry SDK or Collector at http://HOST:PORT/v1/traces (protobuf or JSON, gzip,
     deflate or zstd). A 200 answer means the spans are committed. Readers (restorelens report, the
     dashboard) can open DB while this runs. Ctrl-C stops after storing what was accepted.
+
+    With --scrape URL, the engine's pressure (vLLM's running and waiting requests, KV-cache usage,
+    preemptions) is scraped every --interval-s into table engine_metrics of DB, timestamped on the
+    spans' clock (this host's UTC wall clock). A failed scrape is counted on GET /metrics and logged
+    once until it recovers; it never stops collection.
     """
+    import math
+
+    from restorelens.collector.scrape import target_problem
     from restorelens.errors import SettingError
 
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise SettingError("--token", f"too short: use at least {MIN_TOKEN_CHARS} characters")
+    for option, seconds in (("--interval-s", interval_s), ("--scrape-timeout-s", scrape_timeout_s)):
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise SettingError(option, f"must be a number of seconds > 0, not {seconds:g}")
+    for i, target in enumerate(scrape_targets):
+        problem = target_problem(target) or (f"{target} given twice" if target in scrape_targets[:i] else None)
+        if problem:
+            raise SettingError("--scrape", problem)
 
     import errno
 
@@ -73,10 +118,20 @@ def collect(db: str, host: str, port: int, token: str | None, max_body_bytes: in
         setting = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
         raise SettingError(setting, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     with sock:
-        app = create_receiver_app(db, token=token, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes)
+        app = create_receiver_app(
+            db,
+            token=token,
+            max_body_bytes=max_body_bytes,
+            max_header_bytes=max_header_bytes,
+            scrape_targets=scrape_targets,
+            scrape_interval_s=interval_s,
+            scrape_timeout_s=scrape_timeout_s,
+            max_scrape_bytes=max_scrape_bytes,
+        )
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"
-        serve(app, sock, ready=f"collecting OTLP/HTTP traces on {url} into {db} (Ctrl-C to stop)")
+        scraping = f", scraping {', '.join(scrape_targets)} every {interval_s:g} s" if scrape_targets else ""
+        serve(app, sock, ready=f"collecting OTLP/HTTP traces on {url} into {db}{scraping} (Ctrl-C to stop)")
 
 
 @click.command("load")
