@@ -174,9 +174,10 @@ def _parse_line(line: str, line_no: int) -> Sample:
     name: str | None = found.group(0) if found else None
     pos = found.end() if found else start
     labels: list[tuple[str, str]] = []
-    labels_given = line.startswith("{", pos)
+    after_blanks = _BLANKS.match(line, pos).end()  # type: ignore[union-attr]
+    labels_given = line.startswith("{", after_blanks)  # blanks may part a name from its labels, as in Go's parser
     if labels_given:
-        quoted_name, labels, pos = _parse_labels(line, pos, line_no)
+        quoted_name, labels, pos = _parse_labels(line, after_blanks, line_no)
         if quoted_name is not None:
             if name is not None:
                 raise ExpositionError(line_no, "metric name given twice")
@@ -236,7 +237,8 @@ def parse_exposition(text: str, keep: Collection[str] | None = None) -> list[Sam
             continue
         labels = tuple(_FAST_LABELS.findall(fast.group(2) or ""))
         if len({key for key, _ in labels}) != len(labels):
-            raise ExpositionError(line_no, f"{name}: a label given twice")
+            twice = next(key for i, (key, _) in enumerate(labels) if any(key == k for k, _ in labels[:i]))
+            raise ExpositionError(line_no, f"label {twice!r} given twice")
         stamp = fast.group(4)
         samples.append(Sample(name, labels, value, int(stamp) if stamp is not None else None))
     return samples
