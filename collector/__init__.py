@@ -11,6 +11,7 @@ from __future__ import annotations
 from restorelens.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "FileRead": "loader",
     "InsertResult": "store",
     "LoadSummary": "loader",
     "OutputExists": "export",

@@ -1,11 +1,15 @@
-"""Read the files the OpenTelemetry Collector's file exporter writes, one payload at a time.
+"""Read trace files, one payload (or Arrow table) at a time.
 
 Recognised by content, not by name:
-- OTLP JSON lines: one ``TracesData`` per line (``format: json``, the default); a single
-  pretty-printed document (like the OTLP repo's ``examples/trace.json``) also works;
+- JSON lines: one document per line (the Collector file exporter's ``format: json``, one
+  ``TracesData`` per line); a single pretty-printed document (the OTLP repo's
+  ``examples/trace.json``, a Jaeger or Tempo download) also works. Which JSON it is (OTLP, Jaeger,
+  Tempo) is the loader's to tell;
 - length-prefixed messages: a 4-byte big-endian length, then the message (``format: proto``, or
   ``compression: zstd``, where each message is a zstd frame holding JSON or protobuf);
-- either of those inside a gzip or zstd stream (``.gz``, ``.zst`` made by rotation or by hand).
+- either of those inside a gzip or zstd stream (``.gz``, ``.zst`` made by rotation or by hand);
+- Parquet in the ``otel_traces`` layout (``restorelens export --format parquet``), by its
+  ``PAR1`` magic: :func:`read_parquet_tables`.
 
 Each payload is numbered: the line number for JSON lines, the message number otherwise.
 """
@@ -24,11 +28,22 @@ from typing import IO, Any
 
 from restorelens.collector.decode_json import may_hold_surrogates
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_MESSAGE_BYTES", "Payload", "open_stream", "read_payloads"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "ParquetProblem",
+    "Payload",
+    "compression",
+    "is_parquet",
+    "open_stream",
+    "read_parquet_tables",
+    "read_payloads",
+]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-#: A single pretty-printed JSON document is parsed whole; above this it must be JSON lines.
+_PARQUET_MAGIC = b"PAR1"
+#: A JSON document (one line, or one pretty-printed file) is parsed whole; none may be longer.
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 #: A length prefix above this means the file is not length-prefixed OTLP at all.
 MAX_MESSAGE_BYTES = 1024 * 1024 * 1024
@@ -89,18 +104,45 @@ def _parse_json(number: int, line: bytes) -> Payload:
         return Payload(number, error=f"invalid JSON: {exc}")
 
 
+def _lines(stream: io.BufferedReader) -> Iterator[tuple[int, bytes | None]]:
+    """Numbered lines, each at most ``MAX_DOCUMENT_BYTES`` long; a longer one is skipped as None,
+    so that one line without a newline (a huge one-line document) never takes unbounded memory."""
+    number = 0
+    while True:
+        limit = MAX_DOCUMENT_BYTES
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limit and not line.endswith(b"\n"):
+            while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+        else:
+            yield number, line
+
+
 def _json_lines(stream: io.BufferedReader) -> Iterator[Payload]:
     first = True
-    for number, line in enumerate(stream, 1):
+    for number, line in _lines(stream):
+        if line is None:
+            too_long = f"line longer than {MAX_DOCUMENT_BYTES} bytes, the most one JSON document may be"
+            yield Payload(number, error=too_long)
+            first = False
+            continue
         if not line.strip():
             continue
         payload = _parse_json(number, line)
         if first and payload.error and line.strip() in (b"{", b"["):
             # Not JSON lines: one pretty-printed document.
-            rest = stream.read(MAX_DOCUMENT_BYTES)
+            rest = stream.read(MAX_DOCUMENT_BYTES - len(line) + 1)
+            if len(line) + len(rest) > MAX_DOCUMENT_BYTES:
+                yield Payload(number, error=f"multi-line JSON document longer than {MAX_DOCUMENT_BYTES} bytes, "
+                                            "the most one JSON document may be (write JSON lines instead)")
+                return
             whole = _parse_json(number, line + rest)
-            if whole.error or stream.read(1):
-                yield Payload(number, error=f"{whole.error or 'document too large'} (multi-line JSON document)")
+            if whole.error:
+                yield Payload(number, error=f"{whole.error} (multi-line JSON document)")
                 return
             yield whole
             return
@@ -136,7 +178,8 @@ def _length_prefixed(stream: io.BufferedReader) -> Iterator[Payload]:
             return
         (size,) = struct.unpack(">I", prefix)
         if size > MAX_MESSAGE_BYTES:
-            yield Payload(number, error="not OTLP JSON lines nor length-prefixed OTLP messages")
+            yield Payload(number, error="not a trace file restorelens reads: neither JSON (OTLP, Jaeger, Tempo), "
+                                        "length-prefixed OTLP messages nor Parquet")
             return
         data = stream.read(size)
         if len(data) < size:
@@ -170,3 +213,141 @@ def read_payloads(path: str | os.PathLike[str], on_bytes: Callable[[int], None] 
             yield Payload(number + 1, error=f"cannot read further: {exc}")
         else:
             raise
+
+
+def _magic(path: str | os.PathLike[str]) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4)
+    except OSError:
+        return b""  # read_payloads, opening it again, reports why
+
+
+def is_parquet(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` starts with Parquet's magic (a Parquet file cannot be read as a stream)."""
+    return _magic(path) == _PARQUET_MAGIC
+
+
+def compression(path: str | os.PathLike[str]) -> str:
+    """``gzip``, ``zstd`` or '' (none), by the file's first bytes."""
+    head = _magic(path)
+    if head.startswith(_GZIP_MAGIC):
+        return "gzip"
+    return "zstd" if head == _ZSTD_MAGIC else ""
+
+
+class ParquetProblem(ValueError):
+    """A Parquet file that is unreadable or not in the ``otel_traces`` layout; the message says which column."""
+
+
+#: Rows per Arrow batch read from Parquet: bounded memory whatever the file's row groups.
+PARQUET_BATCH_ROWS = 65_536
+_ID_DIGITS = {"TraceId": 32, "SpanId": 16, "ParentSpanId": 16}
+_PARALLEL = (
+    ("Events.Timestamp", "Events.Name", "Events.Attributes"),
+    ("Links.TraceId", "Links.SpanId", "Links.TraceState", "Links.Attributes"),
+)
+
+
+def _same_type(actual: Any, expected: Any) -> bool:
+    import pyarrow as pa
+
+    # pyarrow's equality ignores the names of list items and map entries, which writers choose freely
+    return actual == expected or (expected == pa.string() and actual in (pa.large_string(), pa.string_view()))
+
+
+def _check_schema(schema: Any) -> None:
+    from restorelens.collector.rows import ARROW_SCHEMA
+
+    names = list(schema.names)
+    for name in ARROW_SCHEMA.names:
+        if name not in names:
+            raise ParquetProblem(
+                f"no column {name!r}: not the otel_traces layout (restorelens export --format parquet)"
+            )
+    for name in names:
+        if name not in ARROW_SCHEMA.names:
+            raise ParquetProblem(f"column {name!r} is not an otel_traces column")
+        if names.count(name) > 1:
+            raise ParquetProblem(f"column {name!r} appears {names.count(name)} times")
+    for expected in ARROW_SCHEMA:
+        actual = schema.field(expected.name).type
+        if not _same_type(actual, expected.type):
+            raise ParquetProblem(f"column {expected.name!r} is {actual}, not {expected.type} as in otel_traces")
+
+
+def _rejected_rows(table: Any, first_row: int) -> tuple[Any, list[tuple[int, str]]]:
+    """The rows the store would refuse or misread (nulls, malformed IDs, Nested lists of unequal
+    lengths) as a mask, with (row number from 1, reason) for each."""
+    import pyarrow.compute as pc
+
+    checks: list[tuple[Any, Callable[[int], str]]] = []
+    for name in table.column_names:
+        column = table.column(name)
+        if column.null_count:
+            checks.append((pc.is_null(column), lambda i, name=name: f"{name} is null"))
+    for name, digits in _ID_DIGITS.items():
+        column = table.column(name)
+        pattern = f"^[0-9a-f]{{{digits}}}$" if name != "ParentSpanId" else f"^([0-9a-f]{{{digits}}})?$"
+        malformed = pc.fill_null(pc.invert(pc.match_substring_regex(column, pattern)), False)
+        if name != "ParentSpanId":
+            malformed = pc.or_(malformed, pc.fill_null(pc.equal(column, "0" * digits), False))
+        checks.append((malformed, lambda i, name=name, column=column, digits=digits: (
+            f"{name} {str(column[i].as_py())[:48]!r} is not {digits} lower-case hex digits (nor all zeros)")))
+    for group in _PARALLEL:
+        lengths = [pc.fill_null(pc.list_value_length(table.column(name)), 0) for name in group]
+        unequal = _any_of([pc.not_equal(lengths[0], other) for other in lengths[1:]])
+        checks.append((unequal, lambda i, group=group: f"{', '.join(group)} are lists of different lengths"))
+    bad = _any_of([mask for mask, _ in checks])
+    if not pc.any(bad).as_py():
+        return bad, []
+    reasons = []
+    for i in pc.indices_nonzero(bad).to_pylist():
+        reason = next(describe(i) for mask, describe in checks if mask[i].as_py())
+        reasons.append((first_row + i + 1, reason))
+    return bad, reasons
+
+
+def _any_of(masks: list[Any]) -> Any:
+    import pyarrow.compute as pc
+
+    combined = masks[0]
+    for mask in masks[1:]:
+        combined = pc.or_(combined, mask)
+    return combined
+
+
+def read_parquet_tables(
+    path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None
+) -> Iterator[tuple[Any, list[tuple[int, str]]]]:
+    """Yield the rows of an ``otel_traces`` Parquet file as Arrow tables in the store's schema, each
+    with the rows left out of it as (row number, reason).
+
+    Raises :class:`ParquetProblem` for a file that is not Parquet, cannot be read, or has other
+    columns or column types than ``otel_traces`` (told by its footer, before any row is read).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from restorelens.collector.rows import ARROW_SCHEMA
+
+    size = os.path.getsize(path)
+    try:
+        parquet = pq.ParquetFile(path)
+        _check_schema(parquet.schema_arrow)
+        total = parquet.metadata.num_rows
+        done = reported = 0
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=ARROW_SCHEMA.names):
+            table = pa.Table.from_batches([batch])
+            bad, reasons = _rejected_rows(table, done)
+            if reasons:
+                table = table.filter(pc.invert(bad))
+            done += batch.num_rows
+            if on_bytes is not None and total:
+                now = size * done // total
+                on_bytes(now - reported)
+                reported = now
+            yield table.cast(ARROW_SCHEMA), reasons
+    except (pa.ArrowException, OSError) as exc:
+        raise ParquetProblem(f"cannot read it as Parquet: {exc}") from None

@@ -1,8 +1,14 @@
-"""Load Collector file-exporter output (many files, globs) into a span store.
+"""Load trace files (many files, globs, folders) into a span store, telling each file's format by its content.
+
+Read: OTLP JSON (lines or one document) and length-prefixed OTLP protobuf, as the Collector's file
+exporter writes them; Jaeger JSON (the query API's answer, the UI's download); Grafana Tempo's
+trace-by-ID JSON (``batches`` and the v2 ``trace``); Parquet written by ``restorelens export``.
+Any of the stream formats may be gzip- or zstd-compressed.
 
 A malformed line (or message) is reported as ``file:line: reason`` and skipped; a malformed span is
-reported with its position and skipped; everything else loads. Loading the same files twice stores
-nothing new (the spans count as duplicates).
+reported with its position and skipped; a file that cannot be read at all as ``file: reason``;
+everything else loads. Loading the same files twice stores nothing new (the spans count as
+duplicates).
 """
 
 from __future__ import annotations
@@ -13,18 +19,28 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
+from restorelens.collector.decode_jaeger import decode_jaeger_json, is_jaeger_json
 from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.decode_tempo import decode_tempo_json, is_tempo_json
 from restorelens.collector.fast_jsonl import read_collector_jsonl
-from restorelens.collector.files import open_stream, read_payloads
+from restorelens.collector.files import (
+    ParquetProblem,
+    compression,
+    is_parquet,
+    open_stream,
+    read_parquet_tables,
+    read_payloads,
+)
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
 from restorelens.errors import InputError
 
-__all__ = ["LoadSummary", "expand_paths", "load_paths"]
+__all__ = ["FORMATS", "FileRead", "LoadSummary", "expand_paths", "load_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +49,31 @@ DERIVE_EVERY_SPANS = 200_000
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
 
+OTLP_JSON = "OTLP JSON"
+OTLP_PROTOBUF = "OTLP protobuf"
+JAEGER_JSON = "Jaeger JSON"
+TEMPO_JSON = "Tempo JSON"
+PARQUET = "Parquet (otel_traces)"
+#: Every format a file may be read as, as the loader names them.
+FORMATS = (OTLP_JSON, OTLP_PROTOBUF, JAEGER_JSON, TEMPO_JSON, PARQUET)
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """What one file was read as: its format(s) (a JSON-lines file may mix them), the spans decoded
+    from it (stored or already stored; rejected spans are not counted) and notes (e.g. Tempo's
+    partial trace)."""
+
+    path: Path
+    formats: tuple[str, ...]
+    spans: int
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        spans = f"{self.spans} span" + ("" if self.spans == 1 else "s")
+        text = f"{self.path}: {' + '.join(self.formats) or 'no traces'}, {spans}"
+        return f"{text} ({'; '.join(self.notes)})" if self.notes else text
+
 
 @dataclass
 class LoadSummary:
@@ -40,8 +81,10 @@ class LoadSummary:
     loaded: int = 0
     duplicate: int = 0
     rejected: int = 0
-    malformed: int = 0  # lines or messages that were not OTLP traces at all
+    malformed: int = 0  # lines, messages or whole files that were not traces at all
     errors: list[str] = field(default_factory=list)
+    #: One per file, in the order read.
+    inputs: list[FileRead] = field(default_factory=list)
 
     def add_error(self, message: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -82,11 +125,12 @@ def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]
 
 def _load_fast(
     store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary, *, skip_existing: bool
-) -> bool | None:
+) -> int | bool | None:
     """Load a Collector-shaped JSON-lines file column-wise, in one transaction.
 
-    True when loaded, False when the file needs the lenient decoder, None when ``skip_existing`` is
-    off and some span was already stored (nothing was written: redo it with ``skip_existing``).
+    The span count when loaded, False when the file needs the lenient decoder, None when
+    ``skip_existing`` is off and some span was already stored (nothing was written: redo it with
+    ``skip_existing``).
     """
     try:
         with open_stream(path, on_bytes) as (stream, is_json), store.transaction() as con:
@@ -103,7 +147,56 @@ def _load_fast(
         return False
     summary.loaded += loaded
     summary.duplicate += total - loaded
-    return True
+    return total
+
+
+def _load_parquet(
+    store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary, *, skip_existing: bool
+) -> int | None:
+    """Load an ``otel_traces`` Parquet file in one transaction: all of it or, when it turns out
+    unreadable or foreign, none of it (reported as ``file: reason``). The span count, or None as
+    for :func:`_load_fast`."""
+    loaded = total = rejected = 0
+    reasons: list[str] = []
+    try:
+        with store.transaction() as con:
+            for table, left_out in read_parquet_tables(path, on_bytes):
+                loaded += store.insert_table(con, table, skip_existing=skip_existing)
+                total += table.num_rows
+                rejected += len(left_out)
+                kept = left_out[: max(0, MAX_ERRORS - len(reasons))]
+                reasons.extend(f"{path}: row {row}: {reason}" for row, reason in kept)
+    except duckdb.ConstraintException:
+        return None
+    except ParquetProblem as exc:
+        summary.malformed += 1
+        summary.add_error(f"{path}: {exc}")
+        return 0
+    summary.loaded += loaded
+    summary.duplicate += total - loaded
+    summary.rejected += rejected
+    for message in reasons:
+        summary.add_error(message)
+    return total
+
+
+def _decode_json(obj: Any, rows: SpanRows, where: str, check_unicode: bool) -> tuple[str, str]:
+    """Decode one parsed JSON document by its shape; its format and a note for the user ('' if none)."""
+    if is_jaeger_json(obj):
+        return JAEGER_JSON, decode_jaeger_json(obj, rows, where, check_unicode=check_unicode)
+    if is_tempo_json(obj):
+        return TEMPO_JSON, decode_tempo_json(obj, rows, where, check_unicode=check_unicode)
+    if not isinstance(obj, dict):
+        raise PayloadError(
+            f'expected a JSON object (OTLP "resourceSpans", Jaeger "data", Tempo "batches" or "trace"), '
+            f"found a JSON {type(obj).__name__}"
+        )
+    decode_traces_json(obj, rows, where, check_unicode=check_unicode)
+    return OTLP_JSON, ""
+
+
+def _labelled(name: str, packing: str) -> str:
+    return f"{name} ({packing})" if packing else name
 
 
 def load_paths(
@@ -149,6 +242,16 @@ def load_paths(
 
         for path in files:
             file_start = done_bytes
+            if is_parquet(path):
+                malformed = summary.malformed
+                count = _load_parquet(store, path, on_bytes, summary, skip_existing=False)
+                if count is None:  # spans already stored: again, with the key checked row by row
+                    done_bytes = file_start
+                    count = _load_parquet(store, path, on_bytes, summary, skip_existing=True)
+                read_as = (PARQUET,) if summary.malformed == malformed else ()
+                summary.inputs.append(FileRead(path, read_as, count or 0))
+                continue
+            packing = compression(path)
             if fast:
                 # New spans go in by plain insert (half the CPU of a per-row key check); a file
                 # holding spans already stored is read again with the check.
@@ -156,9 +259,13 @@ def load_paths(
                 if outcome is None:
                     done_bytes = file_start
                     outcome = _load_fast(store, path, on_bytes, summary, skip_existing=True)
-                if outcome:
+                if outcome is not False and outcome is not None:
+                    summary.inputs.append(FileRead(path, (_labelled(OTLP_JSON, packing),), outcome))
                     continue
             done_bytes = file_start  # the slow path reads the file again
+            formats: dict[str, None] = {}
+            notes: dict[str, None] = {}
+            file_spans = 0
             for payload in read_payloads(path, on_bytes):
                 where = f"{path}:{payload.number}"
                 if payload.error:
@@ -166,17 +273,24 @@ def load_paths(
                     summary.add_error(f"{where}: {payload.error}")
                     continue
                 mark = len(rows.rows)
+                before = len(rows)
                 try:
                     if payload.data is not None:
                         decode_traces_proto_columns(payload.data, rows, f"{where}: ")
+                        name, note = OTLP_PROTOBUF, ""
                     else:
-                        decode_traces_json(payload.parsed, rows, f"{where}: ",
-                                           check_unicode=payload.may_hold_surrogates)
+                        name, note = _decode_json(payload.parsed, rows, f"{where}: ", payload.may_hold_surrogates)
                 except PayloadError as exc:
                     del rows.rows[mark:]
                     summary.malformed += 1
                     summary.add_error(f"{where}: {exc}")
+                    continue
+                formats[_labelled(name, packing)] = None
+                if note:
+                    notes[f"line {payload.number}: {note}"] = None
+                file_spans += len(rows) - before
                 if len(rows) >= batch_spans:
                     flush()
+            summary.inputs.append(FileRead(path, tuple(formats), file_spans, tuple(notes)))
         flush()
     return summary
