@@ -138,11 +138,17 @@ def collect(
 @click.argument("files", nargs=-1, required=True)
 @_db_option
 def load(files: tuple[str, ...], db: str) -> None:
-    """Load trace files (OTLP JSON lines or length-prefixed protobuf, as the Collector's file exporter
-    writes them; .gz/.zst; globs and directories) into the span store DB.
+    """Load trace files (globs and directories too) into the span store DB.
 
-    Spans already stored are counted as duplicates, not stored twice. Malformed lines are reported as
-    FILE:LINE: reason and skipped; the exit code is 1 when anything was skipped.
+    Each file's format is told by its content, never its name, and printed per file: OTLP JSON
+    (lines or one document) or length-prefixed OTLP protobuf, as the Collector's file exporter
+    writes them; Jaeger JSON (the query API's answer or the UI's download); Grafana Tempo's
+    trace-by-ID JSON ("batches" or the v2 "trace"); Parquet from restorelens export. Any but
+    Parquet may be gzip- or zstd-compressed.
+
+    Spans already stored are counted as duplicates, not stored twice. Malformed lines are reported
+    as FILE:LINE: reason and skipped, unreadable files as FILE: reason; the exit code is 1 when
+    anything was skipped.
     """
     from pathlib import Path
 
@@ -164,6 +170,8 @@ def load(files: tuple[str, ...], db: str) -> None:
         click.echo(message, err=True)
     if len(summary.errors) > _ERRORS_SHOWN:
         click.echo(f"... and {len(summary.errors) - _ERRORS_SHOWN} more problems", err=True)
+    for read in summary.inputs:
+        click.echo(read.describe())
     click.echo(f"{summary.describe()} into {Path(db)}")
     if summary.rejected or summary.malformed:
         raise SystemExit(1)
