@@ -27,6 +27,15 @@ _PERCENTILE = click.option("--percentile", type=click.Choice(["linear", "nearest
                            show_default=True,
                            help="How percentiles and medians are read: linear interpolation, or the value at "
                                 "rank ceil(q*n) (as studies report a median of 5 seeds: the 3rd).")
+_LABEL = click.option(
+    "--label", "labels", multiple=True, metavar="LABEL=ATTR",
+    help="Read a label from your own span or resource attribute, e.g. traffic_class=app.tier (repeatable; "
+         "labels: traffic_class, policy, workload, run_id, seed, model). Wins over --config's [analysis.labels].",
+)
+_CONFIG = click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False), default=None,
+    help="TOML file whose [analysis.labels] table maps labels onto your attribute names (other tables ignored).",
+)
 _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback=_seconds,
                         help="Interactive SLO: e2e limit.")
 
@@ -36,24 +45,31 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]), default="table",
               show_default=True, help="Output format (csv: one block per section after a `# section` line).")
 @click.option("--section", "sections", multiple=True,
-              type=click.Choice(["episode_counts", "lending_episodes", "wake_episodes", "requests",
+              type=click.Choice(["episode_counts", "lending_episodes", "wake_episodes", "requests", "engine",
                                  "policy_summary", "paired_differences"]),
               help="Only these sections (repeatable). Default: all.")
 @_SLO_TTFT
 @_SLO_E2E
 @_PERCENTILE
+@_LABEL
+@_CONFIG
 def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float,
-           percentile: str) -> None:
+           percentile: str, labels: tuple[str, ...], config_file: str | None) -> None:
     """Decompose every restoration in a span store and print the statistics.
 
     Lending episodes (grant restored, borrowed work drained, engine scheduled, first token), wake
     episodes (Retry-After hint, engine ready, readiness observed, overshoot, engine scheduled),
-    request latencies, and goodput per policy x workload x seed with paired differences.
+    request latencies, the engine's view of every request it served (queue, schedule delay, TTFT,
+    prefill, decode per engine x traffic class, with or without a gate), and goodput per policy x
+    workload x seed with paired differences. A request that passed no gate shows as "no gate".
     """
     from restorelens.analysis.report import build_report, render
+    from restorelens.analysis.settings import label_mapping
     from restorelens.analysis.views import Analysis, Slo
 
-    with Analysis.open(db_path, slo=Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s), materialize=True) as analysis:
+    mapping = label_mapping(config_file, labels)
+    slo = Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s)
+    with Analysis.open(db_path, slo=slo, materialize=True, labels=mapping) as analysis:
         built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
@@ -64,13 +80,16 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
 @_DB
 @click.option("--max", "maxima", multiple=True, metavar="METRIC.STAT=NUMBER", required=True,
               help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
-                   "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests. "
+                   "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests./engine. "
                    "when a metric is in several views.")
 @click.option("--allow-empty", is_flag=True,
               help="Let a limit with nothing to check hold (no values of its metric, e.g. an empty store or "
                    "no such episodes). Without it, such a limit fails the check.")
 @_PERCENTILE
-def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: str) -> None:
+@_LABEL
+@_CONFIG
+def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: str, labels: tuple[str, ...],
+          config_file: str | None) -> None:
     """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI).
 
     A limit must rest on at least one value: one whose metric has no values (an empty store, a
@@ -81,12 +100,14 @@ def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: 
     missing, unreadable or busy store).
     """
     from restorelens.analysis.limits import Violation, evaluate, parse_limit
+    from restorelens.analysis.settings import label_mapping
     from restorelens.analysis.views import Analysis
     from restorelens.errors import RestorelensError
 
     try:
         limits = [parse_limit(text, "--max") for text in maxima]
-        with Analysis.open(db_path, materialize=True) as analysis:
+        mapping = label_mapping(config_file, labels)
+        with Analysis.open(db_path, materialize=True, labels=mapping) as analysis:
             evaluations = evaluate(analysis, limits, percentile=percentile)
     except RestorelensError as exc:
         # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job

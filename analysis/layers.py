@@ -60,11 +60,12 @@ TRACE_LAYERS = {
 DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
-VIEW_LAYERS = (*DERIVED_LAYERS, "attempts", "requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
+VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "attempts", "requests", "engine_requests", "lending_episodes",
+               "wake_episodes", "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
-                 "request_attempts", "requests")
+                 "request_attempts", "span_labels", "requests")
 
 #: Layer -> the span name each of its rows comes from: a store without such spans gives an empty
 #: layer, so it can be answered without computing the layers under it (e.g. no wake spans, no
@@ -76,13 +77,14 @@ DRIVING_SPANS = {
     "request_attempts": SPAN_CLIENT_REQUEST,
     "attempts": SPAN_CLIENT_REQUEST,
     "requests": SPAN_CLIENT_REQUEST,
+    "engine_requests": SPAN_LLM_REQUEST,
     "lending_episodes": SPAN_GATE_RESTORE,
     "wake_episodes": SPAN_MODELCLAIM_WAKE,
     "lifecycle_intervals": SPAN_MODELCLAIM_STATE,
 }
 
 #: Layers meant for users (the rest are internal building blocks).
-PUBLIC_VIEWS = ("requests", "attempts", "lending_episodes", "wake_episodes", "lifecycle_intervals")
+PUBLIC_VIEWS = ("requests", "attempts", "engine_requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
 
 #: Queries with ``$name`` parameters, run when asked for.
 PARAMETERISED = ("policy_summary", "paired_differences", "trace_spans", "traces_for_request")

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: Short view names -> the Analysis method that returns the view.
-VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests"}
+VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests", "engine": "engine_requests"}
 
 #: Numeric columns a limit may name, per view.
 METRICS: dict[str, tuple[str, ...]] = {
@@ -38,6 +38,8 @@ METRICS: dict[str, tuple[str, ...]] = {
     "wake": ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
              "engine_schedule_s", "total_s"),
     "requests": ("ttft_s", "e2e_s", "attempts", "gate_wait_s", "engine_schedule_s"),
+    "engine": ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
+               "prefill_s", "decode_s"),
 }
 
 #: Boolean columns whose ``count`` (rows where true) a limit may name, per view.
@@ -45,6 +47,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "lending": ("censored", "clock_skew", "served_before_grant"),
     "wake": ("censored", "clock_skew"),
     "requests": ("clock_skew",),
+    "engine": ("clock_skew", "via_gate"),
 }
 
 NUMERIC_STATISTICS = ("p50", "p90", "p95", "p99", "max", "min", "mean")
@@ -128,7 +131,7 @@ def parse_limit(text: str, option: str = "--max") -> Limit:
 
 #: Short view names -> what one row is (singular, plural), for messages.
 _ROW_NOUNS = {"lending": ("lending episode", "lending episodes"), "wake": ("wake episode", "wake episodes"),
-             "requests": ("request", "requests")}
+             "requests": ("request", "requests"), "engine": ("engine request", "engine requests")}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
 """The report: the numbers a user acts on, as named sections of polars DataFrames, and renderers.
 
 Sections: episode counts (how many, how many censored or clock-skewed), lending and wake episode
-statistics, request latencies, the policy summary and the paired differences (median over seeds).
+statistics, request latencies, the engine's view of every request it served (per engine x traffic
+class, gate or not), the policy summary and the paired differences (median over seeds). A null
+policy (a request that passed no gate and carries no arm label) reads "no gate" in the text
+formats; JSON and CSV keep it null (empty).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import polars as pl
 
 from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
 
-__all__ = ["FORMATS", "SECTIONS", "build_report", "render"]
+__all__ = ["ENGINE_METRICS", "FORMATS", "NO_GATE", "SECTIONS", "build_report", "render"]
 
 FORMATS = ("table", "json", "markdown", "csv")
 
@@ -24,6 +27,7 @@ SECTIONS = (
     "lending_episodes",
     "wake_episodes",
     "requests",
+    "engine",
     "policy_summary",
     "paired_differences",
 )
@@ -32,12 +36,20 @@ LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
 WAKE_METRICS = ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
                 "engine_schedule_s", "total_s")
 REQUEST_METRICS = ("ttft_s", "e2e_s", "attempts")
+ENGINE_METRICS = ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
+                  "prefill_s", "decode_s")
+#: How a null policy reads in the text formats: the request passed no gate.
+NO_GATE = "no gate"
+#: Columns whose null means "no gate" (only in the text formats).
+_POLICY_COLUMNS = ("policy",)
 
 _TITLES = {
     "episode_counts": "Episodes (censored: never completed; clock_skew: a negative cross-service gap)",
     "lending_episodes": "Lending episodes: grant restored, borrowed work drained, engine scheduled (s)",
     "wake_episodes": "Wake episodes: hint, ready, observed, overshoot, engine scheduled (s)",
     "requests": "Requests: client-observed latency (s)",
+    "engine": "Engine: queue, schedule delay after the attempt started (point, lower and upper bound), "
+              "TTFT, prefill, decode (s)",
     "policy_summary": "Policy summary: goodput per policy x workload x seed (req/s)",
     "paired_differences": "Paired differences: policy - baseline, median over seeds (req/s)",
 }
@@ -73,6 +85,8 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
         "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
         "wake_episodes": _stats(wakes, WAKE_METRICS, "wake_path", percentile),
         "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
+        "engine": percentiles_of(analysis.engine_requests(), ENGINE_METRICS, ["engine", "traffic_class"],
+                                 method=percentile),
         "policy_summary": analysis.policy_summary(),
         "paired_differences": medians,
     }
@@ -96,10 +110,17 @@ def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
         # one CSV block per section, each preceded by a `# section` line and separated by a blank line
         return "\n".join(f"# {name}\n{frame.write_csv()}" for name, frame in sections.items())
     if fmt == "markdown":
-        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(frame)}\n" for name, frame in sections.items())
+        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(_no_gate(frame))}\n"
+                         for name, frame in sections.items())
     if fmt == "table":
-        return _rich(sections)
+        return _rich({name: _no_gate(frame) for name, frame in sections.items()})
     raise ValueError(f"unknown format {fmt!r}")
+
+
+def _no_gate(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a null policy spelt ``NO_GATE``, for the text formats."""
+    columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
+    return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 
 
 def _cell(value: Any) -> str:

@@ -12,7 +12,7 @@ layers as temporary views on the connection (nothing is written to the store) an
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -28,7 +28,8 @@ from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
-__all__ = ["GROUP_ALIASES", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_seconds", "nearest_rank"]
+__all__ = ["GROUP_ALIASES", "LABELS", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_labels",
+           "checked_seconds", "nearest_rank"]
 
 #: The statistics ``percentiles`` computes for each metric.
 STATISTICS = ("p50", "p90", "p95", "p99", "max")
@@ -39,6 +40,13 @@ PERCENTILE_METHODS = ("linear", "nearest-rank")
 
 #: Friendly grouping names -> column names (any column name is accepted as well).
 GROUP_ALIASES = {"class": "traffic_class", "wake path": "wake_path", "path": "wake_path"}
+
+#: The labels the analysis groups by that a user may map onto their own attribute names
+#: (``[analysis.labels]``, ``--label LABEL=ATTR``); ``run`` is accepted for ``run_id``.
+LABELS = ("traffic_class", "policy", "workload", "run_id", "seed", "model")
+_LABEL_ALIASES = {"run": "run_id"}
+#: Longest attribute name a label may be mapped to (OTel sets no limit; a name is not a document).
+MAX_ATTRIBUTE_NAME_CHARS = 256
 
 _QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99}
 
@@ -75,6 +83,22 @@ class Slo:
                 "contention_phase": self.contention_phase, "excluded_phases": list(self.excluded_phases)}
 
 
+def checked_labels(setting: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` (label -> the user's attribute name) with ``run`` spelt ``run_id``, or a
+    ``SettingError`` naming ``setting`` for an unknown label or an empty or oversized name."""
+    checked: dict[str, str] = {}
+    for label, attribute in labels.items():
+        name = _LABEL_ALIASES.get(label, label)
+        if name not in LABELS:
+            raise SettingError(setting, f"unknown label {label!r}; valid: {', '.join(LABELS)}")
+        if not isinstance(attribute, str) or not attribute.strip():
+            raise SettingError(f"{setting}.{label}", "must name an attribute (a non-empty string)")
+        if len(attribute) > MAX_ATTRIBUTE_NAME_CHARS:
+            raise SettingError(f"{setting}.{label}", f"longer than {MAX_ATTRIBUTE_NAME_CHARS} characters")
+        checked[name] = attribute
+    return checked
+
+
 def checked_seconds(setting: str, value: float) -> float:
     """``value`` if it is a finite duration >= 0, else a ``SettingError`` naming ``setting``."""
     if not math.isfinite(value) or value < 0:
@@ -93,16 +117,25 @@ class Analysis:
     fresh (``collector/derived.py``), else computed from ``otel_traces`` like the rest. Either
     way, a view whose driving span (``DRIVING_SPANS``) is absent from the store is answered empty
     without computing anything under it.
+
+    ``labels`` maps the labels the views group by (``LABELS``) onto the user's own span or
+    resource attribute names, e.g. ``{"traffic_class": "app.tier"}``: a mapped attribute comes
+    before restorelens's own (``restore.traffic_class``, ...).
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False,
-                 use_derived: bool = True) -> None:
+                 use_derived: bool = True, labels: Mapping[str, str] | None = None) -> None:
         self.con = con
         self.slo = slo or Slo()
         self.materialize = materialize
+        self.labels = checked_labels("labels", labels or {})
         self._summary_materialized_for: Slo | None = None
         self._drop_layers()
         register_macros(con)
+        # read by span_labels.sql; a table, not SQL text, so that attribute names stay parameters
+        con.execute("create or replace temp table rl_label_map (label varchar not null, attribute varchar not null)")
+        if self.labels:
+            con.executemany("insert into rl_label_map values (?, ?)", list(self.labels.items()))
         #: Layers read from the store's derived tables (kept by the collector) instead of computed;
         #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
         self.stored_layers = fresh_layers(con) if use_derived else frozenset()
@@ -137,7 +170,7 @@ class Analysis:
 
     @classmethod
     def open(cls, db_path: str | Path, *, slo: Slo | None = None, materialize: bool = False,
-             lock_timeout_s: float = 10.0) -> Analysis:
+             lock_timeout_s: float = 10.0, labels: Mapping[str, str] | None = None) -> Analysis:
         """Open a store read-only (waiting up to ``lock_timeout_s`` for a writer between batches).
 
         A missing, locked or foreign file (not DuckDB's, no ``otel_traces`` or another table of that
@@ -151,7 +184,7 @@ class Analysis:
         except duckdb.Error as exc:
             raise InputError(str(path), _first_line(exc)) from None
         try:
-            return cls(con, slo=slo, materialize=materialize)
+            return cls(con, slo=slo, materialize=materialize, labels=labels)
         except BaseException:
             con.close()
             raise
@@ -190,6 +223,10 @@ class Analysis:
     def attempts(self) -> pl.DataFrame:
         """One row per HTTP attempt, in order within its request."""
         return self.view("attempts").sort("trace_id", "attempt_index")
+
+    def engine_requests(self) -> pl.DataFrame:
+        """One row per request an engine served, with or without a gate or a restorelens client."""
+        return self.view("engine_requests").sort("arrival", "span_id")
 
     def lending_episodes(self) -> pl.DataFrame:
         """One row per lending episode (``gate.restore``), censored ones included."""

@@ -220,7 +220,8 @@ class GateSettings:
         modelclaim = None
         if config_file is not None:
             document = read_toml(config_file)
-            require_keys(document, {"gate", "modelclaim"}, str(config_file))
+            # [analysis] belongs to `report`, `check` and the dashboard: one file can hold a deployment
+            require_keys(document, {"gate", "modelclaim", "analysis"}, str(config_file))
             table = document.get("gate", {})
             if not isinstance(table, Mapping):
                 raise SettingError("gate", f"expected a [gate] table, got {_shown(table)}")

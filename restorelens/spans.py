@@ -14,6 +14,7 @@ from __future__ import annotations
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 from opentelemetry.semconv.attributes import error_attributes as _error
 from opentelemetry.semconv.attributes import http_attributes as _http
+from opentelemetry.semconv.attributes import url_attributes as _url
 
 # --- span names -------------------------------------------------------------------------------
 
@@ -81,6 +82,11 @@ ATTR_HTTP_RESEND_COUNT = _http.HTTP_REQUEST_RESEND_COUNT
 #: The pre-stable name of the status, which opentelemetry-instrumentation-httpx writes at its default
 #: (OTEL_SEMCONV_STABILITY_OPT_IN unset); read where the stable one is absent, never written.
 ATTR_HTTP_STATUS_CODE_OLD = "http.status_code"
+ATTR_HTTP_REQUEST_METHOD = _http.HTTP_REQUEST_METHOD
+ATTR_URL_FULL = _url.URL_FULL
+#: The pre-stable names of the method and the URL, as ATTR_HTTP_STATUS_CODE_OLD.
+ATTR_HTTP_METHOD_OLD = "http.method"
+ATTR_HTTP_URL_OLD = "http.url"
 #: Opt-in response header attribute (http.response.header.<key>); semconv has no Retry-After key.
 ATTR_HTTP_RETRY_AFTER = "http.response.header.retry-after"
 ATTR_ERROR_TYPE = _error.ERROR_TYPE
@@ -202,6 +208,10 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_HTTP_STATUS_CODE: INT,
     ATTR_HTTP_RESEND_COUNT: INT,
     ATTR_HTTP_STATUS_CODE_OLD: INT,
+    ATTR_HTTP_REQUEST_METHOD: STRING,
+    ATTR_URL_FULL: STRING,
+    ATTR_HTTP_METHOD_OLD: STRING,
+    ATTR_HTTP_URL_OLD: STRING,
     ATTR_HTTP_RETRY_AFTER: STRING_ARRAY,
     ATTR_ERROR_TYPE: STRING,
     ATTR_GEN_AI_REQUEST_MODEL: STRING,

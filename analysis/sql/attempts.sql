@@ -23,6 +23,8 @@ final as (
         -- all durations: nanosecond differences / 1e9 -> seconds
         (end_ns - start_ns) / 1e9 as duration_s,
         status_code,
+        method,
+        url,
         resend_count,
         retry_after_raw,
         coalesce(retry_after_s, gate_retry_after_s) as retry_after_s,

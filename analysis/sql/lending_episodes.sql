@@ -41,6 +41,9 @@ joined as (
         gates.request_id as returning_request_id,
         gates.slot as returning_slot,
         gates.engine_scheduled_ns,
+        gates.engine_scheduled_lower_ns,
+        gates.engine_scheduled_upper_ns,
+        gates.engine_scheduled_point,
         gates.engine_clock_skew,
         -- first token: the engine's, else the gate's first upstream byte, else the client's chunk
         coalesce(
@@ -84,6 +87,10 @@ final as (
             when borrowed_at_return = 0 then 0.0
         end as drain_s,
         (engine_scheduled_ns - grant_restored_ns) / 1e9 as engine_schedule_s,
+        -- the schedule instant's bounds (typed_engine_requests) and which one is the point value
+        (engine_scheduled_lower_ns - grant_restored_ns) / 1e9 as engine_schedule_lower_s,
+        (engine_scheduled_upper_ns - grant_restored_ns) / 1e9 as engine_schedule_upper_s,
+        engine_scheduled_point as engine_schedule_point,
         (first_token_ns - t0_ns) / 1e9 as ttft_s,
         coalesce(engine_scheduled_ns < grant_restored_ns, false) as served_before_grant,
         grant_restored_ns is null

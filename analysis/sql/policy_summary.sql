@@ -8,8 +8,8 @@
 -- (restore.arrival_phase_window_s), so a run recorded by any harness that labels its requests
 -- the same way is summarised the same; a run without the label has no goodput (null), never one
 -- divided by some other length. Several runs of one policy x workload x seed add their counts
--- and their windows. Requests that passed no gate and carry no arm label (the engine alone) are
--- summarised under the policy 'none'. Requests whose arrival phase is in $excluded_phases (by
+-- and their windows. Requests that passed no gate and carry no arm label (the engine alone) have
+-- no policy: their row's policy is null (shown as "no gate"), never a made-up name. Requests whose arrival phase is in $excluded_phases (by
 -- default the ModelClaim wake scenarios') are no policy arm: left out.
 with
 
@@ -29,7 +29,7 @@ policy_arms as (
 scored as (
 
     select
-        coalesce(policy, 'none') as policy,
+        policy,
         workload,
         seed,
         run_id,

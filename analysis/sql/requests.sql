@@ -2,7 +2,8 @@
 -- (TTFT and e2e as the user saw them, over all attempts) with the last attempt's gate decision
 -- and the engine span that finally served it. Outcome `rejected` and `gave_up` are kept. The
 -- policy is the client's arm label when it has one (arms without a gate have no other), else
--- the gate's.
+-- the gate's; a request that passed no gate and has no label has none (null). Labels the user
+-- mapped onto their own attribute names (span_labels) come first.
 with
 
 clients as (
@@ -38,23 +39,30 @@ last_attempt as (
 
 ),
 
+labels as (
+
+    select * from span_labels
+
+),
+
 final as (
 
     select
         clients.trace_id,
         clients.request_id,
-        clients.run_id,
+        -- the user's own attribute for a label (span_labels) before restorelens's
+        coalesce(labels.run_id, clients.run_id) as run_id,
         clients.scenario,
-        clients.workload,
-        clients.seed,
-        clients.traffic_class,
-        clients.model,
+        coalesce(labels.workload, clients.workload) as workload,
+        coalesce(labels.seed, clients.seed) as seed,
+        coalesce(labels.traffic_class, clients.traffic_class) as traffic_class,
+        coalesce(labels.model, clients.model) as model,
         clients.retry_policy,
         clients.arrival_phase,
         clients.arrival_phase_start_s,
         clients.arrival_phase_window_s,
         clients.outcome,
-        coalesce(clients.client_policy, last_attempt.policy, per_request.any_policy) as policy,
+        coalesce(labels.policy, clients.client_policy, last_attempt.policy, per_request.any_policy) as policy,
         make_timestamp_ns(clients.start_ns) as start,
         make_timestamp_ns(clients.end_ns) as "end",
         -- all durations: nanosecond differences / 1e9 -> seconds
@@ -73,6 +81,9 @@ final as (
         last_attempt.engine_ttft_s,
         last_attempt.engine_e2e_s,
         (last_attempt.engine_scheduled_ns - last_attempt.start_ns) / 1e9 as engine_schedule_s,
+        (last_attempt.engine_scheduled_lower_ns - last_attempt.start_ns) / 1e9 as engine_schedule_lower_s,
+        (last_attempt.engine_scheduled_upper_ns - last_attempt.start_ns) / 1e9 as engine_schedule_upper_s,
+        last_attempt.engine_scheduled_point as engine_schedule_point,
         last_attempt.prompt_tokens,
         last_attempt.completion_tokens,
         coalesce(per_request.clock_skew, false) as clock_skew,
@@ -85,6 +96,9 @@ final as (
     left join last_attempt
         on clients.span_key = last_attempt.parent_key
         and clients.trace_key = last_attempt.trace_key
+    left join labels
+        on clients.span_key = labels.span_key
+        and clients.trace_key = labels.trace_key
 
 )
 

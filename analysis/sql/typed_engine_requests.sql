@@ -3,6 +3,13 @@
 -- (`has_latency`), never by service name: real vLLM reports `unknown_service:python`. The span
 -- starts at arrival; vLLM's latencies are seconds, converted to nanosecond instants so later
 -- differences stay exact.
+-- The schedule instant is an interval where vLLM's spans allow no more (docs/analysis.md,
+-- "Engine schedule"): time_in_queue counts from the engine core's queue entry, which follows the
+-- span's start (arrival at the API server) by up to a busy engine step, so arrival + time_in_queue
+-- is a lower bound; the first token less the prefill time is an upper bound (the API server sees
+-- the first token after the engine core made it). The point value is the upper bound when
+-- there is one (the tighter of the two: output delivery takes milliseconds, a step seconds),
+-- else the lower, and `scheduled_point` says which.
 with
 
 source as (
@@ -38,6 +45,7 @@ typed as (
         try_cast("SpanAttributes"['gen_ai.usage.completion_tokens'] as bigint) as completion_tokens,
         "SpanAttributes"['gen_ai.request.id'] as engine_request_id,
         "SpanAttributes"['gen_ai.response.model'] as response_model,
+        "SpanAttributes"['gen_ai.request.model'] as request_model,
         map_contains("SpanAttributes", 'gen_ai.latency.time_in_queue')
             or map_contains("SpanAttributes", 'gen_ai.latency.e2e') as has_latency
 
@@ -45,19 +53,53 @@ typed as (
 
 ),
 
-final as (
+instants as (
 
     select
         *,
         -- try(): a NaN, infinite or out-of-range latency gives no instant rather than failing
         -- the whole layer (and the collector's batch, which writes this layer with its spans).
-        -- vLLM: time_in_queue = scheduled - queued, so the schedule instant is arrival + it
-        -- (seconds -> nanoseconds, rounded to the nanosecond)
-        try(arrival_ns + round(time_in_queue_s * 1e9)::bigint) as scheduled_ns,
+        -- vLLM: time_in_queue = scheduled - queued, and queued >= arrival: arrival + it is the
+        -- earliest the request can have been scheduled (seconds -> nanoseconds, rounded)
+        try(arrival_ns + round(time_in_queue_s * 1e9)::bigint) as scheduled_lower_ns,
         -- time_to_first_token counts from arrival (seconds -> nanoseconds)
         try(arrival_ns + round(time_to_first_token_s * 1e9)::bigint) as first_token_ns
 
     from typed
+
+),
+
+bounded as (
+
+    select
+        *,
+        -- vLLM: prefill = first token - scheduled, both engine-core instants, and the API server
+        -- sees the first token no earlier: first token - prefill is the latest schedule instant
+        -- (seconds -> nanoseconds, rounded)
+        try(first_token_ns - round(prefill_s * 1e9)::bigint) as scheduled_upper_ns
+
+    from instants
+
+),
+
+final as (
+
+    select
+        *,
+        -- the bounds come from float seconds: an upper bound below the lower one by less than
+        -- 1 us (1,000 ns) is rounding (a double near 1.7e9 epoch seconds resolves 0.24 us), and
+        -- the interval is the lower instant; further below, the latencies disagree and only the
+        -- lower bound, which rests on time_in_queue alone, is kept as the point
+        case
+            when scheduled_upper_ns >= scheduled_lower_ns - 1000 then greatest(scheduled_upper_ns, scheduled_lower_ns)
+            else scheduled_lower_ns
+        end as scheduled_ns,
+        case
+            when scheduled_upper_ns >= scheduled_lower_ns - 1000 then 'upper'
+            when scheduled_lower_ns is not null then 'lower'
+        end as scheduled_point
+
+    from bounded
 
 )
 

@@ -28,12 +28,14 @@ typed as (
         epoch_ns("Timestamp") as start_ns,
         epoch_ns("Timestamp") + "Duration"::bigint as end_ns,
 
-        -- the stable semconv name, else the older one that opentelemetry-instrumentation-httpx
+        -- each the stable semconv name, else the older one that opentelemetry-instrumentation-httpx
         -- writes unless OTEL_SEMCONV_STABILITY_OPT_IN says otherwise (both present with http/dup)
         coalesce(
             try_cast("SpanAttributes"['http.response.status_code'] as bigint),
             try_cast("SpanAttributes"['http.status_code'] as bigint)
         ) as status_code,
+        coalesce("SpanAttributes"['http.request.method'], "SpanAttributes"['http.method']) as method,
+        coalesce("SpanAttributes"['url.full'], "SpanAttributes"['http.url']) as url,
         try_cast("SpanAttributes"['http.request.resend_count'] as bigint) as resend_count,
         "SpanAttributes"['error.type'] as error_type,
         try_cast("SpanAttributes"['restore.retry_after_s'] as double) as retry_after_attr_s,

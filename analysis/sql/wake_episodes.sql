@@ -70,6 +70,9 @@ successes as (
         min(attempts.attempt_index) as attempt_index,
         arg_min_null(attempts.start_ns, attempts.attempt_index) as start_ns,
         arg_min_null(attempts.engine_scheduled_ns, attempts.attempt_index) as engine_scheduled_ns,
+        arg_min_null(attempts.engine_scheduled_lower_ns, attempts.attempt_index) as engine_scheduled_lower_ns,
+        arg_min_null(attempts.engine_scheduled_upper_ns, attempts.attempt_index) as engine_scheduled_upper_ns,
+        arg_min_null(attempts.engine_scheduled_point, attempts.attempt_index) as engine_scheduled_point,
         arg_min_null(
             coalesce(attempts.engine_first_token_ns, attempts.upstream_first_byte_ns, attempts.client_first_chunk_ns),
             attempts.attempt_index
@@ -94,6 +97,9 @@ joined as (
         successes.attempt_index as success_attempt_index,
         successes.start_ns as success_start_ns,
         successes.engine_scheduled_ns,
+        successes.engine_scheduled_lower_ns,
+        successes.engine_scheduled_upper_ns,
+        successes.engine_scheduled_point,
         successes.first_token_ns,
         successes.clock_skew as success_clock_skew,
         clients.request_id,
@@ -135,6 +141,10 @@ final as (
         (success_start_ns - ready_ns) / 1e9 as overshoot_s,
         coalesce(success_attempt_index, attempt_count) - trigger_attempt_index + 1 as attempts,
         (engine_scheduled_ns - success_start_ns) / 1e9 as engine_schedule_s,
+        -- the schedule instant's bounds (typed_engine_requests) and which one is the point value
+        (engine_scheduled_lower_ns - success_start_ns) / 1e9 as engine_schedule_lower_s,
+        (engine_scheduled_upper_ns - success_start_ns) / 1e9 as engine_schedule_upper_s,
+        engine_scheduled_point as engine_schedule_point,
         (first_token_ns - t0_ns) / 1e9 as total_s,
         success_attempt_index is not null as served,
         ready_ns is null or success_attempt_index is null as censored,

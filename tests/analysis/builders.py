@@ -55,6 +55,8 @@ class Span:
     attributes: dict[str, Any] = field(default_factory=dict)
     events: list[tuple[str, float, dict[str, Any]]] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
+    #: Resource attributes besides service.name.
+    resource: dict[str, Any] = field(default_factory=dict)
 
 
 class Traces:
@@ -80,11 +82,12 @@ class Traces:
         attributes: dict[str, Any] | None = None,
         events: list[tuple[str, float, dict[str, Any]]] | None = None,
         links: list[tuple[str, str]] | None = None,
+        resource: dict[str, Any] | None = None,
     ) -> str:
         span_id = secrets.token_hex(8)
         self.spans.append(
             Span(trace_id, span_id, parent, name, kind, service, start_s, end_s,
-                 attributes or {}, events or [], links or [])
+                 attributes or {}, events or [], links or [], resource or {})
         )
         return span_id
 
@@ -115,7 +118,8 @@ class Traces:
 
     def attempt(self, trace_id: str, parent: str, start_s: float, end_s: float, *, status: int | None,
                 retry_after_header: str | None = None, retry_after_s: float | None = None,
-                resend_count: int | None = None, service: str = "loadgen") -> str:
+                resend_count: int | None = None, service: str = "loadgen",
+                resource: dict[str, Any] | None = None) -> str:
         values = {
             sc.ATTR_HTTP_STATUS_CODE: status,
             sc.ATTR_HTTP_RESEND_COUNT: resend_count,
@@ -123,7 +127,7 @@ class Traces:
             sc.ATTR_RETRY_AFTER_S: retry_after_s,
         }
         return self.span(trace_id, sc.SPAN_HTTP_POST, start_s, end_s, parent=parent, kind="Client",
-                         service=service, attributes=values)
+                         service=service, attributes=values, resource=resource)
 
     def gate_request(self, trace_id: str, parent: str, start_s: float, end_s: float, *, status: int,
                      policy: str = "lend", decision: str = "admitted", slot: str | None = "own",
@@ -151,15 +155,22 @@ class Traces:
                          service="gate", attributes=values, events=events)
 
     def engine(self, trace_id: str, parent: str, arrival_s: float, *, time_in_queue_s: float, ttft_s: float,
-               e2e_s: float, service: str = VLLM_SERVICE) -> str:
-        """A vLLM ``llm_request`` span as V1's do_tracing writes it (all its attributes, as strings)."""
+               e2e_s: float, service: str = VLLM_SERVICE, prefill_s: float | None = None) -> str:
+        """A vLLM ``llm_request`` span as V1's do_tracing writes it (all its attributes, as strings).
+
+        ``prefill_s`` defaults to what an engine core that queued the request on arrival reports
+        (first token - scheduled = ttft - time in queue), so the schedule interval is one instant;
+        a smaller one is an engine core that took the request late.
+        """
+        if prefill_s is None:
+            prefill_s = ttft_s - time_in_queue_s
         values = {
             sc.ATTR_LATENCY_TIME_TO_FIRST_TOKEN: ttft_s,
             sc.ATTR_LATENCY_E2E: e2e_s,
             sc.ATTR_LATENCY_TIME_IN_QUEUE: time_in_queue_s,
             sc.ATTR_USAGE_PROMPT_TOKENS: 16,
             sc.ATTR_USAGE_COMPLETION_TOKENS: 32,
-            sc.ATTR_LATENCY_TIME_IN_MODEL_PREFILL: 0.03125,
+            sc.ATTR_LATENCY_TIME_IN_MODEL_PREFILL: prefill_s,
             sc.ATTR_LATENCY_TIME_IN_MODEL_DECODE: e2e_s - ttft_s,
             sc.ATTR_LATENCY_TIME_IN_MODEL_INFERENCE: e2e_s - time_in_queue_s,
             sc.ATTR_GEN_AI_REQUEST_ID: f"chatcmpl-{secrets.token_hex(6)}",
@@ -225,7 +236,8 @@ class Traces:
             "SpanName": [s.name for s in rows],
             "SpanKind": [s.kind for s in rows],
             "ServiceName": [s.service for s in rows],
-            "ResourceAttributes": pa.array([[("service.name", s.service)] for s in rows], string_map),
+            "ResourceAttributes": pa.array([[("service.name", s.service), *_attributes(s.resource)] for s in rows],
+                                           string_map),
             "ScopeName": ["tests" for _ in rows],
             "ScopeVersion": ["" for _ in rows],
             "SpanAttributes": pa.array([_attributes(s.attributes) for s in rows], string_map),

@@ -92,8 +92,8 @@ def test_report_json_holds_every_section_with_the_episode_numbers(store: Path) -
     result = invoke("report", "--db", str(store), "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert set(report) == {"episode_counts", "lending_episodes", "wake_episodes", "requests", "policy_summary",
-                           "paired_differences"}
+    assert set(report) == {"episode_counts", "lending_episodes", "wake_episodes", "requests", "engine",
+                           "policy_summary", "paired_differences"}
     drain = [row for row in report["lending_episodes"] if row["metric"] == "drain_s"]
     assert drain == [{"policy": "lend", "metric": "drain_s", "count": 1, "p50": 4.5, "p90": 4.5, "p95": 4.5,
                       "p99": 4.5, "max": 4.5}]

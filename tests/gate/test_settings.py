@@ -36,6 +36,18 @@ def test_precedence_flag_over_env_over_toml(tmp_path) -> None:
     assert GateSettings.load(config, environ={}).port == 9001
 
 
+def test_one_file_configures_the_gate_and_the_analysis(tmp_path) -> None:
+    from restorelens.analysis.settings import label_mapping
+
+    config = tmp_path / "deployment.toml"
+    config.write_text('[gate]\nupstreams = {tiny = "http://127.0.0.1:9"}\n\n[analysis.labels]\ntraffic_class = "app.tier"\n')
+    assert GateSettings.load(config, environ={}).upstream_urls() == {"tiny": ["http://127.0.0.1:9"]}
+    assert label_mapping(config) == {"traffic_class": "app.tier"}
+    config.write_text('[gate]\nupstreams = {tiny = "http://127.0.0.1:9"}\n\n[anlysis]\n')
+    with pytest.raises(SettingError, match="anlysis"):
+        GateSettings.load(config, environ={})
+
+
 def test_errors_name_the_setting(tmp_path) -> None:
     with pytest.raises(SettingError, match="gate.upstreams"):
         GateSettings.load(environ={})
