@@ -12,6 +12,7 @@ layers as temporary views on the connection (nothing is written to the store) an
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import polars as pl
 from restorelens.analysis.layers import DRIVING_SPANS, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, register_macros
 from restorelens.analysis.queries import load_query
 from restorelens.collector.derived import fresh_layers
-from restorelens.collector.schema import TABLE
+from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, schema_sql
 from restorelens.errors import InputError, SettingError
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
@@ -136,6 +137,7 @@ class Analysis:
         con.execute("create or replace temp table rl_label_map (label varchar not null, attribute varchar not null)")
         if self.labels:
             con.executemany("insert into rl_label_map values (?, ?)", list(self.labels.items()))
+        _ensure_engine_metrics(con)
         #: Layers read from the store's derived tables (kept by the collector) instead of computed;
         #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
         self.stored_layers = fresh_layers(con) if use_derived else frozenset()
@@ -228,6 +230,10 @@ class Analysis:
         """One row per request an engine served, with or without a gate or a restorelens client."""
         return self.view("engine_requests").sort("arrival", "span_id")
 
+    def engine_pressure(self) -> pl.DataFrame:
+        """One row per scrape of an engine's /metrics (``collect --scrape``), in time order."""
+        return self.view("engine_pressure").sort("at", "target", "model_name", "engine_index")
+
     def lending_episodes(self) -> pl.DataFrame:
         """One row per lending episode (``gate.restore``), censored ones included."""
         return self.view("lending_episodes").sort("t0", "span_id")
@@ -280,6 +286,21 @@ class Analysis:
             raise SettingError("view", f"unknown view {view!r}; valid: {', '.join(PUBLIC_VIEWS)}")
         frame = getattr(self, view)()
         return percentiles_of(frame, metrics, by, method=method)
+
+
+def _ensure_engine_metrics(con: duckdb.DuckDBPyConnection) -> None:
+    """A store written before engines were scraped has no ``engine_metrics``: an empty temporary
+    table of the store's own definition stands in, so the views read "no samples", not an error."""
+    present = con.execute(
+        "select count(*) from duckdb_tables() where table_name = $name and not temporary",
+        {"name": ENGINE_METRICS_TABLE},
+    ).fetchone()
+    if present and present[0]:
+        return
+    # the statement up to its closing parenthesis at the start of a line (comments hold ';' and ')')
+    found = re.search(rf"create table if not exists {ENGINE_METRICS_TABLE} \(.*?\n\)", schema_sql(), re.DOTALL)
+    assert found, "collector/schema.sql defines engine_metrics"
+    con.execute(found.group(0).replace("create table", "create temp table", 1))
 
 
 def nearest_rank(values: Sequence[float | None], q: float) -> float | None:

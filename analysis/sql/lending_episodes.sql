@@ -7,7 +7,9 @@
 -- The returning request is found through the `gate.restore` span link. A negative
 -- engine_schedule_s is real (the request was served before its grant came back) and marked
 -- `served_before_grant`; an engine schedule before t0 can only be clock skew and is flagged.
--- Episodes without a restored grant or a drain are kept and marked censored.
+-- Episodes without a restored grant or a drain are kept and marked censored. The engine's
+-- pressure at t0 is the last scrape at or before t0 of an engine serving the returning request's
+-- model (engine_pressure), with its age; null when no engine was scraped.
 with
 
 restores as (
@@ -34,11 +36,18 @@ posts as (
 
 ),
 
+pressure as (
+
+    select * from engine_pressure
+
+),
+
 joined as (
 
     select
         restores.*,
         gates.request_id as returning_request_id,
+        gates.model,
         gates.slot as returning_slot,
         gates.engine_scheduled_ns,
         gates.engine_scheduled_lower_ns,
@@ -70,10 +79,27 @@ joined as (
 
 ),
 
+pressured as (
+
+    select
+        joined.*,
+        pressure.at_ns as pressure_ns,
+        pressure.running as engine_running_at_t0,
+        pressure.waiting as engine_waiting_at_t0,
+        pressure.kv_cache_usage_fraction as engine_kv_cache_usage_at_t0
+
+    from joined
+    asof left join pressure
+        on joined.model = pressure.model_name
+        and joined.t0_ns >= pressure.at_ns
+
+),
+
 final as (
 
     select
         policy,
+        model,
         workload,
         seed,
         run_id,
@@ -114,6 +140,11 @@ final as (
             ], lambda gap: gap is not null)
         else []::varchar[] end as negative_gaps,
         coalesce(engine_clock_skew, false) or coalesce(engine_scheduled_ns < t0_ns, false) as clock_skew,
+        engine_running_at_t0,
+        engine_waiting_at_t0,
+        engine_kv_cache_usage_at_t0,
+        -- how old that scrape was at t0: nanosecond difference / 1e9 -> seconds
+        (t0_ns - pressure_ns) / 1e9 as engine_pressure_age_s,
         returning_request_id,
         returning_slot,
         returning_trace_id,
@@ -121,7 +152,7 @@ final as (
         trace_id,
         span_id
 
-    from joined
+    from pressured
 
 )
 

@@ -8,7 +8,9 @@
 --   engine_schedule_s = engine scheduled the successful attempt - its start
 --   total_s           = first token of the successful attempt - t0
 -- A wake that never became ready, or whose request was never served, is kept and censored.
--- Gaps that causality says cannot be negative are listed when they are (clock skew).
+-- Gaps that causality says cannot be negative are listed when they are (clock skew). The
+-- engine's pressure at t0 is the last scrape at or before t0 of an engine serving the model
+-- (engine_pressure), with its age; null when no engine was scraped.
 with
 
 wakes as (
@@ -32,6 +34,12 @@ clients as (
 attempts as (
 
     select * from request_attempts
+
+),
+
+pressure as (
+
+    select * from engine_pressure
 
 ),
 
@@ -119,6 +127,22 @@ joined as (
 
 ),
 
+pressured as (
+
+    select
+        joined.*,
+        pressure.at_ns as pressure_ns,
+        pressure.running as engine_running_at_t0,
+        pressure.waiting as engine_waiting_at_t0,
+        pressure.kv_cache_usage_fraction as engine_kv_cache_usage_at_t0
+
+    from joined
+    asof left join pressure
+        on joined.model = pressure.model_name
+        and joined.t0_ns >= pressure.at_ns
+
+),
+
 final as (
 
     select
@@ -171,6 +195,11 @@ final as (
             or coalesce(success_clock_skew, false)
             or coalesce(success_start_ns < ready_ns, false)
             or coalesce(engine_scheduled_ns < success_start_ns, false) as clock_skew,
+        engine_running_at_t0,
+        engine_waiting_at_t0,
+        engine_kv_cache_usage_at_t0,
+        -- how old that scrape was at t0: nanosecond difference / 1e9 -> seconds
+        (t0_ns - pressure_ns) / 1e9 as engine_pressure_age_s,
         request_id,
         -- the ids as stored: 32 lower-case hex digits of the key
         printf('%032x', request_trace_key) as request_trace_id,
@@ -178,7 +207,7 @@ final as (
         trace_id,
         span_id
 
-    from joined
+    from pressured
 
 )
 

@@ -64,6 +64,7 @@ class Traces:
 
     def __init__(self) -> None:
         self.spans: list[Span] = []
+        self.samples: list[tuple[str, str, float, dict[str, float]]] = []
 
     @staticmethod
     def new_trace() -> str:
@@ -133,9 +134,11 @@ class Traces:
                      policy: str = "lend", decision: str = "admitted", slot: str | None = "own",
                      request_id: str | None = None, grant_s: float | None = None,
                      first_byte_s: float | None = None, retry_after_s: float | None = None,
-                     wait_s: float | None = None, phase: str | None = None, reason: str | None = None) -> str:
+                     wait_s: float | None = None, phase: str | None = None, reason: str | None = None,
+                     model: str | None = "tiny") -> str:
         values = {
             sc.ATTR_REQUEST_ID: request_id,
+            sc.ATTR_GEN_AI_REQUEST_MODEL: model,
             sc.ATTR_GATE_POLICY: policy,
             sc.ATTR_GATE_DECISION: decision,
             sc.ATTR_GATE_SLOT: slot if decision == "admitted" else None,
@@ -257,6 +260,11 @@ class Traces:
         assert tuple(columns) == COLUMNS
         return pa.table(columns)
 
+    def engine_samples(self, target: str, model: str, samples: list[tuple[float, dict[str, float]]]) -> None:
+        """Scrapes of an engine's /metrics: (offset in seconds, {metric name: value}) each, stored
+        by ``store()`` into ``engine_metrics`` as ``collect --scrape`` writes them."""
+        self.samples.extend((target, model, at_s, values) for at_s, values in samples)
+
     def store(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
         con = con or duckdb.connect(":memory:")
         create_schema(con)
@@ -264,4 +272,10 @@ class Traces:
         con.register("spans_batch", batch)
         con.execute(f"insert into {TABLE} select * from spans_batch")
         con.unregister("spans_batch")
+        rows = [(ns(at_s), target, name, {"model_name": model, "engine": "0"}, value)
+                for target, model, at_s, values in self.samples for name, value in values.items()]
+        if rows:
+            con.executemany(
+                "insert into engine_metrics values (make_timestamp_ns(?), ?, ?, ?, ?)", rows
+            )
         return con

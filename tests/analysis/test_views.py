@@ -131,7 +131,10 @@ def test_open_is_read_only_and_leaves_the_store_unchanged(tmp_path: Path) -> Non
             analysis.con.execute("delete from otel_traces")
 
     check = duckdb.connect(str(path), read_only=True)
-    assert check.execute("select count(*) from duckdb_tables()").fetchone() == (1,)
+    # exactly the tables the schema made: the spans and the (empty) engine metrics
+    tables = {row[0] for row in check.execute("select table_name from duckdb_tables()").fetchall()}
+    assert tables == {"otel_traces", "engine_metrics"}
+    assert check.execute("select count(*) from engine_metrics").fetchone() == (0,)
     check.close()
 
 
