@@ -4,8 +4,9 @@ and the queue times the analysis reports are vLLM's own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from restorelens import spans
 from restorelens.analysis import Analysis
 from restorelens.collector import open_read_only
+from restorelens.collector.scrape import KEPT_METRICS, Scraper
+from restorelens.collector.writer import StoreWriter
 from restorelens.gate import GateSettings, create_gate_app
 from restorelens.gate.admission import Admission
 from restorelens.loadgen import ClientRequest, RunLabels, TracedClient
@@ -56,12 +59,51 @@ async def _drive(gate_url: str, provider: TracerProvider, admission: Admission) 
         return list(await asyncio.gather(*batch, *interactive))
 
 
+@contextlib.contextmanager
+def _scraping(metrics_url: str, db: Path) -> Iterator[Scraper]:
+    """restorelens collect --scrape's scraper and writer on vLLM's /metrics, into a store of its own
+    (the collector fixture's writer holds the span store, and DuckDB takes one writer)."""
+    writer = StoreWriter(db).start()
+    try:
+        # a generous timeout: vLLM's API server shares two cores with the engine and this test
+        with Scraper([metrics_url], writer, interval_s=0.05, timeout_s=5.0) as scraper:
+            yield scraper
+    finally:
+        writer.stop()
+
+
+def _assert_engine_pressure(db: Path, target: str) -> None:
+    """Every kept metric vLLM 0.32 exposes was stored for the served model, with consistent values."""
+    with open_read_only(db) as con:
+        rows = con.execute(
+            """select "MetricName", "Labels"['model_name'], "Labels"['engine'], "Value" from engine_metrics
+               where "Target" = $target order by "Timestamp" """,
+            {"target": target},
+        ).fetchall()
+    by_name: dict[str, list[float]] = {}
+    for name, model, engine, value in rows:
+        assert (model, engine) == ("tiny", "0"), name
+        by_name.setdefault(name, []).append(value)
+    assert set(by_name) == KEPT_METRICS - {"vllm:gpu_cache_usage_perc"}  # the older name of kv_cache_usage_perc
+    running, waiting = by_name["vllm:num_requests_running"], by_name["vllm:num_requests_waiting"]
+    assert all(v in (0, 1) for v in running) and max(running) == 1  # --max-num-seqs 1, under traffic
+    # the gate lets several requests through to one sequence slot: they queue for seconds, and
+    # scrapes several times a second see it (a run saw up to 2 waiting)
+    assert all(v >= 0 and v == int(v) for v in waiting) and max(waiting) > 0
+    assert all(0 <= v <= 1 for v in by_name["vllm:kv_cache_usage_perc"]) and max(by_name["vllm:kv_cache_usage_perc"]) > 0
+    preemptions = by_name["vllm:num_preemptions_total"]
+    assert preemptions == sorted(preemptions)  # a counter
+
+
 def test_real_vllm_spans_join_the_gate_and_client_traces(
     live_python: str, model_dir: str, collector: ServerThread, providers: Callable[[str], TracerProvider],
     store: Path, tmp_path: Path,
 ) -> None:
     proc, vllm_url = start_vllm(live_python, model_dir, collector.url, tmp_path / "vllm.log")
+    metrics_db, metrics_url = tmp_path / "engine-metrics.duckdb", f"{vllm_url}/metrics"
+    scraping = contextlib.ExitStack()
     try:
+        scraper = scraping.enter_context(_scraping(metrics_url, metrics_db))  # the engine's pressure, during the traffic
         settings = GateSettings(
             upstreams={"tiny": vllm_url}, policy="lend", floors={"interactive": 2, "batch": 1},
             lendable_slots=1, wait_timeout_s=240,
@@ -75,8 +117,11 @@ def test_real_vllm_spans_join_the_gate_and_client_traces(
         client_provider.force_flush()
         served = wait_for_spans(store, spans.SPAN_LLM_REQUEST, len(results))
     finally:
+        scraping.close()
         stop_process(proc)
     assert served == len(results), f"vLLM exported {served} llm_request spans for {len(results)} requests"
+    assert scraper.counts[metrics_url].ok > 0 and scraper.counts[metrics_url].samples_stored > 0
+    _assert_engine_pressure(metrics_db, metrics_url)
 
     with open_read_only(store) as con:
         rows = con.execute(
