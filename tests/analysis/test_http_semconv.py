@@ -25,6 +25,9 @@ from restorelens import spans as sc
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
 
+#: The HTTP method, which the instrumentation also names its span after.
+POST = sc.SPAN_HTTP_POST
+
 RECORD = textwrap.dedent("""
     import sys, httpx
     from opentelemetry.instrumentation.httpx import SyncOpenTelemetryTransport
@@ -59,7 +62,7 @@ def test_every_semconv_mode_gives_the_attempts_their_status(tmp_path: Path, mode
     load_paths([trace_file], db)
     attempts = Analysis.open(db).view("typed_http_attempts").sort("start_ns")
     assert attempts["status_code"].to_list() == [503, 200]
-    assert attempts["method"].to_list() == ["POST", "POST"]
+    assert attempts["method"].to_list() == [POST, POST]
     assert all(url.endswith("/v1/completions") for url in attempts["url"].to_list())
 
 
@@ -97,7 +100,7 @@ def test_a_users_own_app_calling_the_engine_directly_fills_the_engine_view(tmp_p
     with Analysis.open(db, labels={"traffic_class": "app.tier"}) as analysis:
         attempts = analysis.view("typed_http_attempts")
         assert attempts["status_code"].to_list() == [200, 200, 200]
-        assert set(attempts["method"].to_list()) == {"POST"}
+        assert set(attempts["method"].to_list()) == {POST}
         engine = analysis.engine_requests()
     assert engine.height == 3
     assert sorted(engine["traffic_class"].to_list()) == ["bronze", "gold", "gold"]
