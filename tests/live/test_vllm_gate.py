@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -151,6 +152,7 @@ def test_real_vllm_spans_join_the_gate_and_client_traces(
     with Analysis.open(store) as analysis:
         requests = analysis.requests()
         lending = analysis.lending_episodes()
+        engine = analysis.engine_requests()
     assert requests.height == len(results)
     assert requests["reached_engine"].all()
     reported = dict(zip(requests["trace_id"], requests["engine_time_in_queue_s"], strict=True))
@@ -160,3 +162,32 @@ def test_real_vllm_spans_join_the_gate_and_client_traces(
     first = lending.row(0, named=True)
     assert first["grant_restore_s"] is not None and first["grant_restore_s"] >= 0
     assert first["engine_schedule_s"] is not None
+    assert first["engine_schedule_point"] == "upper"  # vLLM 0.32 reports the prefill time
+
+    # The engine view: one row per request vLLM served, its queue time vLLM's own, the schedule an
+    # interval (vLLM's API server sees the first token after the engine core made it).
+    assert engine.height == len(results)
+    assert dict(zip(engine["trace_id"], engine["queue_s"], strict=True)) == vllm_queue_by_trace
+    assert set(engine["engine"].to_list()) == {"tiny"}  # vLLM names no service: the model does
+    assert set(engine["schedule_point"].to_list()) == {"upper"}
+    bounds = engine.select("schedule_delay_lower_s", "schedule_delay_upper_s").rows()
+    assert all(lower <= upper for lower, upper in bounds), bounds
+    _assert_engine_section(store, requests, vllm_queue_by_trace)
+
+
+def _assert_engine_section(store: Path, requests, vllm_queue_by_trace: dict[str, float]) -> None:
+    """report --format json's engine section: per traffic class, vLLM's own queue times."""
+    from click.testing import CliRunner
+
+    import restorelens.cli
+
+    result = CliRunner().invoke(restorelens.cli.cli, ["report", "--db", str(store), "--format", "json",
+                                                      "--section", "engine"])
+    assert result.exit_code == 0, result.output
+    queue_rows = {row["traffic_class"]: row for row in json.loads(result.output)["engine"]
+                  if row["metric"] == "queue_s"}
+    classes = dict(zip(requests["trace_id"], requests["traffic_class"], strict=True))
+    assert set(queue_rows) == {"batch", "interactive"}
+    for traffic_class, row in queue_rows.items():
+        own = [queue_s for trace_id, queue_s in vllm_queue_by_trace.items() if classes[trace_id] == traffic_class]
+        assert (row["engine"], row["count"], row["max"]) == ("tiny", len(own), max(own))
