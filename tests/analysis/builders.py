@@ -265,6 +265,14 @@ class Traces:
         by ``store()`` into ``engine_metrics`` as ``collect --scrape`` writes them."""
         self.samples.extend((target, model, at_s, values) for at_s, values in samples)
 
+    def save(self, path: Any) -> None:
+        """Write the spans into a DuckDB file at ``path`` (a store the CLI can open)."""
+        con = duckdb.connect(str(path))
+        try:
+            self.store(con)
+        finally:
+            con.close()
+
     def store(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyConnection:
         con = con or duckdb.connect(":memory:")
         create_schema(con)

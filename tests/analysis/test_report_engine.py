@@ -5,12 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 from builders import Traces
-from click.testing import CliRunner
-
-import restorelens.cli
+from test_cli import invoke
 
 
 def build_store(path: Path) -> None:
@@ -26,9 +23,7 @@ def build_store(path: Path) -> None:
     client = traces.client_request(trace, 0.0, 2.0, first_chunk_s=1.0, traffic_class="interactive")
     attempt = traces.attempt(trace, client, 0.0, 2.0, status=200)
     traces.engine(trace, attempt, 0.0, time_in_queue_s=0.5, ttft_s=1.0, e2e_s=1.5)
-    con = duckdb.connect(str(path))
-    traces.store(con)
-    con.close()
+    traces.save(path)
 
 
 @pytest.fixture
@@ -36,10 +31,6 @@ def store(tmp_path: Path) -> Path:
     path = tmp_path / "spans.duckdb"
     build_store(path)
     return path
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(restorelens.cli.cli, list(args))
 
 
 def _engine_rows(output: str, metric: str) -> dict[str | None, dict]:
