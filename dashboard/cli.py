@@ -44,25 +44,40 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
 @click.option("--max-upload-bytes", "max_upload_bytes", default=DEFAULT_MAX_UPLOAD_BYTES, show_default=True,
               type=click.IntRange(min=1), metavar="N",
               help="Largest file the sidebar's upload takes, as sent and once decompressed (256 MiB by default).")
-def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int) -> None:
+@click.option("--label", "labels", multiple=True, metavar="LABEL=ATTR",
+              help="Read a label from your own span or resource attribute, e.g. traffic_class=app.tier (repeatable; "
+                   "labels: traffic_class, policy, workload, run_id, seed, model), on every store the dashboard "
+                   "shows. Wins over --config's [analysis.labels].")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="TOML file whose [analysis.labels] table maps labels onto your attribute names (other tables "
+                   "ignored).")
+def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int,
+              labels: tuple[str, ...], config_file: str | None) -> None:
     """Open the recovery dashboard on DB at http://HOST:PORT.
 
     Pages: overview (episode counts, p50/p95/max of each restoration event, broken limits),
-    lending and wake episode timelines, policy comparison, model lifecycle, trace explorer.
-    The sidebar can switch to the sample traces or an uploaded OTLP JSON(L) file.
+    lending and wake episode timelines with the engine's pressure, the engine view of every
+    request an engine served (with or without a gate), policy comparison, model lifecycle, trace
+    explorer. The sidebar can switch to the sample traces or an uploaded OTLP JSON(L) file.
     """
     from restorelens.analysis import parse_limit
-    from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, MAX_UPLOAD_ENV, validate_store
+    from restorelens.analysis.settings import label_mapping
+    from restorelens.dashboard import source
 
     for text in limits:
         parse_limit(text, "--max")
+    mapping = label_mapping(config_file, labels)
     path = Path(db).resolve()
-    validate_store(path)
+    source.validate_store(path)
     env = dict(os.environ)
-    env[DB_ENV] = str(path)
-    env[MAX_UPLOAD_ENV] = str(max_upload_bytes)
+    env[source.DB_ENV] = str(path)
+    env[source.MAX_UPLOAD_ENV] = str(max_upload_bytes)
     if limits:
-        env[LIMITS_ENV] = ";".join(limits)
+        env[source.LIMITS_ENV] = ";".join(limits)
+    # an inherited mapping must not outlive a command line that gives none
+    env.pop(source.LABELS_ENV, None)
+    if mapping:
+        env[source.LABELS_ENV] = source.labels_env_value(mapping)
     command = streamlit_command(host, port, max_upload_bytes)
     click.echo(f"restorelens dashboard: http://{host}:{port} (spans from {path}); Ctrl-C stops it", err=True)
     sys.stdout.flush()

@@ -13,17 +13,31 @@ from typing import Any
 import polars as pl
 
 from restorelens.analysis import Analysis, Limit, check, parse_limit, percentiles_of
+from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "ENGINE_FIGURE_METRICS",
+    "ENGINE_METRICS",
     "LENDING_EVENTS",
     "LENDING_METRICS",
+    "NO_CLASS",
+    "NO_GATE",
     "REQUEST_METRICS",
     "WAKE_METRICS",
+    "EngineSummary",
+    "EpisodePressure",
     "LendingDetail",
     "Overview",
     "PolicyData",
     "WakeDetail",
+    "distribution_curves",
+    "engine_policies",
+    "engine_summary",
+    "engine_statistics",
+    "engine_view",
+    "episode_pressure",
+    "episode_window",
     "lending_detail",
     "lending_events",
     "limit_breaches",
@@ -31,8 +45,10 @@ __all__ = [
     "overview",
     "parse_limits",
     "policy_data",
+    "schedule_points",
     "wake_detail",
     "wake_events",
+    "with_no_gate",
 ]
 
 LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
@@ -45,6 +61,19 @@ LENDING_EVENTS = ("demand returned", "grant restored", "borrowed drained", "engi
 #: Limits shown when none are configured: the interactive TTFT SLO (5 s) at p95, and the wake
 #: overshoot a client should not wait past a ready engine (1 s) at p95.
 DEFAULT_LIMITS = ("lending.ttft_s.p95=5", "wake.overshoot_s.p95=1")
+
+#: The engine view's metrics whose distributions the engine page draws (the table adds the
+#: schedule delay's bounds).
+ENGINE_FIGURE_METRICS = ("queue_s", "schedule_delay_s", "ttft_s", "prefill_s", "decode_s")
+#: How a request without a traffic class reads: a user's app whose class attribute is not mapped
+#: (``restorelens dashboard --label traffic_class=ATTR``).
+NO_CLASS = "no class"
+#: An engine span with neither a service name of its own nor a model to name it by.
+NO_ENGINE = "unnamed engine"
+#: Columns holding a gate policy, whose null means the request passed no gate.
+_POLICY_COLUMNS = ("policy", "baseline")
+#: Most points of one distribution curve: the figure's size stays bounded whatever the store holds.
+MAX_CURVE_POINTS = 200
 
 _EVENT_COLUMNS = {"event": pl.String, "offset_s": pl.Float64, "detail": pl.String}
 
@@ -61,6 +90,12 @@ def _ns(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     return int(pl.Series([value]).cast(pl.Datetime("ns")).cast(pl.Int64)[0])
+
+
+def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a null policy (and baseline) spelt ``NO_GATE``, as every page shows it."""
+    columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
+    return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 
 
 # --- overview ---------------------------------------------------------------------------------
@@ -96,6 +131,8 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
     frames = {"lending": analysis.lending_episodes(), "wake": analysis.wake_episodes()}
     if include_requests:
         frames["requests"] = analysis.requests()
+    if any(limit.view == "engine" for limit in parsed):
+        frames["engine"] = analysis.engine_requests()
     lending, wakes = frames["lending"], frames["wake"]
     rows = [("lending episodes", lending.height, int(lending["censored"].sum()), int(lending["clock_skew"].sum())),
             ("wake episodes", wakes.height, int(wakes["censored"].sum()), int(wakes["clock_skew"].sum()))]
@@ -103,7 +140,7 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
     if include_requests:
         requests = frames["requests"]
         rows.insert(0, ("requests", requests.height, 0, int(requests["clock_skew"].sum())))
-        request_stats = percentiles_of(requests, REQUEST_METRICS, ["traffic_class", "policy"])
+        request_stats = percentiles_of(with_no_gate(requests), REQUEST_METRICS, ["traffic_class", "policy"])
     counts = pl.DataFrame(
         rows, schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
         orient="row",
@@ -111,7 +148,7 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
     violations = check(_Frames(frames), parsed)  # type: ignore[arg-type]
     return Overview(
         counts=counts,
-        lending_stats=percentiles_of(lending, LENDING_METRICS, ["policy"]),
+        lending_stats=percentiles_of(with_no_gate(lending), LENDING_METRICS, ["policy"]),
         wake_stats=percentiles_of(wakes, WAKE_METRICS, ["model", "wake_path"]),
         request_stats=request_stats,
         violations=tuple(str(v) for v in violations),
@@ -135,6 +172,9 @@ class _Frames:
     def requests(self) -> pl.DataFrame:
         return self._frames["requests"]
 
+    def engine_requests(self) -> pl.DataFrame:
+        return self._frames["engine"]
+
 
 def limit_breaches(frames: dict[str, pl.DataFrame], limits: Sequence[Limit]) -> pl.DataFrame:
     """Each episode (or request) whose own value is over a limit's maximum, or whose flag is set."""
@@ -146,8 +186,9 @@ def limit_breaches(frames: dict[str, pl.DataFrame], limits: Sequence[Limit]) -> 
             continue
         column = pl.col(limit.column)
         hit = column.fill_null(False) if limit.statistic == "count" else column.cast(pl.Float64) > limit.maximum
-        time_column = "t0" if "t0" in frame.columns else "start"
-        id_column = "span_id" if limit.view != "requests" else "request_id"
+        time_column = next(name for name in ("t0", "start", "arrival") if name in frame.columns)
+        # the id a page opens it by: an episode's span, a request's id, an engine request's trace
+        id_column = {"requests": "request_id", "engine": "trace_id"}.get(limit.view, "span_id")
         for row in frame.filter(hit).iter_rows(named=True):
             value = float(row[limit.column]) if limit.statistic != "count" else 1.0
             rows.append((f"{limit.name}={limit.maximum:g}", limit.view, value, str(row[id_column]),
@@ -225,8 +266,7 @@ def lending_detail(episode: dict[str, Any], gates: pl.DataFrame, *, margin_s: fl
         run_gates = same_run if same_run.height else gates
     if episode.get("policy") is not None:
         run_gates = run_gates.filter(pl.col("policy") == episode["policy"])
-    last_s = float(events["offset_s"].max() or 0.0)  # type: ignore[arg-type]
-    occupancy = occupancy_steps(run_gates, t0_ns, -margin_s, last_s + margin_s)
+    occupancy = occupancy_steps(run_gates, t0_ns, *episode_window(events, margin_s))
     return LendingDetail(episode=episode, events=events, occupancy=occupancy)
 
 
@@ -287,6 +327,154 @@ def wake_detail(episode: dict[str, Any], wake: dict[str, Any] | None, attempts: 
     return WakeDetail(episode=episode, events=wake_events(episode, wake, attempts), overshoot=band)
 
 
+def episode_window(events: pl.DataFrame, margin_s: float = 5.0) -> tuple[float, float]:
+    """Seconds from t0 an episode's charts span: ``margin_s`` before t0 to ``margin_s`` after its
+    last event (the occupancy chart's range, so the pressure chart lines up with it)."""
+    last_s = float(events["offset_s"].max() or 0.0) if events.height else 0.0  # type: ignore[arg-type]
+    return -margin_s, max(last_s, 0.0) + margin_s
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+def engine_view(requests: pl.DataFrame) -> pl.DataFrame:
+    """``engine_requests`` with its labels as the pages show them: a null policy is ``NO_GATE``, a
+    null traffic class ``NO_CLASS``, an engine without a name ``NO_ENGINE``."""
+    return with_no_gate(requests).with_columns(
+        pl.col("engine").fill_null(NO_ENGINE), pl.col("traffic_class").fill_null(NO_CLASS),
+    )
+
+
+def engine_statistics(view: pl.DataFrame, groups: Sequence[str] = ("engine", "traffic_class")) -> pl.DataFrame:
+    """Count, p50, p90, p95, p99 and max of every engine metric per group (the report's ``engine``
+    section when ``groups`` are engine and traffic class); ``view`` from ``engine_view``."""
+    return percentiles_of(view, ENGINE_METRICS, list(groups))
+
+
+def schedule_points(view: pl.DataFrame) -> dict[str, int]:
+    """How many requests' schedule delay is each bound (``upper``, ``lower``) of its interval."""
+    counts = {"upper": 0, "lower": 0}
+    for point, count in view.group_by("schedule_point").len().iter_rows():
+        if point in counts:
+            counts[point] = int(count)
+    return counts
+
+
+def distribution_curves(view: pl.DataFrame, groups: Sequence[str] = ("engine", "traffic_class"),
+                         metrics: Sequence[str] = ENGINE_FIGURE_METRICS,
+                         max_points: int = MAX_CURVE_POINTS) -> pl.DataFrame:
+    """Each metric's empirical distribution per group, as the points of a step curve: ``seconds``
+    and ``fraction`` of the group's values at or below it, every value when a group holds at most
+    ``max_points``, else ``max_points`` of them evenly by rank (the first and the last included)."""
+    schema = {"group": pl.String, "metric": pl.String, "seconds": pl.Float64, "fraction": pl.Float64,
+              "count": pl.Int64}
+    rows: list[tuple[str, str, float, float, int]] = []
+    ordered = view.sort(list(groups), nulls_last=True, maintain_order=True) if groups else view
+    parts = ordered.group_by(list(groups), maintain_order=True) if groups else [((), ordered)]
+    for key, part in parts:
+        group = " · ".join(str(value) for value in key) or "all"
+        for metric in metrics:
+            values = part[metric].cast(pl.Float64).drop_nulls().drop_nans().sort().to_list()
+            n = len(values)
+            if n == 0:
+                continue
+            ranks = range(n) if n <= max_points else sorted(
+                {round(k * (n - 1) / (max_points - 1)) for k in range(max_points)})
+            rows.extend((group, metric, values[rank], (rank + 1) / n, n) for rank in ranks)
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    """The engine page: its counts, statistics and distribution curves over the chosen policies."""
+
+    requests: int
+    via_gate: int
+    clock_skew: int
+    unclassified: int
+    points: dict[str, int]
+    groups: tuple[str, ...]
+    statistics: pl.DataFrame
+    curves: pl.DataFrame
+    slowest: pl.DataFrame
+
+
+#: The slowest-scheduled requests' columns the engine page lists.
+_SLOWEST_COLUMNS = ("engine", "traffic_class", "policy", "model", "attempt_source", "arrival", "queue_s",
+                    "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "schedule_point",
+                    "ttft_s", "prefill_s", "decode_s", "trace_id")
+
+
+def engine_policies(requests: pl.DataFrame) -> tuple[str, ...]:
+    """The policies ``engine_requests`` holds, as shown (``NO_GATE`` for none)."""
+    return tuple(sorted(set(with_no_gate(requests.select("policy"))["policy"].to_list())))
+
+
+def engine_summary(requests: pl.DataFrame, policies: Sequence[str] | None = None, *, by_policy: bool = False,
+                   slowest: int = 20) -> EngineSummary:
+    """``engine_requests`` under ``policies`` (as shown; None: all), per engine × traffic class (×
+    policy with ``by_policy``), and the ``slowest`` requests by schedule delay."""
+    view = engine_view(requests)
+    if policies is not None:
+        view = view.filter(pl.col("policy").is_in(list(policies)))
+    groups = ("engine", "traffic_class", "policy") if by_policy else ("engine", "traffic_class")
+    return EngineSummary(
+        requests=view.height,
+        via_gate=int(view["via_gate"].fill_null(False).sum()),
+        clock_skew=int(view["clock_skew"].fill_null(False).sum()),
+        unclassified=int((view["traffic_class"] == NO_CLASS).sum()),
+        points=schedule_points(view),
+        groups=groups,
+        statistics=engine_statistics(view, groups),
+        curves=distribution_curves(view, groups),
+        slowest=view.sort("schedule_delay_s", descending=True, nulls_last=True).head(slowest)
+        .select(_SLOWEST_COLUMNS),
+    )
+
+
+@dataclass(frozen=True)
+class EpisodePressure:
+    """The engines' scrapes around one episode, for its pressure chart.
+
+    ``samples``: offset_s (from t0), engine (the scraped target, with vLLM's engine index when a
+    target reports several), running, waiting, kv_cache_usage_fraction. ``scraped``: the store
+    holds any scrape at all; ``models``: the models its scrapes are of (to say why none matched).
+    """
+
+    model: str | None
+    start_s: float
+    end_s: float
+    samples: pl.DataFrame
+    scraped: bool
+    models: tuple[str, ...]
+
+
+def episode_pressure(pressure: pl.DataFrame, model: str | None, t0: Any, start_s: float,
+                     end_s: float) -> EpisodePressure:
+    """The scrapes (``engine_pressure``) of the engines serving ``model`` from ``start_s`` to
+    ``end_s`` seconds around ``t0`` (an episode's, datetime or ns): the engines the analysis reads
+    the episode's pressure at t0 from (the same model name)."""
+    t0_ns = _ns(t0)
+    assert t0_ns is not None
+    schema = {"offset_s": pl.Float64, "engine": pl.String, "running": pl.Float64, "waiting": pl.Float64,
+              "kv_cache_usage_fraction": pl.Float64}
+    models = tuple(sorted({str(name) for name in pressure["model_name"].drop_nulls().to_list()}))
+    low, high = t0_ns + round(start_s * 1e9), t0_ns + round(end_s * 1e9)
+    mine = pressure.filter((pl.col("model_name") == model) & pl.col("at_ns").is_between(low, high)) \
+        if model is not None else pressure.clear()
+    several = mine.group_by("target").agg(pl.col("engine_index").n_unique().alias("engines"))
+    indexed = set(several.filter(pl.col("engines") > 1)["target"].to_list())
+    samples = mine.sort("at_ns", "target", "engine_index").select(
+        ((pl.col("at_ns") - t0_ns) / 1e9).alias("offset_s"),
+        pl.when(pl.col("target").is_in(list(indexed)) & pl.col("engine_index").is_not_null())
+        .then(pl.col("target") + " · engine " + pl.col("engine_index"))
+        .otherwise(pl.col("target")).alias("engine"),
+        "running", "waiting", "kv_cache_usage_fraction",
+    ).cast(schema)  # type: ignore[arg-type]
+    return EpisodePressure(model=model, start_s=start_s, end_s=end_s, samples=samples,
+                           scraped=pressure.height > 0, models=models)
+
+
 # --- policies ---------------------------------------------------------------------------------
 
 
@@ -297,4 +485,7 @@ class PolicyData:
 
 
 def policy_data(analysis: Analysis) -> PolicyData:
-    return PolicyData(summary=analysis.policy_summary(), paired=analysis.paired_differences())
+    """The policy summary and paired differences, a null policy (requests that passed no gate)
+    spelt ``NO_GATE``."""
+    return PolicyData(summary=with_no_gate(analysis.policy_summary()),
+                      paired=with_no_gate(analysis.paired_differences()))

@@ -1,4 +1,4 @@
-"""Plotly figures for the overview, policy, lifecycle and trace pages (pure: frames in, figure out).
+"""Plotly figures for the overview, engine, policy, lifecycle and trace pages (pure: frames in, figure out).
 
 Episode timelines live in ``dashboard/timelines.py``.
 
@@ -13,18 +13,30 @@ reaches them through ``%{...}`` fields (customdata, the axes, the trace's name).
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-__all__ = ["goodput_strip", "lifecycle_swimlanes", "literal", "literals", "paired_strip", "statistics_dots",
-           "waterfall"]
+__all__ = ["ENGINE_TITLES", "engine_distributions", "goodput_strip", "lifecycle_swimlanes", "literal", "literals",
+           "paired_strip", "statistics_dots", "waterfall"]
 
 _TEMPLATE = "plotly_white"
 _STAT_SYMBOLS = {"p50": "circle", "p95": "diamond", "max": "x"}
+_PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f",
+            "#d62728"]
+
+#: The engine page's panels: metric -> its short title (the page's caption says what each measures).
+ENGINE_TITLES = {
+    "queue_s": "queue (time_in_queue)",
+    "schedule_delay_s": "schedule delay",
+    "ttft_s": "TTFT",
+    "prefill_s": "prefill",
+    "decode_s": "decode",
+}
 
 
 def literal(value: object) -> str:
@@ -60,6 +72,44 @@ def statistics_dots(stats: pl.DataFrame, groups: Sequence[str], title: str) -> g
             ))
     figure.update_layout(template=_TEMPLATE, title=literal(title), height=380, yaxis_title="seconds",
                          xaxis_title="restoration event", legend={"font": {"size": 10}})
+    return figure
+
+
+def engine_distributions(curves: pl.DataFrame, titles: Mapping[str, str] = ENGINE_TITLES,
+                         groups: Sequence[str] = ("engine", "traffic class")) -> go.Figure:
+    """One panel per metric (``titles``' order), one step curve per group: the share of the group's
+    requests at or below each time. ``curves`` from ``data.distribution_curves``; a group's name
+    (its ``groups`` values, e.g. engine · traffic class) is its legend entry, shared by its curves
+    in every panel."""
+    metrics = list(titles)
+    columns = 3
+    rows = max(1, math.ceil(len(metrics) / columns))
+    figure = make_subplots(rows=rows, cols=columns, subplot_titles=[literal(titles[m]) for m in metrics],
+                           horizontal_spacing=0.07, vertical_spacing=0.16)
+    names = list(dict.fromkeys(curves["group"].to_list()))
+    colours = {group: _PALETTE[i % len(_PALETTE)] for i, group in enumerate(names)}
+    shown: set[str] = set()
+    for index, metric in enumerate(metrics):
+        row, col = index // columns + 1, index % columns + 1
+        for (group,), part in curves.filter(pl.col("metric") == metric).group_by("group", maintain_order=True):
+            seconds, count = part["seconds"].to_list(), part["count"].to_list()
+            # from 0 % at the smallest value, so that a group of one request is a visible step too
+            figure.add_trace(go.Scatter(
+                x=[seconds[0], *seconds], y=[0.0, *part["fraction"].to_list()], mode="lines",
+                line={"shape": "hv", "color": colours[group], "width": 2},
+                name=literal(group), legendgroup=literal(group), showlegend=group not in shown,
+                customdata=[count[0], *count],
+                hovertemplate="%{fullData.name}<br>%{y:.1%} of %{customdata} at or below %{x:.3f} s<extra></extra>",
+            ), row=row, col=col)
+            shown.add(group)
+        figure.update_xaxes(title_text="seconds", row=row, col=col)
+    figure.update_yaxes(range=[0, 1.02], tickformat=".0%")
+    figure.update_yaxes(title_text="requests at or below", col=1)
+    # the legend sits in the free cell of the last row when there is one
+    free = len(metrics) % columns != 0
+    legend = {"x": 0.72, "y": 0.0, "yanchor": "bottom", "font": {"size": 11}} if free else {"orientation": "h"}
+    figure.update_layout(template=_TEMPLATE, height=300 * rows + 120, legend=legend,
+                         title=f"Distribution per {' · '.join(groups)} (share of requests at or below)")
     return figure
 
 

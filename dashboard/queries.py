@@ -26,6 +26,11 @@ from restorelens.dashboard import data, source
 __all__ = [
     "TTL_S",
     "StoreReader",
+    "engine_policies",
+    "engine_pressure",
+    "engine_requests",
+    "engine_summary",
+    "episode_pressure",
     "lending_detail",
     "lending_episodes",
     "lifecycle_intervals",
@@ -46,11 +51,14 @@ TTL_S = 10 * 60
 
 
 class StoreReader:
-    """Opens short-lived read-only ``Analysis`` objects on one store (thread-safe: one at a time)."""
+    """Opens short-lived read-only ``Analysis`` objects on one store (thread-safe: one at a time),
+    each with the label mapping the CLI set (``--label``, ``--config``), whichever store it is."""
 
     def __init__(self, path: str) -> None:
         source.validate_store(path)
         self.path = path
+        # read once: the CLI fixes the mapping for the life of the process, as it fixes the store
+        self.labels = source.configured_labels()
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -58,7 +66,7 @@ class StoreReader:
         with self._lock:
             con = open_read_only(self.path, timeout_s=source.READ_LOCK_TIMEOUT_S)
             try:
-                yield Analysis(con)
+                yield Analysis(con, labels=self.labels)
             finally:
                 con.close()
 
@@ -120,6 +128,36 @@ def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.WakeDet
         wakes = analysis.view("typed_model_wakes").filter(pl.col("span_id") == span_id)
         attempts = analysis.attempts().filter(pl.col("trace_id") == episode["request_trace_id"])
         return data.wake_detail(episode, wakes.row(0, named=True) if wakes.height else None, attempts)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Reading the engines' requests…")
+def engine_requests(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.engine_requests()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def engine_policies(path: str, stamp: tuple[int, ...]) -> tuple[str, ...]:
+    return data.engine_policies(engine_requests(path, stamp))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner="Summarising the engines' requests…")
+def engine_summary(path: str, stamp: tuple[int, ...], policies: tuple[str, ...] | None,
+                   by_policy: bool) -> data.EngineSummary:
+    return data.engine_summary(engine_requests(path, stamp), policies, by_policy=by_policy)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def engine_pressure(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    with store_reader(path).analysis() as analysis:
+        return analysis.engine_pressure()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def episode_pressure(path: str, stamp: tuple[int, ...], model: str | None, t0: object, start_s: float,
+                     end_s: float) -> data.EpisodePressure:
+    """The scrapes of the engines serving ``model`` from ``start_s`` to ``end_s`` around ``t0``."""
+    return data.episode_pressure(engine_pressure(path, stamp), model, t0, start_s, end_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

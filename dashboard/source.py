@@ -14,6 +14,7 @@ import atexit
 import functools
 import gzip
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -31,13 +32,16 @@ from restorelens.errors import InputError, SettingError
 __all__ = [
     "DB_ENV",
     "DEFAULT_MAX_UPLOAD_BYTES",
+    "LABELS_ENV",
     "LIMITS_ENV",
     "MAX_UPLOAD_ENV",
     "SAMPLE_DIR",
+    "configured_labels",
     "configured_limits",
     "configured_max_upload_bytes",
     "copy_upload",
     "load_into_store",
+    "labels_env_value",
     "load_upload",
     "remove_stale_folders",
     "sample_files",
@@ -52,6 +56,12 @@ __all__ = [
 DB_ENV = "RESTORELENS_DASHBOARD_DB"
 #: Limits (``view.metric.stat=N``, separated by ``;``) the CLI's ``--max`` options name.
 LIMITS_ENV = "RESTORELENS_DASHBOARD_LIMITS"
+#: The label mapping (``--label``, ``--config``'s ``[analysis.labels]``) as one JSON object of
+#: label -> attribute name: data for ``json.loads``, never code or SQL.
+LABELS_ENV = "RESTORELENS_DASHBOARD_LABELS"
+#: The mapping's longest JSON text: six labels of 256-character names fit many times over, and the
+#: app reads no more than this from its environment before parsing it.
+MAX_LABELS_ENV_CHARS = 16 * 1024
 #: Recorded traces shipped with the repository (present in a source checkout).
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -84,6 +94,33 @@ def configured_limits() -> tuple[str, ...] | None:
     if text is None:
         return None
     return tuple(part.strip() for part in text.split(";") if part.strip())
+
+
+def labels_env_value(labels: dict[str, str]) -> str:
+    """The mapping as ``LABELS_ENV`` carries it (checked by the CLI before it gets here)."""
+    text = json.dumps(labels, ensure_ascii=True, sort_keys=True)
+    if len(text) > MAX_LABELS_ENV_CHARS:
+        raise SettingError("--label", f"the label mapping is longer than {MAX_LABELS_ENV_CHARS} characters")
+    return text
+
+
+def configured_labels() -> dict[str, str]:
+    """The label mapping the CLI set (``LABELS_ENV``), checked again as the analysis checks it:
+    the environment is the app's input too. None set: no mapping."""
+    from restorelens.analysis import checked_labels
+
+    text = os.environ.get(LABELS_ENV)
+    if not text:
+        return {}
+    if len(text) > MAX_LABELS_ENV_CHARS:
+        raise SettingError(LABELS_ENV, f"longer than {MAX_LABELS_ENV_CHARS} characters")
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: a deeply nested array
+        raise SettingError(LABELS_ENV, "not a JSON object of label -> attribute name") from None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise SettingError(LABELS_ENV, "not a JSON object of label -> attribute name")
+    return checked_labels(LABELS_ENV, value)
 
 
 def configured_max_upload_bytes() -> int:

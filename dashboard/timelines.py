@@ -12,10 +12,10 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from restorelens.dashboard.data import LENDING_EVENTS, LendingDetail, WakeDetail
+from restorelens.dashboard.data import LENDING_EVENTS, NO_GATE, EpisodePressure, LendingDetail, WakeDetail
 from restorelens.dashboard.figures import literal, literals
 
-__all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "wake_timeline"]
+__all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "pressure_timeline", "wake_timeline"]
 
 EVENT_COLOURS = {
     LENDING_EVENTS[0]: "#636363",
@@ -81,7 +81,7 @@ def lending_timeline(detail: LendingDetail) -> go.Figure:
     figure.update_xaxes(title_text="seconds from demand return (t0)", row=2, col=1)
     figure.update_layout(
         template=_TEMPLATE, height=560, margin={"t": 60, "b": 40, "l": 50, "r": 20},
-        title=f"Lending episode · policy {literal(episode.get('policy'))} · "
+        title=f"Lending episode · policy {literal(episode.get('policy') or NO_GATE)} · "
               f"{literal(episode.get('returning_request_id') or '')}",
         legend={"orientation": "h", "y": -0.18},
     )
@@ -148,4 +148,44 @@ def hint_scatter(wakes: pl.DataFrame) -> go.Figure:
                                 line={"dash": "dash", "color": "#7f7f7f"}))
     figure.update_layout(template=_TEMPLATE, height=380, title="Retry-After hint vs actual readiness",
                          xaxis_title="Retry-After hint (s)", yaxis_title="engine ready after t0 (s)")
+    return figure
+
+
+_ENGINE_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf"]
+
+
+def pressure_timeline(pressure: EpisodePressure) -> go.Figure:
+    """The engines' KV-cache usage above their running and waiting requests, as scraped, on the
+    episode's time axis (seconds from t0, t0 marked). One colour per engine (the scraped target);
+    running solid, waiting dashed."""
+    samples = pressure.samples
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.45, 0.55], vertical_spacing=0.1,
+                           subplot_titles=("KV-cache usage", "requests running and waiting"))
+    ordered = samples.sort("engine", "offset_s", maintain_order=True)
+    for index, ((engine,), rows) in enumerate(ordered.group_by("engine", maintain_order=True)):
+        colour = _ENGINE_COLOURS[index % len(_ENGINE_COLOURS)]
+        name = literal(engine)
+        x = rows["offset_s"].to_list()
+        # a gauge holds its value until the next scrape: steps, and a dot where each was read
+        figure.add_trace(go.Scatter(
+            x=x, y=rows["kv_cache_usage_fraction"].to_list(), mode="lines+markers", name=f"{name} KV cache",
+            legendgroup=name, line={"shape": "hv", "color": colour, "width": 2}, marker={"size": 4},
+            hovertemplate="%{fullData.name}<br>t0 %{x:+.3f} s: %{y:.1%}<extra></extra>",
+        ), row=1, col=1)
+        for column, dash in (("running", "solid"), ("waiting", "dash")):
+            figure.add_trace(go.Scatter(
+                x=x, y=rows[column].to_list(), mode="lines+markers", name=f"{name} {column}", legendgroup=name,
+                line={"shape": "hv", "color": colour, "width": 2, "dash": dash}, marker={"size": 4},
+                hovertemplate="%{fullData.name}<br>t0 %{x:+.3f} s: %{y:g}<extra></extra>",
+            ), row=2, col=1)
+    figure.add_vline(x=0, line={"dash": "dot", "width": 1, "color": "#636363"})
+    figure.update_xaxes(range=[pressure.start_s, pressure.end_s])
+    figure.update_xaxes(title_text="seconds from t0", row=2, col=1)
+    figure.update_yaxes(range=[0, 1.02], tickformat=".0%", title_text="used", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero", title_text="requests", row=2, col=1)
+    figure.update_layout(
+        template=_TEMPLATE, height=460, margin={"t": 60, "b": 40, "l": 50, "r": 20},
+        title=f"Engine pressure · {literal(pressure.model)} · {samples['engine'].n_unique()} engine(s) scraped",
+        legend={"orientation": "h", "y": -0.2},
+    )
     return figure

@@ -18,10 +18,11 @@ import duckdb
 import plotly.graph_objects as go
 import streamlit as st
 
-from restorelens.dashboard import data, queries, source
+from restorelens.dashboard import data, queries, source, timelines
 from restorelens.errors import InputError, RestorelensError
 
-__all__ = ["current_store", "guarded", "limits_in_use", "pick", "plain", "show_figure", "source_picker", "stamp"]
+__all__ = ["NO_SCRAPES", "current_store", "engine_pressure", "guarded", "limits_in_use", "pick", "plain",
+           "schedule_caption", "show_figure", "source_picker", "stamp"]
 
 T = TypeVar("T")
 
@@ -38,6 +39,8 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 #: What GitHub-flavoured markdown links by itself (a bare URL, www., an e-mail address), escaped or
 #: not: Streamlit finds them in the text after the escapes are read.
 _AUTOLINKED = re.compile(r"://|www\.|@|mailto:|xmpp:", re.IGNORECASE)
+#: What an episode page says instead of a pressure chart when the store holds no scrape at all.
+NO_SCRAPES = "No engine metrics in this store: record them with `restorelens collect --scrape URL`."
 
 
 def plain(text: object) -> str:
@@ -77,6 +80,17 @@ def source_picker() -> None:
                 _upload_picker()
         except (RestorelensError, duckdb.Error, OSError) as exc:
             _show(None, problem=_one_line(exc))
+        _labels_caption()
+
+
+def _labels_caption() -> None:
+    """Which of the user's attributes the labels are read from (--label, --config), if any."""
+    try:
+        labels = source.configured_labels()
+    except RestorelensError:
+        return  # the pages say so, once, when they open the store
+    if labels:
+        st.caption("Labels from: " + plain(", ".join(f"{label} = {name}" for label, name in labels.items())))
 
 
 def _show(path: str | None, what: str = "", *, problem: str | None = None) -> None:
@@ -197,3 +211,45 @@ def episode_metrics(episode: dict[str, Any], metrics: Sequence[tuple[str, str]])
         column.metric(name, text)
     if episode.get("censored"):
         st.warning(f"Censored episode: {plain(episode.get('censored_reason'))}")
+
+
+def schedule_caption(episode: dict[str, Any], after: str) -> None:
+    """The episode's engine schedule as the interval it is, and which bound the point value is."""
+    point, lower, upper = (episode.get(f"engine_schedule{part}_s") for part in ("", "_lower", "_upper"))
+    if point is None:
+        return
+    if upper is None:
+        st.caption(f"Engine scheduled {point:.3f} s after {after}: the lower bound (arrival + time in queue); "
+                   "vLLM reported no prefill time, so the instant has no upper bound.")
+        return
+    which = plain(episode.get("engine_schedule_point") or "upper")
+    st.caption(f"Engine scheduled {point:.3f} s after {after}: the {which} bound of the interval "
+               f"[{lower:.3f}, {upper:.3f}] s vLLM's latencies allow (docs/analysis.md, Engine schedule).")
+
+
+def engine_pressure(path: str, stamp: tuple[int, ...], episode: dict[str, Any], events: Any, key: str) -> None:
+    """The engines' KV-cache usage and queues around an episode, from a little before t0 to its end;
+    without any scrape in the store, one line saying how to record them instead of an empty chart."""
+    st.subheader("Engine pressure")
+    start_s, end_s = data.episode_window(events)
+    model = episode.get("model")
+    pressure = guarded(queries.episode_pressure, path, stamp, model, episode["t0"], start_s, end_s)
+    if not pressure.scraped:
+        st.info(NO_SCRAPES)
+        return
+    age = episode.get("engine_pressure_age_s")
+    if age is not None:
+        kv = episode.get("engine_kv_cache_usage_at_t0")
+        kv_text = f"KV cache {kv:.1%} used" if kv is not None else "KV cache not reported"
+        st.caption(f"At t0, the last scrape ({age:.3f} s before): {_count(episode.get('engine_running_at_t0'))} "
+                   f"running, {_count(episode.get('engine_waiting_at_t0'))} waiting, {kv_text}.")
+    if pressure.samples.is_empty():
+        scraped = ", ".join(pressure.models) or "no model"
+        st.info(plain(f"No scrape of an engine serving {model if model is not None else 'an unnamed model'} from "
+                      f"t0 {start_s:+g} s to t0 {end_s:+g} s; the store's scrapes are of: {scraped}."))
+        return
+    show_figure(timelines.pressure_timeline(pressure), key, key)
+
+
+def _count(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"

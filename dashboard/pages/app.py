@@ -18,6 +18,7 @@ navigation = st.navigation([
     st.Page(PAGES / "overview.py", title="Overview", url_path="overview", default=True),
     st.Page(PAGES / "lending.py", title="Lending episodes", url_path="lending"),
     st.Page(PAGES / "wakes.py", title="Wake episodes", url_path="wakes"),
+    st.Page(PAGES / "engine.py", title="Engine", url_path="engine"),
     st.Page(PAGES / "policies.py", title="Policy comparison", url_path="policies"),
     st.Page(PAGES / "lifecycle.py", title="Lifecycle", url_path="lifecycle"),
     st.Page(PAGES / "traces.py", title="Trace explorer", url_path="traces"),

@@ -3,7 +3,7 @@
 import polars as pl
 import streamlit as st
 
-from restorelens.dashboard import queries, timelines, ui
+from restorelens.dashboard import data, queries, timelines, ui
 
 st.title("Lending episodes")
 path = ui.current_store()
@@ -14,15 +14,18 @@ if episodes.is_empty():
             "(policy `lend`) and the protected class returns.")
     st.stop()
 
-labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy']} · run {row['run_id']} · seed {row['seed']}"
-          + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
+labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or data.NO_GATE} · run {row['run_id']} · "
+          f"seed {row['seed']}" + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.lending_detail, path, stamp, span_id)
 episode = detail.episode
 
 ui.episode_metrics(episode, (("grant restored", "grant_restore_s"), ("borrowed drained", "drain_s"),
                              ("engine scheduled after grant", "engine_schedule_s"), ("first token", "ttft_s")))
+ui.schedule_caption(episode, "the grant was restored")
 ui.show_figure(timelines.lending_timeline(detail), "lending-timeline", "lending-episode")
+ui.engine_pressure(path, stamp, episode, detail.events, "lending-pressure")
 
 st.subheader("All lending episodes")
-st.dataframe(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")), hide_index=True)
+shown = data.with_no_gate(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")))
+st.dataframe(shown, hide_index=True)

@@ -16,7 +16,8 @@ columns = st.columns(len(counts))
 for column, (what, row) in zip(columns, counts.items(), strict=True):
     column.metric(what, row["count"], help=f"censored {row['censored']}, clock skew {row['clock_skew']}")
 if all(row["count"] == 0 for row in counts.values()):
-    st.info("This store holds no restoration episodes yet (lending or wake).")
+    st.info("This store holds no restoration episodes yet (lending or wake); the Engine page shows every "
+            "request an engine served, with or without a gate.")
     st.stop()
 
 st.subheader("Limits")

@@ -21,7 +21,9 @@ episode = detail.episode
 
 ui.episode_metrics(episode, (("Retry-After hint", "retry_after_s"), ("engine ready", "ready_s"),
                              ("overshoot", "overshoot_s"), ("attempts", "attempts"), ("first token", "total_s")))
+ui.schedule_caption(episode, "the successful attempt started")
 ui.show_figure(timelines.wake_timeline(detail), "wake-timeline", "wake-episode")
+ui.engine_pressure(path, stamp, episode, detail.events, "wake-pressure")
 
 st.subheader("Hint vs actual readiness")
 ui.show_figure(timelines.hint_scatter(episodes), "hint-scatter", "wake-hint-vs-ready")
