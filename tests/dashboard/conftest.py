@@ -10,7 +10,7 @@ import pytest
 # dashboard_stores.py sits next to the tests; --import-mode=importlib does not put this folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dashboard_stores import build_store, empty_store, hostile_store  # noqa: E402
+from dashboard_stores import build_store, empty_store, engine_store, gateless_store, hostile_store  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +28,15 @@ def empty_store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def hostile_store_path(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The realistic store with markup in its span, service and model names and attribute values."""
     return hostile_store(tmp_path_factory.mktemp("dashboard-hostile") / "hostile.duckdb", store_path)
+
+
+@pytest.fixture(scope="session")
+def gateless_store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only a user's own app calling vLLM directly: no gate, no restorelens client, no episode."""
+    return gateless_store(tmp_path_factory.mktemp("dashboard-gateless") / "gateless.duckdb")
+
+
+@pytest.fixture(scope="session")
+def engine_store_path(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The realistic store with gateless requests and engines' scrapes (engine_metrics) added."""
+    return engine_store(tmp_path_factory.mktemp("dashboard-engine") / "engine.duckdb", store_path)

@@ -69,6 +69,73 @@ def wake_traces() -> Traces:
     return traces
 
 
+#: A user's own app calling vLLM directly, no gate, no restorelens client: (app.tier, attempt start s,
+#: engine arrival s, time in queue s, TTFT s, prefill s or None for an engine core that reported
+#: none). Scheduled at arrival + TTFT - prefill (upper bound) and arrival + queue (lower bound).
+GATELESS = (
+    ("premium", 1000.0, 1000.25, 0.5, 1.0, None),
+    ("premium", 1005.0, 1005.25, 0.25, 0.75, None),
+    ("premium", 1010.0, 1010.125, 1.0, 1.5, 0.25),  # the core took it late: scheduled at 1011.375
+    ("standard", 1015.0, 1015.25, 2.0, 2.5, None),
+    ("standard", 1020.0, 1020.25, 0.125, 0.5, "missing"),  # no prefill time: the lower bound is the point
+)
+#: The attribute the gateless app puts its traffic class under (map it with --label).
+GATELESS_TIER = "app.tier"
+
+
+def gateless_traces(traces: Traces | None = None) -> Traces:
+    """``GATELESS``: the app's own span > its HTTP POST > vLLM's llm_request (no service name)."""
+    traces = traces or Traces()
+    for tier, start, arrival, queue, ttft, prefill in GATELESS:
+        trace = traces.new_trace()
+        chat = traces.span(trace, "chat", start, arrival + 3.0, service="chat-app", attributes={GATELESS_TIER: tier})
+        post = traces.attempt(trace, chat, start, arrival + 3.0, status=200, service="chat-app")
+        traces.engine(trace, post, arrival, time_in_queue_s=queue, ttft_s=ttft, e2e_s=2.75,
+                      prefill_s=prefill if isinstance(prefill, float) else None)
+        if prefill == "missing":
+            del traces.spans[-1].attributes[sc.ATTR_LATENCY_TIME_IN_MODEL_PREFILL]
+    return traces
+
+
+def gateless_store(db_path: Path) -> Path:
+    con = duckdb.connect(str(db_path))
+    try:
+        gateless_traces().store(con)
+    finally:
+        con.close()
+    return db_path
+
+
+RUNNING, WAITING, KV = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
+#: Scrapes of the two engines serving "tiny" around the first wake episode (t0 = 200 s): (offset s,
+#: running, waiting, KV-cache usage). Its window is t0 - 5 s to its first token + 5 s (195 to 215.75).
+TINY_SCRAPES = {
+    "http://engine-a:8000/metrics": ((190.0, 0, 0, 0.0), (199.75, 3, 4, 0.875), (200.25, 2, 5, 0.9375),
+                                     (205.0, 1, 1, 0.5), (210.5, 1, 0, 0.25), (230.0, 0, 0, 0.0)),
+    "http://engine-b:8000/metrics": ((199.5, 1, 0, 0.125), (208.0, 2, 1, 0.375)),
+}
+#: The MoFlux runs' model: scraped every half second over their whole protocol.
+MOFLUX_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def engine_store(db_path: Path, realistic: Path) -> Path:
+    """The realistic store plus ``GATELESS`` requests and engine scrapes: ``TINY_SCRAPES`` and the
+    MoFlux engine's every 0.5 s (the "small" model's engine was never scraped)."""
+    db_path.write_bytes(realistic.read_bytes())
+    traces = gateless_traces()
+    for target, samples in TINY_SCRAPES.items():
+        traces.engine_samples(target, "tiny", [(at, {RUNNING: running, WAITING: waiting, KV: kv})
+                                               for at, running, waiting, kv in samples])
+    traces.engine_samples("http://moflux:8000/metrics", MOFLUX_MODEL,
+                          [(k / 2, {RUNNING: k % 4, WAITING: k % 3, KV: (k % 8) / 8}) for k in range(0, 300)])
+    con = duckdb.connect(str(db_path))
+    try:
+        traces.store(con)
+    finally:
+        con.close()
+    return db_path
+
+
 def _not_ready(traces: Traces, trace: str, client: str, start: float, hint: float, resend: int | None = None) -> str:
     attempt = traces.attempt(trace, client, start, start + 0.125, status=503, retry_after_header=f"{hint:g}",
                              retry_after_s=hint, resend_count=resend)

@@ -36,6 +36,10 @@ def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
     assert not app.exception
     assert app.title[0].value == "Wake episodes"
     assert len(app.get("plotly_chart")) == 2
+    app.switch_page(str(APP.parent / "engine.py")).run()
+    assert not app.exception
+    assert app.title[0].value == "Engine"
+    assert len(app.get("plotly_chart")) == 1 and app.dataframe
 
 
 def test_without_db_the_entrypoint_offers_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:

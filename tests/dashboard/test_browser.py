@@ -30,8 +30,8 @@ STARTUP_S = 60.0  # bounds, not speed claims: Streamlit's first start on a busy 
 RENDER_MS = 60_000
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 #: Page name -> URL path (the default page, the overview, is the root).
-PAGES = {"overview": "", "lending": "lending", "wakes": "wakes", "policies": "policies", "lifecycle": "lifecycle",
-         "traces": "traces"}
+PAGES = {"overview": "", "lending": "lending", "wakes": "wakes", "engine": "engine", "policies": "policies",
+         "lifecycle": "lifecycle", "traces": "traces"}
 
 
 def free_port() -> int:
@@ -43,6 +43,13 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def dashboard_url(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with serving(store_path, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def engine_url(engine_store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The realistic store with gateless requests and engines' scrapes."""
+    with serving(engine_store_path, tmp_path_factory) as url:
         yield url
 
 
@@ -161,6 +168,41 @@ def test_the_wake_timeline_draws_retries_and_the_overshoot(browser, dashboard_ur
     page.close()
 
 
+def test_the_engine_page_draws_its_table_and_distributions_and_no_gate(browser, engine_url: str,
+                                                                        tmp_path: Path) -> None:
+    page = open_page(browser, f"{engine_url}/engine")
+    drawn = chart_text(page)
+    for label in ("queue (time_in_queue)", "schedule delay (", "TTFT", "prefill", "decode",
+                  "restorelens-sim · interactive", "unknown_service:python · no class"):
+        assert label in drawn, label
+    assert page.get_by_test_id("stDataFrame").count() == 2  # the statistics and the slowest requests
+    main = page.get_by_test_id("stMain")
+    assert "no gate" in main.inner_text()  # the policy filter's chip for the gateless requests
+    main.get_by_text("Split by policy").click()
+    page.get_by_test_id("stPlotlyChart").first.get_by_text("unknown_service:python · no class · no gate").wait_for(
+        timeout=RENDER_MS)
+    page.screenshot(path=str(tmp_path / "engine.png"), full_page=True)
+    page.close()
+
+
+def test_an_episode_page_draws_the_engines_pressure_when_scraped(browser, engine_url: str, dashboard_url: str,
+                                                                  tmp_path: Path) -> None:
+    page = open_page(browser, f"{engine_url}/lending")
+    drawn = chart_text(page, 1)  # waits for the second chart to be drawn
+    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    for label in ("KV-cache usage", "requests running and waiting", "http://moflux:8000/metrics running",
+                  "http://moflux:8000/metrics waiting"):
+        assert label in drawn, label
+    page.screenshot(path=str(tmp_path / "lending-pressure.png"), full_page=True)
+    page.close()
+    page = open_page(browser, f"{dashboard_url}/wakes")  # a store without scrapes: one line instead
+    assert "hint" in chart_text(page, 1).lower()  # the second chart is the hint scatter, not pressure
+    body = page.get_by_test_id("stMain").inner_text()
+    assert "No engine metrics in this store: record them with restorelens collect --scrape URL" in body
+    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    page.close()
+
+
 #: Anything in a chart's elements that only markup read from the data could have made: a link, a
 #: link's target, the styles of <b> and <span style="color:red"> (Plotly keeps each text as given
 #: in data-unformatted, escaped: not looked at). Streamlit draws every title in <b> itself.
@@ -190,8 +232,8 @@ def test_markup_in_the_spans_is_drawn_as_text_never_as_links(browser, hostile_ur
         trace_id = analysis.requests()["trace_id"][0]
         hostile_bar = analysis.trace(trace_id)["name"].to_list().index(HOSTILE)  # the waterfall's bars in order
     for name, url_path in (("traces", f"traces?trace={trace_id}"), ("lifecycle", "lifecycle"),
-                           ("wakes", "wakes"), ("lending", "lending"), ("policies", "policies"),
-                           ("overview", "")):
+                           ("wakes", "wakes"), ("lending", "lending"), ("engine", "engine"),
+                           ("policies", "policies"), ("overview", "")):
         page = open_page(browser, f"{hostile_url}/{url_path}")
         charts = page.get_by_test_id("stPlotlyChart")
         charts.first.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)

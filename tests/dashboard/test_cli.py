@@ -83,3 +83,80 @@ def test_the_packaged_app_exists() -> None:
     assert app.is_file() and (app.parent / "overview.py").is_file()
     # a pages/ folder beside the entrypoint would switch Streamlit to its legacy multipage mode
     assert not (app.parent / "pages").exists()
+
+
+def test_the_label_mapping_reaches_the_app_as_data_the_flag_winning_over_the_file(
+        store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from restorelens.dashboard.source import LABELS_ENV, configured_labels
+
+    config = tmp_path / "restorelens.toml"
+    config.write_text('[gate]\nport = 1\n\n[analysis.labels]\ntraffic_class = "app.class"\n'
+                      'workload = "deployment.environment"\n')
+    seen: dict = {}
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(argv=argv, env=env))
+    result = invoke("--db", str(store_path), "--config", str(config), "--label", "traffic_class=app.tier",
+                    "--label", "run=app.run")
+    assert result.exit_code == 0, result.output
+    mapping = {"traffic_class": "app.tier", "workload": "deployment.environment", "run_id": "app.run"}
+    assert json.loads(seen["env"][LABELS_ENV]) == mapping
+    assert not any("app.tier" in arg for arg in seen["argv"])  # the environment, never the command line
+    monkeypatch.setenv(LABELS_ENV, seen["env"][LABELS_ENV])
+    assert configured_labels() == mapping  # what the app reads back
+
+
+def test_without_a_mapping_an_inherited_one_does_not_reach_the_app(store_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from restorelens.dashboard.source import LABELS_ENV
+
+    monkeypatch.setenv(LABELS_ENV, '{"traffic_class": "stale.attribute"}')
+    seen: dict = {}
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(env=env))
+    assert invoke("--db", str(store_path)).exit_code == 0
+    assert LABELS_ENV not in seen["env"]
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--label", "tier=app.tier"], "setting --label: unknown label 'tier'"),
+    (["--label", "traffic_class"], "setting --label: 'traffic_class' is not LABEL=ATTRIBUTE"),
+    (["--label", "traffic_class=" + "x" * 257], "longer than 256 characters"),
+])
+def test_a_bad_label_is_one_line_before_streamlit_starts(store_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         args: list[str], problem: str) -> None:
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("Streamlit started"))
+    result = invoke("--db", str(store_path), *args)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: ") and problem in line
+
+
+def test_a_bad_config_file_is_one_line_naming_it(store_path: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("Streamlit started"))
+    config = tmp_path / "bad.toml"
+    config.write_text("[analysis.labels]\ntraffic_class = 3\n")
+    result = invoke("--db", str(store_path), "--config", str(config))
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert str(config) in line and "analysis.labels.traffic_class" in line
+    result = invoke("--db", str(store_path), "--config", str(tmp_path / "absent.toml"))
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("not json", "not a JSON object"),
+    ('["traffic_class", "app.tier"]', "not a JSON object"),
+    ('{"traffic_class": {"nested": "x"}}', "not a JSON object"),
+    ("[" * 10_000, "not a JSON object"),
+    ('{"traffic_class": "' + "x" * 20_000 + '"}', "longer than 16384 characters"),
+    ('{"tier": "app.tier"}', "unknown label 'tier'"),
+])
+def test_the_app_checks_the_mapping_it_is_handed(monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
+    from restorelens.dashboard.source import LABELS_ENV, configured_labels
+    from restorelens.errors import SettingError
+
+    monkeypatch.setenv(LABELS_ENV, value)
+    with pytest.raises(SettingError, match=LABELS_ENV) as raised:
+        configured_labels()
+    assert problem in str(raised.value) and "\n" not in str(raised.value)

@@ -105,3 +105,92 @@ def test_policy_data_has_one_row_per_run(analysis: Analysis) -> None:
     moflux = policies.summary.filter(pl.col("workload") == "balanced")
     assert sorted(moflux.select("policy", "seed").rows()) == sorted(MOFLUX_RUNS)
     assert {"lend", "static"} <= set(policies.paired["policy"])
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+
+def test_a_limit_on_the_engine_view_lists_the_engine_requests_over_it(analysis: Analysis) -> None:
+    requests = analysis.engine_requests()
+    result = data.overview(analysis, ["engine.ttft_s.p50=0.001"])
+    assert [v.split(" ")[0] for v in result.violations] == ["engine.ttft_s.p50"]
+    over = requests.filter(pl.col("ttft_s") > 0.001)
+    assert result.breaches.height == over.height > 0
+    assert set(result.breaches["view"]) == {"engine"}
+    assert set(result.breaches["id"]) == set(over["trace_id"])  # what the trace explorer opens
+
+
+def test_a_null_policy_reads_no_gate_and_nothing_else_changes() -> None:
+    frame = pl.DataFrame({"policy": ["lend", None], "baseline": [None, "static"], "model": [None, "tiny"]})
+    shown = data.with_no_gate(frame)
+    assert shown["policy"].to_list() == ["lend", data.NO_GATE]
+    assert shown["baseline"].to_list() == [data.NO_GATE, "static"]
+    assert shown["model"].to_list() == [None, "tiny"]
+    assert data.NO_GATE == "no gate"
+
+
+def test_the_engine_summary_is_the_reports_engine_section(analysis: Analysis) -> None:
+    from restorelens.analysis.report import build_report
+
+    summary = data.engine_summary(analysis.engine_requests())
+    report = build_report(analysis)["engine"]
+    assert summary.statistics.equals(report)
+    assert summary.requests == analysis.engine_requests().height
+    assert summary.points == {"upper": summary.requests, "lower": 0}  # the simulator's bounds coincide
+
+
+def test_the_engine_summary_keeps_the_chosen_policies_and_can_split_by_them(analysis: Analysis) -> None:
+    requests = analysis.engine_requests()
+    only = data.engine_summary(requests, ["static"], by_policy=True)
+    assert only.requests == requests.filter(pl.col("policy") == "static").height
+    assert set(only.statistics["policy"]) == {"static"}
+    assert all(group.endswith(" · static") for group in only.curves["group"])
+
+
+def test_a_distribution_curve_has_every_value_or_a_bounded_number_by_rank() -> None:
+    few = pl.DataFrame({"engine": ["e"] * 4, "traffic_class": ["c"] * 4, "queue_s": [0.5, None, 0.25, 1.0]})
+    curve = data.distribution_curves(few, metrics=["queue_s"])
+    assert curve["seconds"].to_list() == [0.25, 0.5, 1.0]
+    assert curve["fraction"].to_list() == [1 / 3, 2 / 3, 1.0]
+    assert set(curve["group"]) == {"e · c"} and set(curve["count"]) == {3}
+    many = pl.DataFrame({"engine": ["e"] * 10_001, "traffic_class": ["c"] * 10_001,
+                         "queue_s": [float(i) for i in reversed(range(10_001))]})
+    curve = data.distribution_curves(many, metrics=["queue_s"], max_points=101)
+    assert curve.height == 101
+    assert curve.row(0) == ("e · c", "queue_s", 0.0, 1 / 10_001, 10_001)
+    assert curve.row(-1) == ("e · c", "queue_s", 10_000.0, 1.0, 10_001)
+    assert curve["seconds"].to_list() == [100.0 * k for k in range(101)]  # evenly by rank
+
+
+def _scrapes(rows: list[tuple[float, str, str, str, float]], t0_ns: int) -> pl.DataFrame:
+    """engine_pressure rows: (seconds from t0, target, model, engine index, running)."""
+    return pl.DataFrame(
+        [(t0_ns + round(at * 1e9), target, model, index, running, 0.0, 0.5, 0.0)
+         for at, target, model, index, running in rows],
+        schema={"at_ns": pl.Int64, "target": pl.String, "model_name": pl.String, "engine_index": pl.String,
+                "running": pl.Float64, "waiting": pl.Float64, "kv_cache_usage_fraction": pl.Float64,
+                "preemptions_total": pl.Float64},
+        orient="row",
+    )
+
+
+def test_episode_pressure_keeps_the_scrapes_of_its_models_engines_in_its_window() -> None:
+    t0_ns = 1_000_000_000_000
+    pressure = _scrapes([(-6.0, "a", "tiny", "0", 9), (-1.0, "a", "tiny", "0", 1), (2.5, "a", "tiny", "0", 2),
+                         (2.5, "a", "tiny", "1", 3), (3.0, "b", "tiny", "0", 4), (1.0, "c", "qwen", "0", 5),
+                         (20.0, "a", "tiny", "0", 9)], t0_ns)
+    window = data.episode_pressure(pressure, "tiny", t0_ns, -5.0, 10.0)
+    assert window.scraped and window.models == ("qwen", "tiny")
+    # target a reports two engines (vLLM's data-parallel engine index): each is its own line
+    assert window.samples.rows() == [(-1.0, "a · engine 0", 1.0, 0.0, 0.5), (2.5, "a · engine 0", 2.0, 0.0, 0.5),
+                                     (2.5, "a · engine 1", 3.0, 0.0, 0.5), (3.0, "b", 4.0, 0.0, 0.5)]
+    other = data.episode_pressure(pressure, "small", t0_ns, -5.0, 10.0)
+    assert other.scraped and other.samples.is_empty()
+    none = data.episode_pressure(pressure.clear(), "tiny", t0_ns, -5.0, 10.0)
+    assert not none.scraped and none.samples.is_empty()
+
+
+def test_the_episode_window_runs_from_before_t0_to_after_the_last_event(analysis: Analysis) -> None:
+    episode = analysis.lending_episodes().row(0, named=True)
+    events = data.lending_events(episode)
+    assert data.episode_window(events) == (-5.0, float(events["offset_s"].max()) + 5.0)

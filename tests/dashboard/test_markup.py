@@ -84,6 +84,14 @@ def hostile_figures(hostile_store_path: Path) -> dict[str, go.Figure]:
             detail = data.wake_detail(wake, typed.row(0, named=True) if typed.height else None, attempts)
             built[f"wake timeline {wake['wake_path'][:12]}"] = timelines.wake_timeline(detail)
         built["hint scatter"] = timelines.hint_scatter(wakes)
+        engine = data.engine_summary(analysis.engine_requests(), by_policy=True)
+        built["engine distributions"] = figures.engine_distributions(engine.curves)
+        t0_ns = 1_000_000_000_000
+        scrapes = pl.DataFrame({"at_ns": [t0_ns, t0_ns + 10**9], "target": [HOSTILE] * 2, "model_name": [HOSTILE] * 2,
+                                "engine_index": ["0", "1"], "running": [1.0, 2.0], "waiting": [0.0, 1.0],
+                                "kv_cache_usage_fraction": [0.5, 0.75], "preemptions_total": [0.0, 0.0]})
+        built["pressure timeline"] = timelines.pressure_timeline(data.episode_pressure(scrapes, HOSTILE, t0_ns,
+                                                                                       -5.0, 5.0))
     return built
 
 

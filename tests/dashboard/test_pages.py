@@ -9,12 +9,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 import streamlit as st
+from dashboard_stores import GATELESS, GATELESS_TIER, TINY_SCRAPES
 from rendered import INJECTED, seen
 from streamlit.testing.v1 import AppTest
 
-from restorelens.analysis import Analysis
+from restorelens.analysis import Analysis, percentiles_of
+from restorelens.analysis.report import ENGINE_METRICS
 from restorelens.collector import load_paths
-from restorelens.dashboard import source
+from restorelens.dashboard import source, ui
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
 TIMEOUT_S = 60  # DuckDB loads on a shared 2-core machine; a bound, not a speed claim
@@ -30,7 +32,24 @@ def fresh_caches() -> None:
 def on_store(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv(source.DB_ENV, str(store_path))
     monkeypatch.delenv(source.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(source.LABELS_ENV, raising=False)
     return store_path
+
+
+@pytest.fixture
+def on_engine_store(engine_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(source.DB_ENV, str(engine_store_path))
+    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    return engine_store_path
+
+
+@pytest.fixture
+def on_gateless_store(gateless_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(source.DB_ENV, str(gateless_store_path))
+    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    return gateless_store_path
 
 
 def run_page(name: str, **query: str) -> AppTest:
@@ -145,7 +164,7 @@ def test_an_unknown_trace_is_a_message(on_store: Path) -> None:
     assert any("No request or trace" in i.value for i in app.info)
 
 
-@pytest.mark.parametrize("page", ["overview", "lending", "wakes", "policies", "lifecycle", "traces"])
+@pytest.mark.parametrize("page", ["overview", "lending", "wakes", "engine", "policies", "lifecycle", "traces"])
 def test_every_page_on_an_empty_store_says_so(page: str, empty_store_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(source.DB_ENV, str(empty_store_path))
@@ -194,3 +213,158 @@ def test_text_from_the_spans_shows_as_written(tmp_path: Path, monkeypatch: pytes
     app = run_page("traces", trace=trace_id)
     shown = [seen(body) for body in bodies(app)]
     assert any(f"services: {INJECTED}" in text or f"{INJECTED}, " in text for text in shown), shown
+
+
+# --- the engine page ----------------------------------------------------------------------------
+
+
+def by_name(spec: dict) -> dict[str, list[dict]]:
+    """A figure's traces by their legend name (one per panel for the engine distributions)."""
+    traces: dict[str, list[dict]] = {}
+    for trace in spec["data"]:
+        traces.setdefault(trace.get("name"), []).append(trace)
+    return traces
+
+
+def panel_titles(spec: dict) -> list[str]:
+    return [annotation["text"] for annotation in spec["layout"].get("annotations", [])]
+
+
+def table(app: AppTest, index: int = 0) -> pl.DataFrame:
+    return pl.from_pandas(app.dataframe[index].value)
+
+
+def test_the_engine_page_tables_each_engine_and_class_and_draws_their_distributions(on_store: Path) -> None:
+    app = run_page("engine")
+    with Analysis.open(on_store) as analysis:
+        requests = analysis.engine_requests()
+    expected = percentiles_of(requests, ENGINE_METRICS, ["engine", "traffic_class"])
+    shown = table(app)
+    assert shown.columns == ["engine", "traffic_class", "metric", "count", "p50", "p90", "p95", "p99", "max"]
+    assert shown.select("engine", "traffic_class", "metric", "count").rows() == \
+        expected.select("engine", "traffic_class", "metric", "count").rows()
+    assert shown["max"].to_list() == pytest.approx(expected["max"].to_list())
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["engine requests"] == str(requests.height) == metrics["through a gate"]
+    assert metrics["no gate"] == "0"
+    (figure,) = specs(app)
+    titles = panel_titles(figure)
+    assert titles == ["queue (time_in_queue)", "schedule delay (upper bound)", "TTFT", "prefill", "decode"]
+    assert figure["layout"]["title"]["text"].startswith("Distribution per engine · traffic class (")
+    curves = by_name(figure)
+    assert set(curves) == {f"{e} · {c}" for e, c in requests.select("engine", "traffic_class").unique().rows()}
+    # the TTFT panel (the third): each curve climbs to every request at or below its group's max
+    ttft = next(t for t in curves["restorelens-sim · interactive"] if t["xaxis"] == "x3")
+    ttft_max = expected.filter((pl.col("engine") == "restorelens-sim") & (pl.col("traffic_class") == "interactive")
+                               & (pl.col("metric") == "ttft_s"))["max"][0]
+    assert ttft["y"][-1] == 1.0 and ttft["x"][-1] == pytest.approx(ttft_max)
+    assert ttft["y"] == sorted(ttft["y"]) and ttft["x"] == sorted(ttft["x"])
+
+
+def test_the_engine_page_covers_an_app_calling_vllm_with_no_gate(on_gateless_store: Path) -> None:
+    app = run_page("engine")
+    (policies,) = app.multiselect
+    assert policies.options == ["no gate"] and policies.value == ["no gate"]
+    metrics = {m.label: m.value for m in app.metric}
+    assert (metrics["engine requests"], metrics["through a gate"], metrics["no gate"]) == (str(len(GATELESS)), "0",
+                                                                                          str(len(GATELESS)))
+    captions = " ".join(c.value for c in app.caption)
+    assert "upper bound for 4 requests and the lower bound for 1" in captions
+    assert f"{len(GATELESS)} requests carry no traffic class" in captions
+    (figure,) = specs(app)
+    assert set(by_name(figure)) == {"unknown_service:python · no class"}
+    assert "schedule delay (upper ×4, lower ×1)" in panel_titles(figure)
+    app.toggle(key="engine-by-policy").set_value(True).run()
+    assert not app.exception
+    assert set(table(app)["policy"]) == {"no gate"}
+    (figure,) = specs(app)
+    assert set(by_name(figure)) == {"unknown_service:python · no class · no gate"}
+    assert figure["layout"]["title"]["text"].startswith("Distribution per engine · traffic class · policy (")
+    slowest = table(app, 1)
+    assert slowest["schedule_delay_s"].to_list() == [2.25, 1.375, 0.75, 0.5, 0.375]
+    assert slowest["schedule_point"].to_list() == ["upper", "upper", "upper", "upper", "lower"]
+    assert set(slowest["policy"]) == {"no gate"}
+
+
+def test_the_label_mapping_reaches_the_analysis_the_pages_open(on_gateless_store: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"traffic_class": GATELESS_TIER}))
+    app = run_page("engine")
+    shown = table(app).filter(pl.col("metric") == "queue_s")
+    assert dict(shown.select("traffic_class", "count").rows()) == {"premium": 3, "standard": 2}
+    assert shown.filter(pl.col("traffic_class") == "standard")["max"].to_list() == [2.0]
+    assert not any("carry no traffic class" in c.value for c in app.caption)
+
+
+def test_a_bad_label_mapping_in_the_environment_is_one_error_line(on_gateless_store: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"tier": GATELESS_TIER}))
+    app = run_page("engine")
+    assert len(app.error) == 1
+    assert source.LABELS_ENV in seen(app.error[0].value) and "unknown label" in seen(app.error[0].value)
+
+
+def test_a_store_without_episodes_points_at_the_engine_page(on_gateless_store: Path) -> None:
+    app = run_page("overview")
+    assert any("the Engine page" in i.value for i in app.info)
+
+
+# --- the engine's pressure on the episode pages -------------------------------------------------
+
+
+def test_a_wake_episode_shows_its_models_engines_pressure_from_before_t0(on_engine_store: Path) -> None:
+    with Analysis.open(on_engine_store) as analysis:
+        first = analysis.wake_episodes().row(0, named=True)
+    assert first["model"] == "tiny"
+    app = run_page("wakes", episode=first["span_id"])
+    timeline, pressure, scatter = specs(app)
+    traces = {trace["name"]: trace for trace in pressure["data"]}
+    a, b = "http://engine-a:8000/metrics", "http://engine-b:8000/metrics"
+    assert set(traces) == {f"{engine} {what}" for engine in (a, b) for what in ("KV cache", "running", "waiting")}
+    # t0 = 200 s; the window runs from 195 s to the first token (t0 + 10.75 s) + 5 s
+    inside = [s for s in TINY_SCRAPES[a] if 195.0 <= s[0] <= 215.75]
+    assert traces[f"{a} KV cache"]["x"] == [at - 200.0 for at, *_ in inside] == [-0.25, 0.25, 5.0, 10.5]
+    assert traces[f"{a} KV cache"]["y"] == [kv for *_, kv in inside]
+    assert traces[f"{a} waiting"]["y"] == [waiting for _, _, waiting, _ in inside]
+    assert traces[f"{b} running"]["x"] == [-0.5, 8.0] and traces[f"{b} running"]["y"] == [1, 2]
+    assert pressure["layout"]["xaxis"]["range"] == [-5.0, 15.75]
+    assert any(c.value == "At t0, the last scrape (0.250 s before): 3 running, 4 waiting, KV cache 87.5% used."
+               for c in app.caption)
+    columns = set(table(app).columns)
+    assert {"engine_running_at_t0", "engine_waiting_at_t0", "engine_kv_cache_usage_at_t0",
+            "engine_pressure_age_s"} <= columns
+
+
+def test_a_lending_episode_shows_the_scrapes_of_its_models_engine(on_engine_store: Path) -> None:
+    from dashboard_stores import MOFLUX_MODEL
+
+    from restorelens.dashboard import data
+
+    with Analysis.open(on_engine_store) as analysis:
+        episode = analysis.lending_episodes().row(-1, named=True)
+    app = run_page("lending", episode=episode["span_id"])
+    timeline, pressure = specs(app)
+    assert MOFLUX_MODEL in pressure["layout"]["title"]["text"]
+    start_s, end_s = data.episode_window(data.lending_events(episode))
+    t0_s = (episode["t0"] - episode["t0"].replace(minute=0, second=0, microsecond=0)).total_seconds()
+    expected = [k / 2 - t0_s for k in range(300) if start_s <= k / 2 - t0_s <= end_s]
+    running = next(t for t in pressure["data"] if t["name"] == "http://moflux:8000/metrics running")
+    assert running["x"] == pytest.approx(expected, abs=1e-6)
+    assert {"engine_running_at_t0", "engine_pressure_age_s"} <= set(table(app).columns)
+
+
+def test_an_episode_whose_engine_was_never_scraped_says_which_were(on_engine_store: Path) -> None:
+    with Analysis.open(on_engine_store) as analysis:
+        small = analysis.wake_episodes().filter(pl.col("model") == "small").row(0, named=True)
+    app = run_page("wakes", episode=small["span_id"])
+    assert len(specs(app)) == 2  # the timeline and the hint scatter: no empty pressure chart
+    (note,) = [seen(i.value) for i in app.info]
+    assert note.startswith("No scrape of an engine serving small from t0 -5 s") and note.endswith("tiny.")
+
+
+@pytest.mark.parametrize("page", ["lending", "wakes"])
+def test_without_scrapes_an_episode_page_says_how_to_record_them(on_store: Path, page: str) -> None:
+    app = run_page(page)
+    assert [i.value for i in app.info] == [ui.NO_SCRAPES]
+    assert "restorelens collect --scrape URL" in seen(ui.NO_SCRAPES)
+    assert len(specs(app)) == (1 if page == "lending" else 2)
