@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import click
 
 __all__ = ["COMMANDS", "check", "report"]
@@ -13,6 +16,21 @@ _DB = click.option(
     type=click.Path(dir_okay=False),
     help="DuckDB span store (written by `restorelens collect` / `restorelens load`).",
 )
+
+
+@contextlib.contextmanager
+def _store_errors(db_path: str) -> Iterator[None]:
+    """A store whose spans the SQL cannot decompose (a value out of every range the collector
+    checks, written by another tool) is a one-line error naming the store, not a traceback."""
+    import duckdb
+
+    from restorelens.errors import InputError
+
+    try:
+        yield
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(db_path, f"cannot decompose its spans: {first}") from None
 
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -69,7 +87,7 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
 
     mapping = label_mapping(config_file, labels)
     slo = Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s)
-    with Analysis.open(db_path, slo=slo, materialize=True, labels=mapping) as analysis:
+    with _store_errors(db_path), Analysis.open(db_path, slo=slo, materialize=True, labels=mapping) as analysis:
         built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
@@ -107,7 +125,7 @@ def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: 
     try:
         limits = [parse_limit(text, "--max") for text in maxima]
         mapping = label_mapping(config_file, labels)
-        with Analysis.open(db_path, materialize=True, labels=mapping) as analysis:
+        with _store_errors(db_path), Analysis.open(db_path, materialize=True, labels=mapping) as analysis:
             evaluations = evaluate(analysis, limits, percentile=percentile)
     except RestorelensError as exc:
         # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job

@@ -60,8 +60,8 @@ TRACE_LAYERS = {
 DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
-VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "engine_pressure", "attempts", "requests", "engine_requests",
-               "lending_episodes", "wake_episodes", "lifecycle_intervals")
+VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "engine_pressure", "model_pressure", "attempts", "requests",
+               "engine_requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",

@@ -40,8 +40,10 @@ ENGINE_METRICS = ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "sche
                   "prefill_s", "decode_s")
 #: How a null policy reads in the text formats: the request passed no gate.
 NO_GATE = "no gate"
-#: Columns whose null means "no gate" (only in the text formats).
-_POLICY_COLUMNS = ("policy",)
+#: Sections whose policy columns group requests, where a null policy means the request passed no
+#: gate (a lending episode's null policy is a gate that named none: left as it is).
+_ARM_SECTIONS = ("policy_summary", "paired_differences")
+_POLICY_COLUMNS = ("policy", "baseline")
 
 _TITLES = {
     "episode_counts": "Episodes (censored: never completed; clock_skew: a negative cross-service gap)",
@@ -110,15 +112,17 @@ def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
         # one CSV block per section, each preceded by a `# section` line and separated by a blank line
         return "\n".join(f"# {name}\n{frame.write_csv()}" for name, frame in sections.items())
     if fmt == "markdown":
-        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(_no_gate(frame))}\n"
+        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(_no_gate(name, frame))}\n"
                          for name, frame in sections.items())
     if fmt == "table":
-        return _rich({name: _no_gate(frame) for name, frame in sections.items()})
+        return _rich({name: _no_gate(name, frame) for name, frame in sections.items()})
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def _no_gate(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with a null policy spelt ``NO_GATE``, for the text formats."""
+def _no_gate(section: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a null arm policy spelt ``NO_GATE``, for the text formats."""
+    if section not in _ARM_SECTIONS:
+        return frame
     columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
     return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 

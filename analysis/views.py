@@ -122,6 +122,9 @@ class Analysis:
     ``labels`` maps the labels the views group by (``LABELS``) onto the user's own span or
     resource attribute names, e.g. ``{"traffic_class": "app.tier"}``: a mapped attribute comes
     before restorelens's own (``restore.traffic_class``, ...).
+
+    A connection holds one ``Analysis`` at a time: the views and the label mapping are temporary
+    objects of the connection, so a new ``Analysis`` on it replaces the previous one's.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, *, slo: Slo | None = None, materialize: bool = False,

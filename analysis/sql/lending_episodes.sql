@@ -8,8 +8,8 @@
 -- engine_schedule_s is real (the request was served before its grant came back) and marked
 -- `served_before_grant`; an engine schedule before t0 can only be clock skew and is flagged.
 -- Episodes without a restored grant or a drain are kept and marked censored. The engine's
--- pressure at t0 is the last scrape at or before t0 of an engine serving the returning request's
--- model (engine_pressure), with its age; null when no engine was scraped.
+-- pressure at t0 is the last scrape at or before t0 of the engines serving the returning request's
+-- model (model_pressure: that scrape's engines together), with its age; null when none was scraped.
 with
 
 restores as (
@@ -38,7 +38,7 @@ posts as (
 
 pressure as (
 
-    select * from engine_pressure
+    select * from model_pressure
 
 ),
 

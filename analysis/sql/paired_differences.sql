@@ -30,7 +30,8 @@ final as (
     inner join summary as baseline_side
         on policy_side.workload is not distinct from baseline_side.workload
         and policy_side.seed is not distinct from baseline_side.seed
-        and policy_side.policy <> baseline_side.policy
+        -- a null policy (no gate) is an arm of its own: compared, never dropped
+        and policy_side.policy is distinct from baseline_side.policy
 
 )
 

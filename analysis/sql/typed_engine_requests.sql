@@ -92,10 +92,13 @@ final as (
         -- lower bound, which rests on time_in_queue alone, is kept as the point
         case
             when scheduled_upper_ns >= scheduled_lower_ns - 1000 then greatest(scheduled_upper_ns, scheduled_lower_ns)
+            -- without a queue time the upper bound is all there is
+            when scheduled_lower_ns is null then scheduled_upper_ns
             else scheduled_lower_ns
         end as scheduled_ns,
         case
             when scheduled_upper_ns >= scheduled_lower_ns - 1000 then 'upper'
+            when scheduled_lower_ns is null and scheduled_upper_ns is not null then 'upper'
             when scheduled_lower_ns is not null then 'lower'
         end as scheduled_point
 

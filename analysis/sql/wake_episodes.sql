@@ -9,8 +9,8 @@
 --   total_s           = first token of the successful attempt - t0
 -- A wake that never became ready, or whose request was never served, is kept and censored.
 -- Gaps that causality says cannot be negative are listed when they are (clock skew). The
--- engine's pressure at t0 is the last scrape at or before t0 of an engine serving the model
--- (engine_pressure), with its age; null when no engine was scraped.
+-- engine's pressure at t0 is the last scrape at or before t0 of the engines serving the model
+-- (model_pressure: that scrape's engines together), with its age; null when none was scraped.
 with
 
 wakes as (
@@ -39,7 +39,7 @@ attempts as (
 
 pressure as (
 
-    select * from engine_pressure
+    select * from model_pressure
 
 ),
 

@@ -83,3 +83,30 @@ def test_a_store_written_before_engines_were_scraped_reads_as_no_samples() -> No
     episode = analysis.lending_episodes().row(0, named=True)
     assert episode["drain_s"] == 4.5 and episode["engine_waiting_at_t0"] is None
     assert analysis.engine_pressure().schema["kv_cache_usage_fraction"] == pl.Float64
+
+
+def test_engines_of_one_model_scraped_at_one_instant_are_one_answer_in_any_stored_order() -> None:
+    # a data-parallel vLLM's one /metrics answer: engine "0" idle, engine "1" saturated
+    results = set()
+    for order in ((0, 1), (1, 0)):
+        traces = Traces()
+        lending(traces)
+        con = traces.store()
+        values = {0: (0.0, 0.0, 0.0), 1: (8.0, 50.0, 0.75)}
+        for index in order:
+            running, waiting, kv = values[index]
+            for name, value in ((RUNNING, running), (WAITING, waiting), (KV, kv)):
+                con.execute("insert into engine_metrics values (make_timestamp_ns($at), 'http://e/metrics', $name, "
+                            "map(['model_name', 'engine'], ['tiny', $engine]), $value)",
+                            {"at": 59_750_000_000 + traces_base(), "name": name, "engine": str(index), "value": value})
+        episode = Analysis(con).lending_episodes().row(0, named=True)
+        results.add((episode["engine_running_at_t0"], episode["engine_waiting_at_t0"],
+                     episode["engine_kv_cache_usage_at_t0"]))
+    # summed queues, the fullest KV cache: the same whatever order the rows were stored in
+    assert results == {(8.0, 50.0, 0.75)}
+
+
+def traces_base() -> int:
+    from builders import BASE_NS
+
+    return BASE_NS

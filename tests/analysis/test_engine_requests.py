@@ -171,3 +171,12 @@ def test_every_request_keeps_its_engine_row_whatever_the_mapping_finds() -> None
     mapped = Analysis(store, labels={"traffic_class": "app.tier", "policy": "no.such.attribute"}).engine_requests()
     assert mapped.height == plain.height == 3
     assert mapped.drop("traffic_class").equals(plain.drop("traffic_class"))
+
+
+def test_without_a_queue_time_the_upper_bound_is_the_point() -> None:
+    traces = Traces()
+    user_call(traces, queue_s=0.5, ttft_s=1.0, prefill_s=0.25)
+    traces.spans[-1].attributes.pop(next(k for k in traces.spans[-1].attributes if k.endswith("time_in_queue")))
+    row = one(Analysis(traces.store()).engine_requests())
+    assert row["schedule_delay_lower_s"] is None
+    assert (row["schedule_delay_s"], row["schedule_point"]) == (1.0, "upper")

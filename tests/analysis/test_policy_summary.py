@@ -174,3 +174,26 @@ def test_the_slo_defaults_come_from_the_span_contract() -> None:
 def test_an_slo_must_be_a_finite_non_negative_duration(field: str, value: float) -> None:
     with pytest.raises(SettingError, match=f"setting Slo.{field}: must be a finite number of seconds >= 0"):
         Slo(**{field: value})
+
+
+def test_the_no_gate_arm_is_paired_like_any_other() -> None:
+    traces = Traces()
+    add_request(traces, policy="fcfs", seed=1, start=60.0, ttft=1.0, e2e=2.0, gate=False, arm_label=True)
+    add_request(traces, policy="unused", seed=1, start=60.0, ttft=1.0, e2e=2.0, gate=False)
+    paired = Analysis(traces.store()).paired_differences()
+    assert sorted(zip(paired["policy"], paired["baseline"]), key=str) == [("fcfs", None), (None, "fcfs")]
+
+
+def test_the_text_report_names_the_no_gate_arm_on_both_sides_of_a_difference() -> None:
+    from restorelens.analysis.report import build_report, render
+
+    traces = Traces()
+    add_request(traces, policy="fcfs", seed=1, start=60.0, ttft=1.0, e2e=2.0, gate=False, arm_label=True)
+    add_request(traces, policy="unused", seed=1, start=60.0, ttft=1.0, e2e=2.0, gate=False)
+    # a lending episode whose gate named no policy: a gate was there, so it is no "no gate"
+    traces.gate_restore(60.0, 64.5, link=None, policy=None, grant_restored_s=61.0, drained_s=64.5)
+    sections = build_report(Analysis(traces.store()))
+    text = render({"paired_differences": sections["paired_differences"]}, "markdown")
+    assert "| balanced | fcfs | no gate |" in text and "| balanced | no gate | fcfs |" in text
+    lending = render({"lending_episodes": sections["lending_episodes"]}, "markdown")
+    assert "no gate" not in lending

@@ -106,3 +106,20 @@ def test_check_takes_limits_on_the_engine_view(store: Path) -> None:
     failed = invoke("check", "--db", str(store), "--max", "queue_s.max=1.5")
     assert failed.exit_code == 1
     assert "engine.queue_s.max = 2 > 1.5 (n=4)" in failed.output
+
+
+def test_a_store_the_sql_cannot_decompose_is_one_line_naming_it(store: Path) -> None:
+    import duckdb
+
+    from restorelens import spans
+
+    con = duckdb.connect(str(store))
+    # a duration no span can have (above int64 nanoseconds), as another tool might write it
+    con.execute('update otel_traces set "Duration" = 18446744073709551615 where "SpanName" = $name',
+                {"name": spans.SPAN_HTTP_POST})
+    con.close()
+    for command in (("report",), ("check", "--max", "queue_s.max=1")):
+        result = invoke(*command, "--db", str(store))
+        assert result.exit_code == (2 if command[0] == "check" else 1), result.output
+        assert str(store) in result.output and "cannot decompose" in result.output
+        assert len(result.output.strip().splitlines()) == 1
