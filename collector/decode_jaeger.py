@@ -31,15 +31,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.rows import PayloadError, SpanRejected, SpanRows
+from restorelens.collector.rows import MAX_TIMESTAMP_NS, PayloadError, SpanRejected, SpanRows
 
-__all__ = ["decode_jaeger_json", "is_jaeger_json"]
+__all__ = ["decode_jaeger_json", "is_jaeger_json", "shown"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 #: Jaeger's exporter writes this service name for a resource without attributes (tracetranslator).
@@ -53,14 +54,39 @@ _KINDS = {
 }
 #: Nanoseconds per microsecond: Jaeger's JSON times and durations are microseconds.
 _NS_PER_US = 1000
+#: The latest time (and start + duration) whose nanoseconds fit the store's signed 64-bit TIMESTAMP_NS.
+MAX_MICROS = MAX_TIMESTAMP_NS // _NS_PER_US
+_INT64 = (-(2**63), 2**63 - 1)
+#: Digits beyond which a decimal cannot be in range: checked before int(), which refuses more than
+#: 4300 digits with a ValueError of its own.
+_MAX_INT64_DIGITS = 19
+_UNSIGNED = re.compile(r"[0-9]+")
+_SIGNED = re.compile(r"-?[0-9]+")
+# A float64 as a string: what Go's strconv.ParseFloat reads in base 10 (float() would also take
+# blanks around it and "1_000")
+_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.IGNORECASE)
 _SPAN_AT = re.compile(r"resourceSpans\[(\d+)\]\.scopeSpans\[0\]\.spans\[0\]: ")
+#: Keys that make a document OTLP's or Tempo's: such a document is not Jaeger's, whatever else it holds.
+_OTHER_FORMATS_KEYS = ("resourceSpans", "resource_spans", "batches", "trace")
+#: Characters of a value shown in a message: a megabyte-long value must not make a megabyte-long line.
+SHOWN_CHARS = 200
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters with an ellipsis."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int of over 4300 digits; a structure nested too deeply
+        return f"<a {type(value).__name__} too large to show>"
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
 def is_jaeger_json(obj: Any) -> bool:
-    """Whether a parsed JSON document has one of Jaeger's shapes (checked before OTLP's)."""
+    """Whether a parsed JSON document has one of Jaeger's shapes (checked before OTLP's); one
+    holding OTLP's or Tempo's keys too is not (the loader refuses it as ambiguous)."""
     if isinstance(obj, list):
         return bool(obj) and all(isinstance(t, dict) and "spans" in t for t in obj)
-    if not isinstance(obj, dict) or "resourceSpans" in obj or "resource_spans" in obj:
+    if not isinstance(obj, dict) or any(key in obj for key in _OTHER_FORMATS_KEYS):
         return False
     return "data" in obj or ("spans" in obj and ("traceID" in obj or "processes" in obj))
 
@@ -69,7 +95,7 @@ def _hex_id(value: Any, digits: int, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise SpanRejected(f"{what} is missing" if value in (None, "") else f"{what} must be a hex string")
     if len(value) > digits or not _HEX.issuperset(value):
-        raise SpanRejected(f"{what} {value[:48]!r} is not hex of at most {digits} digits")
+        raise SpanRejected(f"{what} {shown(value, 52)} is not hex of at most {digits} digits")
     return value.lower().rjust(digits, "0")
 
 
@@ -80,13 +106,46 @@ def _micros(value: Any, what: str) -> int:
         micros = value
     elif isinstance(value, float) and value.is_integer():
         micros = int(value)
-    elif isinstance(value, str) and value.isascii() and value.isdigit():
+    elif isinstance(value, str) and _UNSIGNED.fullmatch(value):
+        if len(value.lstrip("0")) > _MAX_INT64_DIGITS:
+            raise SpanRejected(f"{what} {shown(value)} is out of range (0 .. {MAX_MICROS} microseconds)")
         micros = int(value)
     else:
-        raise SpanRejected(f"{what} {value!r:.32} is not a whole number of microseconds")
+        raise SpanRejected(f"{what} {shown(value)} is not a whole number of microseconds")
     if micros < 0:
-        raise SpanRejected(f"{what} {micros} is negative")
+        raise SpanRejected(f"{what} {shown(micros)} is negative")
+    if micros > MAX_MICROS:  # the store's nanoseconds are a signed 64-bit count
+        raise SpanRejected(f"{what} {shown(micros)} is out of range (0 .. {MAX_MICROS} microseconds)")
     return micros
+
+
+def _int64(value: Any) -> int | None:
+    """An int64 tag's value (a JSON number, or a decimal string beyond 2^53); None if not an integer."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and _SIGNED.fullmatch(value):
+        if len(value.lstrip("-").lstrip("0")) > _MAX_INT64_DIGITS:
+            raise SpanRejected(f"int64 value {shown(value)} is out of range")
+        number = int(value)
+    else:
+        return None
+    if not _INT64[0] <= number <= _INT64[1]:
+        raise SpanRejected(f"int64 value {shown(number)} is out of range")
+    return number
+
+
+def _float64(value: Any) -> float | None:
+    """A float64 tag's value (a JSON number, or a string of one); None if not a number."""
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise SpanRejected(f"float64 value {shown(value)} is out of range") from None
+    if isinstance(value, str) and _FLOAT.fullmatch(value):
+        return float(value)
+    return None
 
 
 def _tag(kv: Any, what: str) -> tuple[str, str, Any]:
@@ -94,39 +153,43 @@ def _tag(kv: Any, what: str) -> tuple[str, str, Any]:
     if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
         raise SpanRejected(f"{what} must be an object with a string 'key'")
     key, kind, value = kv["key"], kv.get("type"), kv.get("value")
+    try:
+        return key, *_typed(kind, value)
+    except SpanRejected as exc:
+        raise SpanRejected(f"{what} {shown(key, 60)}: {exc}") from None
+
+
+def _typed(kind: Any, value: Any) -> tuple[str, Any]:
+    """A tag's (type, value), the value checked against the type (or the type told by the value)."""
     if kind is None:  # "type" is omitempty in model/json: tell it by the JSON value
         kind = {str: "string", bool: "bool", int: "int64", float: "float64"}.get(type(value), "")
+    given = kind
     kind = kind.lower() if isinstance(kind, str) else ""
     if kind == "string" and isinstance(value, str):
-        return key, kind, value
+        return kind, value
     if kind == "bool":
         if isinstance(value, bool):
-            return key, kind, value
+            return kind, value
         if value in ("true", "false"):
-            return key, kind, value == "true"
+            return kind, value == "true"
     elif kind == "int64":
         # from_domain.go writes integers beyond 2^53 (JavaScript's exact range) as decimal strings
-        if isinstance(value, int) and not isinstance(value, bool):
-            return key, kind, value
-        if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
-            return key, kind, int(value)
+        number = _int64(value)
+        if number is not None:
+            return kind, number
     elif kind == "float64":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return key, kind, float(value)
-        if isinstance(value, str):
-            try:
-                return key, kind, float(value)
-            except ValueError:
-                pass
+        double = _float64(value)
+        if double is not None:
+            return kind, double
     elif kind == "binary" and isinstance(value, str):  # Go's JSON encodes []byte as base64
         try:
             base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
-            raise SpanRejected(f"{what} {key!r}: binary value is not base64") from None
-        return key, kind, value
+            raise SpanRejected("binary value is not base64") from None
+        return kind, value
     elif kind not in ("string", ""):
-        raise SpanRejected(f"{what} {key!r} has unknown type {kv.get('type')!r:.32}")
-    raise SpanRejected(f"{what} {key!r}: value {value!r:.32} is not of type {kind or 'string'}")
+        raise SpanRejected(f"unknown type {shown(given, 40)}")
+    raise SpanRejected(f"value {shown(value, 40)} is not of type {kind or 'string'}")
 
 
 def _any_value(kind: str, value: Any) -> dict[str, Any]:
@@ -230,7 +293,7 @@ def _references(span: dict[str, Any], trace_id: str) -> tuple[str, list[dict[str
             raise SpanRejected("reference must be an object")
         ref_type = ref.get("refType") or "CHILD_OF"  # model/json: CHILD_OF unless FOLLOWS_FROM
         if ref_type not in ("CHILD_OF", "FOLLOWS_FROM"):
-            raise SpanRejected(f"reference refType {ref_type!r:.32} is neither CHILD_OF nor FOLLOWS_FROM")
+            raise SpanRejected(f"reference refType {shown(ref_type, 40)} is neither CHILD_OF nor FOLLOWS_FROM")
         ref_trace = _hex_id(ref.get("traceID") or trace_id, 32, "reference traceID")
         ref_span = _hex_id(ref.get("spanID"), 16, "reference spanID")
         if ref_type == "CHILD_OF" and not parent and ref_trace == trace_id:
@@ -255,14 +318,20 @@ def _otlp_span(span: Any, trace_id_default: Any, processes: dict[str, Any]) -> d
         resource = _resource(span["process"], "process")
     else:
         process_id = span.get("processID")
+        if process_id is not None and not isinstance(process_id, str):  # a key of "processes", a string
+            raise SpanRejected(f"processID must be a string, not a JSON {_json_type(process_id)}")
         if process_id is not None and process_id not in processes:
-            raise SpanRejected(f"processID {process_id!r:.40} is not in the trace's processes")
-        resource = _resource(processes.get(process_id), f"processes[{process_id!r}]")
+            raise SpanRejected(f"processID {shown(process_id, 48)} is not in the trace's processes")
+        resource = _resource(processes.get(process_id), f"processes[{shown(process_id, 48)}]")
     name = span.get("operationName") or ""
     if not isinstance(name, str):
         raise SpanRejected("operationName must be a string")
     start_us = _micros(span.get("startTime"), "startTime")
     duration_us = _micros(span.get("duration", 0), "duration")
+    if start_us + duration_us > MAX_MICROS:  # the end, as OTLP's endTimeUnixNano, must fit too
+        raise SpanRejected(
+            f"startTime + duration ({start_us} + {duration_us}) is out of range (0 .. {MAX_MICROS} microseconds)"
+        )
     tags = _tags(span.get("tags"), "tag")
     kind = _string_tag(tags, "span.kind")
     scope_name = _string_tag(tags, "otel.scope.name")
@@ -291,6 +360,30 @@ def _otlp_span(span: Any, trace_id_default: Any, processes: dict[str, Any]) -> d
     return {"resource": {"attributes": resource}, "scopeSpans": [{"scope": scope, "spans": [otlp]}]}
 
 
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _error_text(error: Any) -> str:
+    """One of the query API's ``errors`` (``{"code", "msg"}``; anything else as it is) as a few words."""
+    if isinstance(error, dict) and ("code" in error or "msg" in error):
+        parts = [error.get("code"), error.get("msg")]
+        words = " ".join(p if isinstance(p, str) else _compact(p) for p in parts if p not in (None, ""))
+    else:
+        words = error if isinstance(error, str) else _compact(error)
+    return words if len(words) <= SHOWN_CHARS else words[: SHOWN_CHARS - 1] + "\u2026"
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        return shown(value)
+
+
 def _traces(obj: Any) -> tuple[list[Any], str, str]:
     """The traces of a document, the path they sit at (for messages), and a note (Jaeger's errors)."""
     if isinstance(obj, list):
@@ -298,16 +391,16 @@ def _traces(obj: Any) -> tuple[list[Any], str, str]:
     if "data" not in obj:
         return [obj], "", ""
     data, errors = obj.get("data"), obj.get("errors")
-    messages = []
-    for error in errors if isinstance(errors, list) else []:
-        if isinstance(error, dict):
-            text = str(error.get("msg") or "")
-            messages.append(f"{error['code']} {text}".strip() if error.get("code") else text)
+    if errors is None:
+        errors = []
+    elif not isinstance(errors, list):  # Jaeger writes a list; a lone error is still one
+        errors = [errors]
+    messages = [text for text in map(_error_text, errors) if text]
     note = "Jaeger reported: " + "; ".join(messages) if messages else ""
     if data is None:
         data = []
     if not isinstance(data, list):
-        raise PayloadError(f'"data" must be a list of traces, not a JSON {type(data).__name__}')
+        raise PayloadError(f'"data" must be a list of traces, not a JSON {_json_type(data)}')
     if not data and note:
         raise PayloadError(f"no traces: {note}")
     return data, "data", note

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from restorelens.collector.decode_jaeger import SHOWN_CHARS
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import PayloadError, SpanRows
 
@@ -50,8 +51,14 @@ def decode_tempo_json(obj: dict[str, Any], out: SpanRows, where: str = "", *, ch
         raise PayloadError(_renamed(str(exc), "", at)) from None
     finally:
         out.errors[mark:] = [_renamed(message, where, at) for message in out.errors[mark:]]
-    if str(obj.get("status", "")).upper() == "PARTIAL":
-        return f"Tempo returned a partial trace: {obj.get('message') or 'no reason given'}"
+    status = obj.get("status")
+    if isinstance(status, str) and status.upper() == "PARTIAL":
+        message = obj.get("message") or "no reason given"
+        if not isinstance(message, str):
+            message = "a reason that is not text"
+        elif len(message) > SHOWN_CHARS:  # shown after the file's line: a few words, not a whole page
+            message = message[: SHOWN_CHARS - 1] + "\u2026"
+        return f"Tempo returned a partial trace: {message}"
     return ""
 
 

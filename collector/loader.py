@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 DERIVE_EVERY_SPANS = 200_000
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
+#: Longest message kept (the file, the position, and a reason whose values are already cut).
+MAX_MESSAGE_CHARS = 1000
 
 OTLP_JSON = "OTLP JSON"
 OTLP_PROTOBUF = "OTLP protobuf"
@@ -88,6 +90,9 @@ class LoadSummary:
 
     def add_error(self, message: str) -> None:
         if len(self.errors) < MAX_ERRORS:
+            # each is one line on stderr: a decoder quoting a huge value must not make it a page
+            if len(message) > MAX_MESSAGE_CHARS:
+                message = message[: MAX_MESSAGE_CHARS - 1] + "\u2026"
             self.errors.append(message)
 
     def describe(self) -> str:
@@ -180,8 +185,26 @@ def _load_parquet(
     return total
 
 
+def _claims(obj: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, format) for each key of ``obj`` that marks it as one of the JSON formats."""
+    found = [(key, OTLP_JSON) for key in ("resourceSpans", "resource_spans") if key in obj]
+    if "data" in obj:
+        found.append(("data", JAEGER_JSON))
+    if "batches" in obj:
+        found.append(("batches", TEMPO_JSON))
+    if isinstance(obj.get("trace"), dict):
+        found.append(("trace", TEMPO_JSON))
+    return found
+
+
 def _decode_json(obj: Any, rows: SpanRows, where: str, check_unicode: bool) -> tuple[str, str]:
     """Decode one parsed JSON document by its shape; its format and a note for the user ('' if none)."""
+    if isinstance(obj, dict):
+        claims = _claims(obj)
+        if len({name for _, name in claims}) > 1:
+            # read as either, the other's spans would be dropped without a word
+            keys = " and ".join(f'"{key}" ({name})' for key, name in claims)
+            raise PayloadError(f"ambiguous document: it has {keys}; a document holds one format")
     if is_jaeger_json(obj):
         return JAEGER_JSON, decode_jaeger_json(obj, rows, where, check_unicode=check_unicode)
     if is_tempo_json(obj):

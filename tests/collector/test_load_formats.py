@@ -207,6 +207,88 @@ def test_jaeger_query_api_errors_and_malformed_spans_name_file_line_and_position
     ]
 
 
+_TAG = {"key": "k", "type": "int64"}
+_OUT_OF_RANGE_US = (2**63 - 1) // 1000 + 1  # the first microsecond past the store's last nanosecond
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"tags": [{**_TAG, "value": "--5"}]}, "tag 'k': value '--5' is not of type int64"),
+        ({"tags": [{**_TAG, "value": "9" * 40}]}, f"tag 'k': int64 value '{'9' * 40}' is out of range"),
+        ({"tags": [{**_TAG, "value": 2**63}]}, f"tag 'k': int64 value {2**63} is out of range"),
+        ({"tags": [{**_TAG, "value": "9" * 5000}]}, "tag 'k': int64 value '999"),
+        ({"tags": [{"key": "k", "type": "float64", "value": 10**400}]}, "tag 'k': float64 value 1000"),
+        ({"tags": [{"key": "k", "type": "float64", "value": "1_0"}]}, "tag 'k': value '1_0' is not of type float64"),
+        ({"startTime": "9" * 5000}, "startTime '999"),
+        ({"startTime": _OUT_OF_RANGE_US}, f"startTime {_OUT_OF_RANGE_US} is out of range (0 .. {_OUT_OF_RANGE_US - 1} "),
+        ({"startTime": 10**300}, "startTime 1000"),
+        ({"startTime": _OUT_OF_RANGE_US - 10, "duration": 10},
+         f"startTime + duration ({_OUT_OF_RANGE_US - 10} + 10) is out of range"),
+        ({"logs": [{"timestamp": "9" * 5000, "fields": []}]}, "log timestamp '999"),
+        ({"processID": [1]}, "processID must be a string, not a JSON array"),
+        ({"processID": {"a": 1}}, "processID must be a string, not a JSON object"),
+    ],
+    ids=["int64-dashes", "int64-40-digits", "int64-beyond", "int64-5000-digits", "float64-beyond", "float64-underscore",
+         "start-5000-digits", "start-beyond", "start-float-beyond", "end-beyond", "log-5000-digits",
+         "process-id-list", "process-id-object"],
+)
+def test_a_jaeger_value_out_of_range_or_of_another_type_rejects_its_span_alone_and_other_files_load(
+    tmp_path: Path, fields: dict[str, Any], reason: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [_jaeger_doc([_span("1"), _span("2", **fields)])]}))
+    summary = load_paths([JAEGER_API, bad, TEMPO_V1], tmp_path / "t.duckdb")
+    assert (summary.loaded, summary.duplicate, summary.rejected, summary.malformed) == (32, 31, 1, 0)
+    (message,) = summary.errors
+    assert message.startswith(f"{bad}:1: data[0].spans[1]: {reason}")
+    assert len(message) < len(str(bad)) + 320  # a value shown is cut, not printed whole
+
+
+def test_load_of_a_span_with_a_list_as_process_id_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "procid_list.json").write_text(json.dumps({"data": [_jaeger_doc([_span("2", processID=[1])])]}))
+    db = str(tmp_path / "t.duckdb")
+    result = CliRunner().invoke(cli, ["load", str(JAEGER_API), str(tmp_path / "procid_list.json"), "--db", db])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    assert f"{tmp_path / 'procid_list.json'}:1: data[0].spans[0]: processID must be a string" in result.output
+    assert len(_rows(tmp_path / "t.duckdb")) == 31
+
+
+@pytest.mark.parametrize(
+    ("errors", "shown"),
+    [("boom", "boom"), ({"code": 500, "msg": "storage down"}, "500 storage down"), (["a", {"x": 1}], 'a; {"x":1}')],
+    ids=["a-string", "an-object", "a-list-of-others"],
+)
+def test_jaeger_errors_in_any_shape_are_reported_when_there_are_no_traces(
+    tmp_path: Path, errors: Any, shown: str
+) -> None:
+    (tmp_path / "e.json").write_text(json.dumps({"data": None, "errors": errors}))
+    summary = load_paths([tmp_path / "e.json"], tmp_path / "t.duckdb")
+    assert summary.malformed == 1
+    assert summary.errors == [f"{tmp_path / 'e.json'}:1: no traces: Jaeger reported: {shown}"]
+
+
+def test_a_document_with_the_keys_of_two_formats_is_refused_not_read_as_either(tmp_path: Path) -> None:
+    tempo = json.loads(TEMPO_V1.read_text().splitlines()[0])
+    (tmp_path / "both.json").write_text(json.dumps({**tempo, "data": []}))
+    summary = load_paths([tmp_path / "both.json", JAEGER_API], tmp_path / "t.duckdb")
+    assert summary.loaded == 31 and summary.malformed == 1
+    assert summary.errors == [
+        f"{tmp_path / 'both.json'}:1: ambiguous document: it has \"data\" (Jaeger JSON) and \"batches\" "
+        "(Tempo JSON); a document holds one format"
+    ]
+
+
+def test_a_long_tempo_partial_message_is_cut(tmp_path: Path) -> None:
+    answer = json.loads(TEMPO_V2.read_text().splitlines()[0])
+    answer.update(status="PARTIAL", message="x" * 100_000)
+    (tmp_path / "v2.json").write_text(json.dumps(answer))
+    (note,) = load_paths([tmp_path / "v2.json"], tmp_path / "t.duckdb").inputs[0].notes
+    assert note.startswith("line 1: Tempo returned a partial trace: xxx") and note.endswith("x\u2026")
+    assert len(note) < 300
+
+
 def test_tempo_malformed_spans_are_named_where_the_answer_has_them_and_partial_is_said(tmp_path: Path) -> None:
     good = json.loads(TEMPO_V2.read_text().splitlines()[0])
     bad_span = {"traceId": "not-an-id", "spanId": "AAAAAAAAEjQ=", "name": "x"}
