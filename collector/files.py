@@ -276,9 +276,59 @@ def _check_schema(schema: Any) -> None:
             raise ParquetProblem(f"column {expected.name!r} is {actual}, not {expected.type} as in otel_traces")
 
 
+#: The store's times are signed 64-bit nanoseconds; OTLP's decoders refuse a time (an end too) beyond.
+_MAX_NS = 2**63 - 1
+_NOT_TEXT = ("Timestamp", "Duration", "Events.Timestamp")
+
+
+def _invalid_utf8(column: Any, name: str) -> Any | None:
+    """A mask of the rows holding a string (at any depth: list items, map keys and values) that is
+    not UTF-8, which the store refuses with an error failing the whole insert; None when there is none."""
+    import numpy as np
+    import pyarrow as pa
+
+    try:
+        column.validate(full=True)  # checks UTF-8 at every depth, in C++: the common case costs little
+        return None
+    except pa.ArrowInvalid as exc:
+        problem = exc
+    # Rare: find the rows, in Python, on the same values as bytes (a cast to binary checks nothing)
+    as_bytes = column.cast(_binary_type(column.type))
+    mask = np.fromiter((not _all_utf8(value) for value in as_bytes.to_pylist()), bool, len(column))
+    if not mask.any():  # invalid for another reason than UTF-8 (corrupt offsets): nothing of it is usable
+        raise ParquetProblem(f"column {name!r} is not valid: {problem}")
+    return pa.array(mask)
+
+
+def _binary_type(kind: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.large_binary()
+    if pa.types.is_map(kind):
+        return pa.map_(_binary_type(kind.key_type), _binary_type(kind.item_type))
+    if pa.types.is_list(kind):
+        return pa.list_(_binary_type(kind.value_type))
+    return kind
+
+
+def _all_utf8(value: Any) -> bool:
+    if isinstance(value, bytes):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+    if isinstance(value, (list, tuple)):  # lists, and a map's (key, value) pairs
+        return all(_all_utf8(item) for item in value)
+    return True
+
+
 def _rejected_rows(table: Any, first_row: int) -> tuple[Any, list[tuple[int, str]]]:
-    """The rows the store would refuse or misread (nulls, malformed IDs, Nested lists of unequal
-    lengths) as a mask, with (row number from 1, reason) for each."""
+    """The rows the store would refuse or misread (nulls, strings that are not UTF-8, malformed IDs,
+    times out of range, Nested lists of unequal lengths) as a mask, with (row number from 1, reason)
+    for each."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     checks: list[tuple[Any, Callable[[int], str]]] = []
@@ -286,6 +336,26 @@ def _rejected_rows(table: Any, first_row: int) -> tuple[Any, list[tuple[int, str
         column = table.column(name)
         if column.null_count:
             checks.append((pc.is_null(column), lambda i, name=name: f"{name} is null"))
+    for name in table.column_names:
+        if name not in _NOT_TEXT:
+            invalid = _invalid_utf8(table.column(name), name)
+            if invalid is not None:  # before the ID checks, whose messages quote the value
+                checks.append((invalid, lambda i, name=name: f"{name} holds a string that is not UTF-8"))
+    start = pc.cast(table.column("Timestamp"), pa.int64())
+    duration = table.column("Duration")
+    checks.append((pc.fill_null(pc.less(start, 0), False), lambda i, start=start: (
+        f"Timestamp {start[i].as_py()} is out of range (0 .. 2^63-1 ns)")))
+    # the end, Timestamp + Duration, must fit as OTLP's endTimeUnixNano must (decode_json._nanos)
+    room = pc.cast(pc.subtract(_MAX_NS, pc.max_element_wise(start, 0)), pa.uint64())
+    checks.append((pc.fill_null(pc.greater(duration, room), False), lambda i, start=start, duration=duration: (
+        f"Timestamp + Duration ({start[i].as_py()} + {duration[i].as_py()}) is out of range (0 .. 2^63-1 ns)")))
+    event_times = pc.list_flatten(table.column("Events.Timestamp"))
+    if len(event_times):
+        early = pc.fill_null(pc.less(pc.cast(event_times, pa.int64()), 0), False)
+        if pc.any(early).as_py():
+            parents = pc.list_parent_indices(table.column("Events.Timestamp")).filter(early)
+            mask = pc.is_in(pa.array(range(table.num_rows)), value_set=parents)
+            checks.append((mask, lambda i: "Events.Timestamp holds a time before 1970 (0 .. 2^63-1 ns)"))
     for name, digits in _ID_DIGITS.items():
         column = table.column(name)
         pattern = f"^[0-9a-f]{{{digits}}}$" if name != "ParentSpanId" else f"^([0-9a-f]{{{digits}}})?$"

@@ -177,6 +177,12 @@ def _load_parquet(
         summary.malformed += 1
         summary.add_error(f"{path}: {exc}")
         return 0
+    except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
+        # a value read_parquet_tables let through and the store refuses: the transaction is rolled
+        # back, so the file is refused whole, and the other files still load
+        summary.malformed += 1
+        summary.add_error(f"{path}: the store refused a value of it: {str(exc).splitlines()[0]}")
+        return 0
     summary.loaded += loaded
     summary.duplicate += total - loaded
     summary.rejected += rejected

@@ -22,6 +22,7 @@ from typing import Any
 
 import polars.testing
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -418,6 +419,74 @@ def test_parquet_rows_the_store_cannot_take_are_rejected_alone_with_their_row(
         f"{spoilt}: row 2: TraceId 'XYZ' is not 32 lower-case hex digits (nor all zeros)",
         f"{spoilt}: row 5: SpanName is null",
     ]
+
+
+def _not_utf8(texts: list[str]) -> pa.Array:
+    """``texts`` as an Arrow string array whose 'ÿ' are the bytes ff fe: not UTF-8 (pyarrow builds
+    such an array without checking, as a Parquet writer may)."""
+    good = pa.array(texts, pa.string())
+    validity, offsets, data = good.buffers()
+    spoilt = data.to_pybytes().replace("\u00ff".encode(), b"\xff\xfe")
+    return pa.Array.from_buffers(pa.string(), len(good), [validity, offsets, pa.py_buffer(spoilt)])
+
+
+def test_parquet_rows_with_strings_not_utf8_or_times_out_of_range_are_rejected_and_reports_still_work(
+    tmp_path: Path, sample_store: tuple[Path, Path]
+) -> None:
+    _, parquet = sample_store
+
+    def spoil(table: pa.Table) -> pa.Table:
+        table = table.slice(0, 12)
+        names = table.column("SpanName").to_pylist()
+        names[1] = "\u00ff" + names[1]
+        table = table.set_column(table.schema.get_field_index("SpanName"), "SpanName", _not_utf8(names))
+        # a map value not UTF-8: rebuild the map column on spoilt items
+        attrs = table.column("SpanAttributes").combine_chunks()
+        items = attrs.items.to_pylist()
+        first = attrs.offsets[3].as_py()
+        items[first] = "\u00ff"
+        spoilt = pa.MapArray.from_arrays(attrs.offsets, attrs.keys, _not_utf8(items))
+        table = table.set_column(table.schema.get_field_index("SpanAttributes"), "SpanAttributes", spoilt)
+        durations = table.column("Duration").to_pylist()
+        starts = pc.cast(table.column("Timestamp"), pa.int64()).to_pylist()
+        durations[6] = 2**64 - 1
+        durations[8] = 2**63 - starts[8]  # the end one nanosecond past the last one the store holds
+        return table.set_column(table.schema.get_field_index("Duration"), "Duration", pa.array(durations, pa.uint64()))
+
+    spoilt = _rewrite(parquet, tmp_path / "spoilt.parquet", spoil)
+    assert pq.read_table(spoilt).num_rows == 12
+    db = tmp_path / "t.duckdb"
+    summary = load_paths([SOURCE, spoilt], db)
+    assert (summary.loaded, summary.rejected, summary.malformed) == (31 + 8, 4, 0)
+    start_7, start_9 = (pc.cast(pq.read_table(spoilt).column("Timestamp"), pa.int64())[i].as_py() for i in (6, 8))
+    assert summary.errors == [
+        f"{spoilt}: row 2: SpanName holds a string that is not UTF-8",
+        f"{spoilt}: row 4: SpanAttributes holds a string that is not UTF-8",
+        f"{spoilt}: row 7: Timestamp + Duration ({start_7} + {2**64 - 1}) is out of range (0 .. 2^63-1 ns)",
+        f"{spoilt}: row 9: Timestamp + Duration ({start_9} + {2**63 - start_9}) is out of range (0 .. 2^63-1 ns)",
+    ]
+    with open_read_only(db) as con:
+        assert Analysis(con).requests().height > 0  # the analysis' SQL reads every stored Duration as bigint
+
+
+def test_parquet_strings_not_utf8_in_lists_are_rejected_too(tmp_path: Path, sample_store: tuple[Path, Path]) -> None:
+    _, parquet = sample_store
+
+    def spoil(table: pa.Table) -> pa.Table:
+        table = table.slice(0, 3)
+        states = pa.ListArray.from_arrays(pa.array([0, 0, 1, 1], pa.int32()), _not_utf8(["\u00ff"]))
+        ids = pa.ListArray.from_arrays(pa.array([0, 0, 1, 1], pa.int32()), pa.array(["1" * 16]))
+        trace_ids = pa.ListArray.from_arrays(pa.array([0, 0, 1, 1], pa.int32()), pa.array(["1" * 32]))
+        attrs = pa.array([[], [[]], []], pa.list_(pa.map_(pa.string(), pa.string())))
+        for name, column in (("Links.TraceState", states), ("Links.SpanId", ids), ("Links.TraceId", trace_ids),
+                             ("Links.Attributes", attrs)):
+            table = table.set_column(table.schema.get_field_index(name), name, column)
+        return table
+
+    spoilt = _rewrite(parquet, tmp_path / "spoilt.parquet", spoil)
+    summary = load_paths([spoilt], tmp_path / "t.duckdb")
+    assert (summary.loaded, summary.rejected) == (2, 1)
+    assert summary.errors == [f"{spoilt}: row 2: Links.TraceState holds a string that is not UTF-8"]
 
 
 # ---------------------------------------------------------------- bounds and the CLI
