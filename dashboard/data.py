@@ -24,6 +24,7 @@ __all__ = [
     "NO_CLASS",
     "NO_GATE",
     "REQUEST_METRICS",
+    "UNNAMED_POLICY",
     "WAKE_METRICS",
     "EngineSummary",
     "EpisodePressure",
@@ -49,6 +50,7 @@ __all__ = [
     "wake_detail",
     "wake_events",
     "with_no_gate",
+    "with_unnamed_policy",
 ]
 
 LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
@@ -70,7 +72,9 @@ ENGINE_FIGURE_METRICS = ("queue_s", "schedule_delay_s", "ttft_s", "prefill_s", "
 NO_CLASS = "no class"
 #: An engine span with neither a service name of its own nor a model to name it by.
 NO_ENGINE = "unnamed engine"
-#: Columns holding a gate policy, whose null means the request passed no gate.
+#: A lending episode's null policy: its gate named none (it is at a gate, so never "no gate").
+UNNAMED_POLICY = "policy not named"
+#: Columns holding a request's arm, whose null means the request passed no gate.
 _POLICY_COLUMNS = ("policy", "baseline")
 #: Most points of one distribution curve: the figure's size stays bounded whatever the store holds.
 MAX_CURVE_POINTS = 200
@@ -93,9 +97,15 @@ def _ns(value: Any) -> int | None:
 
 
 def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with a null policy (and baseline) spelt ``NO_GATE``, as every page shows it."""
+    """``frame`` (requests, or goodputs of their arms) with a null policy (and baseline) spelt
+    ``NO_GATE``, as every page shows a request's arm."""
     columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
     return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
+
+
+def with_unnamed_policy(episodes: pl.DataFrame) -> pl.DataFrame:
+    """Lending episodes with a null policy spelt ``UNNAMED_POLICY``: the gate that lent named none."""
+    return episodes.with_columns(pl.col("policy").fill_null(UNNAMED_POLICY))
 
 
 # --- overview ---------------------------------------------------------------------------------
@@ -148,7 +158,7 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
     violations = check(_Frames(frames), parsed)  # type: ignore[arg-type]
     return Overview(
         counts=counts,
-        lending_stats=percentiles_of(with_no_gate(lending), LENDING_METRICS, ["policy"]),
+        lending_stats=percentiles_of(with_unnamed_policy(lending), LENDING_METRICS, ["policy"]),
         wake_stats=percentiles_of(wakes, WAKE_METRICS, ["model", "wake_path"]),
         request_stats=request_stats,
         violations=tuple(str(v) for v in violations),

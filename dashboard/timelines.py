@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from restorelens.dashboard.data import LENDING_EVENTS, NO_GATE, EpisodePressure, LendingDetail, WakeDetail
+from restorelens.dashboard.data import LENDING_EVENTS, UNNAMED_POLICY, EpisodePressure, LendingDetail, WakeDetail
 from restorelens.dashboard.figures import literal, literals
 
 __all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "pressure_timeline", "wake_timeline"]
@@ -81,7 +81,7 @@ def lending_timeline(detail: LendingDetail) -> go.Figure:
     figure.update_xaxes(title_text="seconds from demand return (t0)", row=2, col=1)
     figure.update_layout(
         template=_TEMPLATE, height=560, margin={"t": 60, "b": 40, "l": 50, "r": 20},
-        title=f"Lending episode · policy {literal(episode.get('policy') or NO_GATE)} · "
+        title=f"Lending episode · policy {literal(episode.get('policy') or UNNAMED_POLICY)} · "
               f"{literal(episode.get('returning_request_id') or '')}",
         legend={"orientation": "h", "y": -0.18},
     )

@@ -14,7 +14,7 @@ if episodes.is_empty():
             "(policy `lend`) and the protected class returns.")
     st.stop()
 
-labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or data.NO_GATE} · run {row['run_id']} · "
+labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or data.UNNAMED_POLICY} · run {row['run_id']} · "
           f"seed {row['seed']}" + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.lending_detail, path, stamp, span_id)
@@ -27,5 +27,5 @@ ui.show_figure(timelines.lending_timeline(detail), "lending-timeline", "lending-
 ui.engine_pressure(path, stamp, episode, detail.events, "lending-pressure")
 
 st.subheader("All lending episodes")
-shown = data.with_no_gate(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")))
+shown = data.with_unnamed_policy(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")))
 st.dataframe(shown, hide_index=True)

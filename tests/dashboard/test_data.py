@@ -194,3 +194,9 @@ def test_the_episode_window_runs_from_before_t0_to_after_the_last_event(analysis
     episode = analysis.lending_episodes().row(0, named=True)
     events = data.lending_events(episode)
     assert data.episode_window(events) == (-5.0, float(events["offset_s"].max()) + 5.0)
+
+
+def test_a_lending_episodes_null_policy_is_a_gate_that_named_none_not_no_gate() -> None:
+    episodes = pl.DataFrame({"policy": ["lend", None]}, schema={"policy": pl.String})
+    assert data.with_unnamed_policy(episodes)["policy"].to_list() == ["lend", data.UNNAMED_POLICY]
+    assert data.UNNAMED_POLICY != data.NO_GATE
