@@ -23,6 +23,7 @@ __all__ = [
     "LENDING_METRICS",
     "NO_CLASS",
     "NO_GATE",
+    "NO_WORKLOAD",
     "REQUEST_METRICS",
     "UNNAMED_POLICY",
     "WAKE_METRICS",
@@ -49,6 +50,7 @@ __all__ = [
     "schedule_points",
     "wake_detail",
     "wake_events",
+    "with_arm_labels",
     "with_no_gate",
     "with_unnamed_policy",
 ]
@@ -72,6 +74,9 @@ ENGINE_FIGURE_METRICS = ("queue_s", "schedule_delay_s", "ttft_s", "prefill_s", "
 NO_CLASS = "no class"
 #: An engine span with neither a service name of its own nor a model to name it by.
 NO_ENGINE = "unnamed engine"
+#: A request's null workload: it carries no workload label (a request that passed no gate usually
+#: carries none either); the policy page's panels and tables name it so, never "None".
+NO_WORKLOAD = "no workload"
 #: A lending episode's null policy: its gate named none (it is at a gate, so never "no gate").
 UNNAMED_POLICY = "policy not named"
 #: Columns holding a request's arm, whose null means the request passed no gate.
@@ -103,6 +108,15 @@ def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 
 
+def with_arm_labels(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (the policy summary or paired differences) as the policy page shows it: a null
+    policy and baseline spelt ``NO_GATE``, a null workload ``NO_WORKLOAD``."""
+    shown = with_no_gate(frame)
+    if "workload" in shown.columns and shown.schema["workload"] == pl.String:
+        shown = shown.with_columns(pl.col("workload").fill_null(NO_WORKLOAD))
+    return shown
+
+
 def with_unnamed_policy(episodes: pl.DataFrame) -> pl.DataFrame:
     """Lending episodes with a null policy spelt ``UNNAMED_POLICY``: the gate that lent named none."""
     return episodes.with_columns(pl.col("policy").fill_null(UNNAMED_POLICY))
@@ -122,6 +136,9 @@ class Overview:
     violations: tuple[str, ...]
     breaches: pl.DataFrame
     limits: tuple[str, ...] = field(default=())
+    #: Rows in each view a limit names (``lending``, ``wake``, ``requests``, ``engine``): the page
+    #: shows the limits whenever one of them has rows, episodes or none.
+    limited_rows: dict[str, int] = field(default_factory=dict)
 
 
 def parse_limits(texts: Sequence[str]) -> list[Limit]:
@@ -150,7 +167,8 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
     if include_requests:
         requests = frames["requests"]
         rows.insert(0, ("requests", requests.height, 0, int(requests["clock_skew"].sum())))
-        request_stats = percentiles_of(with_no_gate(requests), REQUEST_METRICS, ["traffic_class", "policy"])
+        shown = with_no_gate(requests).with_columns(pl.col("traffic_class").fill_null(NO_CLASS))
+        request_stats = percentiles_of(shown, REQUEST_METRICS, ["traffic_class", "policy"])
     counts = pl.DataFrame(
         rows, schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
         orient="row",
@@ -164,6 +182,7 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
         violations=tuple(str(v) for v in violations),
         breaches=limit_breaches(frames, parsed),
         limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),
+        limited_rows={limit.view: frames[limit.view].height for limit in parsed},
     )
 
 
@@ -496,6 +515,6 @@ class PolicyData:
 
 def policy_data(analysis: Analysis) -> PolicyData:
     """The policy summary and paired differences, a null policy (requests that passed no gate)
-    spelt ``NO_GATE``."""
-    return PolicyData(summary=with_no_gate(analysis.policy_summary()),
-                      paired=with_no_gate(analysis.paired_differences()))
+    spelt ``NO_GATE`` and a null workload ``NO_WORKLOAD`` (``with_arm_labels``)."""
+    return PolicyData(summary=with_arm_labels(analysis.policy_summary()),
+                      paired=with_arm_labels(analysis.paired_differences()))

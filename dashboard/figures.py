@@ -21,6 +21,8 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from restorelens.dashboard.data import NO_GATE, NO_WORKLOAD, with_arm_labels
+
 __all__ = ["ENGINE_TITLES", "engine_distributions", "goodput_strip", "lifecycle_swimlanes", "literal", "literals",
            "paired_strip", "statistics_dots", "waterfall"]
 
@@ -113,10 +115,22 @@ def engine_distributions(curves: pl.DataFrame, titles: Mapping[str, str] = ENGIN
     return figure
 
 
+def _workload_title(summary: pl.DataFrame, workload: str) -> str:
+    """A goodput panel's name: its workload; for requests without one that all passed no gate (the
+    usual no-gate arm), "no gate, no workload"."""
+    if workload == NO_WORKLOAD:
+        policies = set(summary.filter(pl.col("workload") == workload)["policy"].to_list())
+        if policies == {NO_GATE}:
+            return literal(f"{NO_GATE}, {NO_WORKLOAD}")
+    return literal(workload)
+
+
 def goodput_strip(summary: pl.DataFrame) -> go.Figure:
-    """Interactive SLO goodput and batch goodput per policy × workload, one dot per seed."""
+    """Interactive SLO goodput and batch goodput per policy × workload, one dot per seed; a null
+    policy reads "no gate" and a null workload "no workload" (``data.with_arm_labels``)."""
+    summary = with_arm_labels(summary)
     workloads = sorted({str(w) for w in summary["workload"].to_list()})
-    shown = [literal(w) for w in workloads]
+    shown = [_workload_title(summary, w) for w in workloads]
     figure = make_subplots(rows=2, cols=max(len(workloads), 1), shared_yaxes="rows",
                            subplot_titles=[*(f"{w}: interactive SLO goodput" for w in shown),
                                            *(f"{w}: batch goodput (borrow phase)" for w in shown)])
@@ -137,8 +151,9 @@ def goodput_strip(summary: pl.DataFrame) -> go.Figure:
 
 
 def paired_strip(paired: pl.DataFrame, baseline: str) -> go.Figure:
-    """Policy minus ``baseline`` goodput per workload × seed; above zero the policy did better."""
-    part = paired.filter(pl.col("baseline") == baseline)
+    """Policy minus ``baseline`` goodput per workload × seed; above zero the policy did better. A
+    null policy or baseline reads "no gate", a null workload "no workload" (``data.with_arm_labels``)."""
+    part = with_arm_labels(paired).filter(pl.col("baseline") == baseline)
     shown = literal(baseline)
     figure = make_subplots(rows=1, cols=2, subplot_titles=("interactive SLO goodput Δ", "batch goodput Δ"))
     for col, column in enumerate(("interactive_slo_goodput_diff_rps", "batch_borrow_goodput_diff_rps"), start=1):

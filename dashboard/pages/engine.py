@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from restorelens import spans as sc
 from restorelens.dashboard import data, figures, queries, ui
 
 st.title("Engine")
@@ -38,8 +39,15 @@ st.caption(
     f"{points['lower']} (no prefill time, or the two contradict each other)."
 )
 if summary.unclassified:
-    st.caption(f"{summary.unclassified} requests carry no traffic class ({data.NO_CLASS!r}): map your own "
-               "attribute with `restorelens dashboard --label traffic_class=ATTR`.")
+    # the mapping this store is read with (--label, --config): a mapped attribute can be missing too
+    mapped = ui.guarded(queries.store_reader, path).labels.get("traffic_class")
+    if mapped is None:
+        st.caption(f"{summary.unclassified} requests carry no traffic class ({data.NO_CLASS!r}): map your own "
+                   "attribute with `restorelens dashboard --label traffic_class=ATTR`.")
+    else:
+        st.caption(f"{summary.unclassified} requests carry no traffic class ({data.NO_CLASS!r}): the mapped "
+                   f"attribute {ui.plain(mapped)} ({ui.plain(f'traffic_class = {mapped}')}, from --label or "
+                   f"--config) is absent on them, and so is restorelens's own `{sc.ATTR_TRAFFIC_CLASS}`.")
 
 titles = dict(figures.ENGINE_TITLES)
 if points["lower"] == 0 or points["upper"] == 0:

@@ -15,10 +15,13 @@ counts = {row["what"]: row for row in result.counts.iter_rows(named=True)}
 columns = st.columns(len(counts))
 for column, (what, row) in zip(columns, counts.items(), strict=True):
     column.metric(what, row["count"], help=f"censored {row['censored']}, clock skew {row['clock_skew']}")
-if all(row["count"] == 0 for row in counts.values()):
+nothing = all(row["count"] == 0 for row in counts.values())
+if nothing:
     st.info("This store holds no restoration episodes yet (lending or wake); the Engine page shows every "
             "request an engine served, with or without a gate.")
-    st.stop()
+    # the limits still hold or break on any view they name that has rows (engine.* on engine traffic)
+    if not any(result.limited_rows.values()):
+        st.stop()
 
 st.subheader("Limits")
 if result.violations:
@@ -29,6 +32,8 @@ else:
 if not result.breaches.is_empty():
     st.caption("Episodes and requests whose own value is over a limit (open them on their page):")
     st.dataframe(result.breaches, hide_index=True)
+if nothing:
+    st.stop()
 
 sections = (
     ("Lending episodes by policy", result.lending_stats, ["policy"], "overview-lending"),

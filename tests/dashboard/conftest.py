@@ -10,7 +10,14 @@ import pytest
 # dashboard_stores.py sits next to the tests; --import-mode=importlib does not put this folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from dashboard_stores import build_store, empty_store, engine_store, gateless_store, hostile_store  # noqa: E402
+from dashboard_stores import (  # noqa: E402
+    armless_store,
+    build_store,
+    empty_store,
+    engine_store,
+    gateless_store,
+    hostile_store,
+)
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +47,9 @@ def gateless_store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine_store_path(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The realistic store with gateless requests and engines' scrapes (engine_metrics) added."""
     return engine_store(tmp_path_factory.mktemp("dashboard-engine") / "engine.duckdb", store_path)
+
+
+@pytest.fixture(scope="session")
+def armless_store_path(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The realistic store with the ARMLESS requests: a no-gate arm, one of them with no workload or seed."""
+    return armless_store(tmp_path_factory.mktemp("dashboard-armless") / "armless.duckdb", store_path)

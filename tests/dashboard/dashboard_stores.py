@@ -136,6 +136,33 @@ def engine_store(db_path: Path, realistic: Path) -> Path:
     return db_path
 
 
+#: Interactive requests that called the engine directly (the no-gate arm, a null policy), each in
+#: the contention phase of a 10 s window and on time (SLO goodput 0.1 req/s): (request id,
+#: workload, seed). One carries no workload or seed label; one shares the MoFlux runs' balanced
+#: seed 1, so the paired differences compare the no-gate arm with lend and static there.
+ARMLESS = (("direct-0", None, None), ("direct-1", "balanced", 1))
+
+
+def armless_store(db_path: Path, realistic: Path) -> Path:
+    """The realistic store plus the ``ARMLESS`` requests (no gate, no policy label)."""
+    db_path.write_bytes(realistic.read_bytes())
+    traces = Traces()
+    for index, (request_id, workload, seed) in enumerate(ARMLESS):
+        start = 2000.0 + 10.0 * index
+        trace = traces.new_trace()
+        client = traces.client_request(trace, start, start + 2.0, first_chunk_s=start + 0.5, request_id=request_id,
+                                       workload=workload, seed=seed, run_id=f"armless-{index}",
+                                       arrival_phase=sc.ARRIVAL_PHASE_RETURN, arrival_phase_window_s=10.0)
+        attempt = traces.attempt(trace, client, start, start + 2.0, status=200)
+        traces.engine(trace, attempt, start + 0.0625, time_in_queue_s=0.125, ttft_s=0.375, e2e_s=1.5)
+    con = duckdb.connect(str(db_path))
+    try:
+        traces.store(con)
+    finally:
+        con.close()
+    return db_path
+
+
 def _not_ready(traces: Traces, trace: str, client: str, start: float, hint: float, resend: int | None = None) -> str:
     attempt = traces.attempt(trace, client, start, start + 0.125, status=503, retry_after_header=f"{hint:g}",
                              retry_after_s=hint, resend_count=resend)

@@ -200,3 +200,24 @@ def test_a_lending_episodes_null_policy_is_a_gate_that_named_none_not_no_gate() 
     episodes = pl.DataFrame({"policy": ["lend", None]}, schema={"policy": pl.String})
     assert data.with_unnamed_policy(episodes)["policy"].to_list() == ["lend", data.UNNAMED_POLICY]
     assert data.UNNAMED_POLICY != data.NO_GATE
+
+
+def test_the_policy_pages_frames_name_the_no_gate_arm_and_a_missing_workload() -> None:
+    frame = pl.DataFrame({"policy": [None, "lend"], "workload": [None, "balanced"], "seed": [None, 1]},
+                         schema={"policy": pl.String, "workload": pl.String, "seed": pl.Int64})
+    shown = data.with_arm_labels(frame)
+    assert shown.rows() == [(data.NO_GATE, data.NO_WORKLOAD, None), ("lend", "balanced", 1)]
+    assert data.NO_WORKLOAD == "no workload"
+
+
+def test_the_overviews_requests_without_a_class_read_no_class(tmp_path: Path) -> None:
+    from builders import Traces
+
+    traces = Traces()
+    trace = traces.new_trace()
+    client = traces.client_request(trace, 10.0, 12.0, first_chunk_s=10.5, traffic_class=None)
+    traces.engine(trace, traces.attempt(trace, client, 10.0, 12.0, status=200), 10.0625, time_in_queue_s=0.125,
+                  ttft_s=0.375, e2e_s=1.5)
+    with Analysis(traces.store()) as analysis:
+        result = data.overview(analysis, include_requests=True)
+    assert set(result.request_stats.select("traffic_class", "policy").rows()) == {(data.NO_CLASS, data.NO_GATE)}

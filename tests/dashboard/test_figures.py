@@ -71,3 +71,28 @@ def test_the_package_exports_exactly_its_public_names() -> None:
     assert package.__all__ == sorted(package.__all__)
     for name in package.__all__:
         assert getattr(package, name) is not None
+
+
+def test_the_policy_figures_name_the_no_gate_arm_and_a_missing_workload_from_the_analysis_frames() -> None:
+    from restorelens.analysis.report import NO_GATE
+
+    # as Analysis.policy_summary() / paired_differences() give them: a null policy is the no-gate arm
+    summary = pl.DataFrame({"policy": [None, None, "lend"], "workload": [None, "balanced", "balanced"],
+                            "seed": [None, 1, 1], "interactive_slo_goodput_rps": [0.1, 0.2, 0.3],
+                            "batch_borrow_goodput_rps": [None, None, 0.4]},
+                           schema_overrides={"policy": pl.String, "workload": pl.String, "seed": pl.Int64})
+    goodput = figures.goodput_strip(summary)
+    titles = [annotation.text for annotation in goodput.layout.annotations]
+    assert titles[:2] == ["balanced: interactive SLO goodput", f"{NO_GATE}, no workload: interactive SLO goodput"]
+    assert {x for trace in goodput.data for x in trace.x} == {NO_GATE, "lend"}
+    paired = pl.DataFrame({"workload": [None, "balanced"], "seed": [None, 1], "policy": ["lend", "lend"],
+                           "baseline": [None, None], "interactive_slo_goodput_diff_rps": [0.25, 0.125],
+                           "batch_borrow_goodput_diff_rps": [None, None]},
+                          schema_overrides={"workload": pl.String, "seed": pl.Int64, "baseline": pl.String})
+    figure = figures.paired_strip(paired, NO_GATE)
+    assert {trace.name for trace in figure.data} == {"balanced", "no workload"}
+    assert figure.layout.title.text == f"Paired differences: policy − {NO_GATE}, same workload and seed"
+    # a workload holding gated requests too is named by its workload alone
+    mixed = summary.with_columns(pl.lit(None, pl.String).alias("workload"))
+    titles = [annotation.text for annotation in figures.goodput_strip(mixed).layout.annotations]
+    assert titles == ["no workload: interactive SLO goodput", "no workload: batch goodput (borrow phase)"]

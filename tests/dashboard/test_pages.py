@@ -9,12 +9,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 import streamlit as st
-from dashboard_stores import GATELESS, GATELESS_TIER, TINY_SCRAPES
+from dashboard_stores import ARMLESS, GATELESS, GATELESS_TIER, TINY_SCRAPES
 from rendered import INJECTED, seen
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis, percentiles_of
-from restorelens.analysis.report import ENGINE_METRICS
+from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 from restorelens.collector import load_paths
 from restorelens.dashboard import source, ui
 
@@ -50,6 +50,14 @@ def on_gateless_store(gateless_store_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv(source.LIMITS_ENV, raising=False)
     monkeypatch.delenv(source.LABELS_ENV, raising=False)
     return gateless_store_path
+
+
+@pytest.fixture
+def on_armless_store(armless_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(source.DB_ENV, str(armless_store_path))
+    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    return armless_store_path
 
 
 def run_page(name: str, **query: str) -> AppTest:
@@ -138,6 +146,49 @@ def test_policy_page_plots_one_dot_per_seed_and_paired_differences(on_store: Pat
     assert sorted(slo["x"]) == ["lend", "lend", "static", "static"]
     assert "policy − static" in paired["layout"]["title"]["text"]
     assert {t["x"][0] for t in paired["data"] if t.get("x")} == {"lend"}
+
+
+def drawn_text(spec: dict) -> list[str]:
+    """Every text a figure draws: its title, panel titles, axis titles, legend names and ticks."""
+    layout = spec["layout"]
+    shown = [layout.get("title", {}).get("text", ""), *panel_titles(spec)]
+    shown += [axis.get("title", {}).get("text", "") for name, axis in layout.items() if name.startswith(("xaxis",
+                                                                                                          "yaxis"))]
+    for trace in spec["data"]:
+        shown += [str(trace.get("name", "")), *(str(x) for x in trace.get("x") or [])]
+    return shown
+
+
+def test_the_no_gate_arm_reads_no_gate_on_the_policy_page(on_armless_store: Path) -> None:
+    app = run_page("policies")
+    goodput, paired = specs(app)
+    drawn = drawn_text(goodput)
+    assert not [text for text in drawn if "None" in text], drawn
+    titles = panel_titles(goodput)
+    # the no-gate arm's requests without a workload label: their own panels, named for what they are
+    assert f"{NO_GATE}, no workload: interactive SLO goodput" in titles
+    assert f"{NO_GATE}, no workload: batch goodput (borrow phase)" in titles
+    armless = next(t for t in goodput["data"] if t["name"] == "no workload interactive_slo_goodput_rps")
+    assert armless["x"] == [NO_GATE] and armless["y"] == [0.1]
+    balanced = next(t for t in goodput["data"] if t["name"] == "balanced interactive_slo_goodput_rps")
+    assert sorted(balanced["x"]) == sorted(["lend", "lend", "static", "static", NO_GATE])
+    summary = table(app)
+    assert summary["policy"].null_count() == 0 and summary["workload"].null_count() == 0
+    assert dict(summary.filter(pl.col("policy") == NO_GATE).select("workload", "seed").rows()) == \
+        {workload or "no workload": seed for _, workload, seed in ARMLESS}
+    assert NO_GATE in {t for trace in paired["data"] for t in trace["x"]}  # against the static baseline
+    # the no-gate arm as the baseline: its box, the figure's title and axis, the table
+    (baseline,) = app.selectbox
+    assert NO_GATE in baseline.options
+    baseline.set_value(NO_GATE).run()
+    assert not app.exception
+    _, paired = specs(app)
+    drawn = drawn_text(paired)
+    assert not [text for text in drawn if "None" in text], drawn
+    assert paired["layout"]["title"]["text"] == f"Paired differences: policy − {NO_GATE}, same workload and seed"
+    assert paired["layout"]["yaxis"]["title"]["text"] == f"req/s vs {NO_GATE}"
+    assert {x for trace in paired["data"] for x in trace["x"]} == {"lend", "static"}
+    assert set(table(app, 1)["baseline"]) == {NO_GATE}
 
 
 def test_lifecycle_page_has_a_lane_per_model(on_store: Path) -> None:
@@ -296,6 +347,22 @@ def test_the_label_mapping_reaches_the_analysis_the_pages_open(on_gateless_store
     assert not any("carry no traffic class" in c.value for c in app.caption)
 
 
+def test_a_mapped_class_attribute_absent_on_the_requests_is_named(on_gateless_store: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"traffic_class": "app.class"}))
+    app = run_page("engine")
+    (hint,) = [seen(c.value) for c in app.caption if "carry no traffic class" in c.value]
+    assert hint.startswith(f"{len(GATELESS)} requests carry no traffic class ('no class'): the mapped attribute "
+                           "app.class (traffic_class = app.class, from --label or --config) is absent on them")
+    assert "--label traffic_class=ATTR" not in hint and "map your own" not in hint
+    # a mapping of other labels only leaves the class unmapped: the hint says how to map it
+    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"workload": "app.env"}))
+    st.cache_resource.clear()
+    app = run_page("engine")
+    (hint,) = [seen(c.value) for c in app.caption if "carry no traffic class" in c.value]
+    assert "map your own attribute with restorelens dashboard --label traffic_class=ATTR" in hint
+
+
 def test_a_bad_label_mapping_in_the_environment_is_one_error_line(on_gateless_store: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(source.LABELS_ENV, json.dumps({"tier": GATELESS_TIER}))
@@ -307,6 +374,26 @@ def test_a_bad_label_mapping_in_the_environment_is_one_error_line(on_gateless_st
 def test_a_store_without_episodes_points_at_the_engine_page(on_gateless_store: Path) -> None:
     app = run_page("overview")
     assert any("the Engine page" in i.value for i in app.info)
+    assert not app.subheader  # the default limits name only episode views, which hold no rows
+
+
+def test_engine_limits_are_checked_on_a_store_without_episodes(on_gateless_store: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    # the gateless requests' queues are 0.5, 0.25, 1, 2 and 0.125 s: p95 1.8 s, one of them over 1 s
+    monkeypatch.setenv(source.LIMITS_ENV, "engine.queue_s.p95=1;lending.ttft_s.p95=5")
+    app = run_page("overview")
+    assert any("the Engine page" in i.value for i in app.info)
+    assert [s.value for s in app.subheader] == ["Limits"]  # and no empty episode sections below
+    (broken,) = [seen(e.value) for e in app.error]
+    assert broken.startswith("Limit broken: engine.queue_s.p95 = 1.8") and broken.endswith("> 1 (n=5)")
+    with Analysis.open(on_gateless_store) as analysis:
+        over = analysis.engine_requests().filter(pl.col("queue_s") > 1)
+    breaches = table(app)
+    assert set(breaches["limit"]) == {"engine.queue_s.p95=1"} and set(breaches["view"]) == {"engine"}
+    assert sorted(breaches["id"]) == sorted(over["trace_id"]) and over.height == 1
+    monkeypatch.setenv(source.LIMITS_ENV, "engine.queue_s.p95=5")
+    app = run_page("overview")
+    assert not app.error and [s.value for s in app.success] == ["Every limit holds: engine\\.queue\\_s\\.p95\\=5"]
 
 
 # --- the engine's pressure on the episode pages -------------------------------------------------
