@@ -54,11 +54,12 @@ _existing_db_option = click.option(
     multiple=True,
     metavar="URL",
     help="An engine's Prometheus /metrics to scrape into table engine_metrics (e.g. http://127.0.0.1:8000/metrics); "
-    "repeat for several engines.",
+    "repeat for several engines. No credentials (user:pass@): the URL is shown on GET /metrics and in logs.",
 )
 @click.option("--interval-s", default=0.25, show_default=True, type=float, help="Seconds between scrapes of each --scrape URL.")
 @click.option(
-    "--scrape-timeout-s", default=1.0, show_default=True, type=float, help="Longest wait for one scrape's whole answer."
+    "--scrape-timeout-s", default=1.0, show_default=True, type=float,
+    help="Longest wait for one scrape's whole exchange (connecting, head and body).",
 )
 @click.option(
     "--max-scrape-bytes",

@@ -3,7 +3,8 @@
 The core is sans-I/O: :func:`parse_exposition` reads the Prometheus text exposition format 0.0.4
 into :class:`Sample` values, :func:`kept_samples` keeps vLLM's pressure metrics (``KEPT_METRICS``)
 and :func:`metrics_table` makes the rows of one scrape. Around it, :class:`Scraper` runs one thread
-per target that fetches with httpx every ``interval_s`` and hands the rows to the receiver's
+per target, each with its own asyncio loop (so that a deadline can cancel the whole exchange), that
+fetches with httpx every ``interval_s`` and hands the rows to the receiver's
 :class:`~restorelens.collector.writer.StoreWriter`, the one connection that writes the store
 (DuckDB allows one writing process, and the receiver already is it).
 
@@ -14,6 +15,7 @@ failing and one when it recovers, not one per attempt.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
@@ -38,6 +40,7 @@ __all__ = [
     "ENGINE_METRICS_SCHEMA",
     "ENGINE_METRICS_TABLE",
     "KEPT_METRICS",
+    "MAX_LABELS",
     "ExpositionError",
     "Sample",
     "ScrapeCounts",
@@ -102,6 +105,10 @@ class Sample:
     timestamp_ms: int | None = None
 
 
+#: Labels one sample may have: far above any exporter's (vLLM's 2-6, kube-state-metrics' tens), and a
+#: bound on the work one line of an answer makes.
+MAX_LABELS = 256
+
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # A quoted string of the format: backslash escapes any character (only \\, \" and \n mean
@@ -117,6 +124,12 @@ _VALUE_AFTER_LABELS = re.compile(r"[ \t]*" + _REST)
 _TIMESTAMP = re.compile(r"-?[0-9]+")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 _ESCAPE = re.compile(r"\\(.)")
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, cut: a failed scrape's reason is logged."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 80 else quoted[:79] + "\u2026"
 
 
 def _unescape(text: str) -> str:
@@ -136,6 +149,7 @@ def _parse_labels(line: str, pos: int, line_no: int) -> tuple[str | None, list[t
     """The label block opening at ``line[pos] == "{"``: (quoted metric name or None, labels, end)."""
     name: str | None = None
     labels: list[tuple[str, str]] = []
+    seen: set[str] = set()  # a list scan per label made a line of 20k labels take seconds
     pos += 1
     while True:
         pos = _BLANKS.match(line, pos).end()  # type: ignore[union-attr]
@@ -157,8 +171,11 @@ def _parse_labels(line: str, pos: int, line_no: int) -> tuple[str | None, list[t
             value = _QUOTED.match(line, pos)
             if value is None:
                 raise ExpositionError(line_no, f"label {key!r}: expected a quoted value")
-            if any(key == seen for seen, _ in labels):
-                raise ExpositionError(line_no, f"label {key!r} given twice")
+            if key in seen:
+                raise ExpositionError(line_no, f"label {_shown(key)} given twice")
+            if len(labels) == MAX_LABELS:
+                raise ExpositionError(line_no, f"more than {MAX_LABELS} labels")
+            seen.add(key)
             labels.append((key, _unescape(value.group(1))))
             pos = _BLANKS.match(line, value.end()).end()  # type: ignore[union-attr]
         if line.startswith(",", pos):
@@ -236,9 +253,12 @@ def parse_exposition(text: str, keep: Collection[str] | None = None) -> list[Sam
         if keep is not None and name not in keep:
             continue
         labels = tuple(_FAST_LABELS.findall(fast.group(2) or ""))
-        if len({key for key, _ in labels}) != len(labels):
-            twice = next(key for i, (key, _) in enumerate(labels) if any(key == k for k, _ in labels[:i]))
-            raise ExpositionError(line_no, f"label {twice!r} given twice")
+        if len(labels) > MAX_LABELS:
+            raise ExpositionError(line_no, f"more than {MAX_LABELS} labels")
+        if len(labels) > 1 and len({key for key, _ in labels}) != len(labels):
+            keys: set[str] = set()
+            twice = next(key for key, _ in labels if key in keys or keys.add(key))
+            raise ExpositionError(line_no, f"label {_shown(twice)} given twice")
         stamp = fast.group(4)
         samples.append(Sample(name, labels, value, int(stamp) if stamp is not None else None))
     return samples
@@ -273,15 +293,42 @@ def metrics_table(target: str, timestamp_ns: int, samples: Sequence[Sample]) -> 
     )
 
 
+#: What a host name may hold (RFC 3986 reg-name without percent-encoding; letters may be non-ASCII).
+_HOST_PUNCTUATION = frozenset("-._~")
+
+
 def target_problem(url: str) -> str | None:
-    """Why ``url`` cannot be scraped (for a one-line setting error), or None."""
+    """Why ``url`` cannot be scraped (for a one-line setting error), or None.
+
+    The checks of ``restorelens.settings.http_url_problem`` for the gate's URLs, with a path and a
+    query allowed (a /metrics URL has them). Credentials are refused: the URL is shown unauthenticated
+    on the collector's GET /metrics, in its ready line and logs, and stored in ``engine_metrics``.
+    """
+    if url != url.strip() or any(c.isspace() or not c.isprintable() for c in url):
+        return f"{url!r} holds spaces or control characters"
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a port that is no number or out of range
+        port = parts.port  # raises on a port that is no number or out of range
     except ValueError as exc:
         return f"{url!r} is not a URL ({exc})"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f"{url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8000/metrics)"
+    if parts.username is not None or parts.password is not None:
+        # not echoed: the point is that they show nowhere
+        shown = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+        return (f"{shown!r} holds credentials, which would show on the collector's unauthenticated GET /metrics, "
+                "its ready line and logs, and in engine_metrics; scrape a URL without them")
+    host = parts.hostname
+    if "[" not in parts.netloc and not all(c.isalnum() or c in _HOST_PUNCTUATION for c in host):
+        return f"{url!r}: {host!r} is not a host name"
+    if port == 0:
+        return f"{url!r}: port 0 cannot be connected to (give 1-65535, or none for the scheme's default)"
+    if parts.fragment or url.endswith("#"):
+        return f"{url!r} has a fragment, which is never sent"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"{url!r} is not a URL httpx can request ({exc})"
     return None
 
 
@@ -298,8 +345,8 @@ class ScrapeFailed(Exception):
 _REQUEST_HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1", "Accept-Encoding": "identity"}
 
 
-def scrape_once(
-    client: httpx.Client,
+async def scrape_once(
+    client: httpx.AsyncClient,
     url: str,
     *,
     timeout_s: float,
@@ -309,33 +356,36 @@ def scrape_once(
     """GET ``url`` once: (when its answer arrived, on ``clock_ns``; its kept samples).
 
     Raises ScrapeFailed for anything but a 200 with a whole, parsable body of at most
-    ``max_scrape_bytes`` (decompressed) within about ``timeout_s``.
+    ``max_scrape_bytes`` (decompressed) within ``timeout_s``, counted over the whole exchange.
     """
-    deadline_s = time.monotonic() + timeout_s
+    answered_ns: int | None = None
     try:
-        with client.stream("GET", url, headers=_REQUEST_HEADERS, timeout=timeout_s) as answer:
-            # The engine reads its gauges, renders, then sends: the head's arrival is the closest
-            # bound on when the values held, and a busy engine delays the render, not the answer
-            answered_ns = clock_ns()
-            if answer.status_code != 200:
-                raise ScrapeFailed(f"HTTP {answer.status_code}")
-            declared = answer.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > max_scrape_bytes:
-                raise ScrapeFailed(f"answer of {declared} bytes exceeds --max-scrape-bytes {max_scrape_bytes}")
-            decoder = body_decoder(answer.headers.get("content-encoding", ""), max_scrape_bytes)
-            for chunk in answer.iter_raw():
-                decoder.feed(chunk)
-                if time.monotonic() > deadline_s:
-                    raise ScrapeFailed(f"answer not complete within {timeout_s:g} s")
-            body = decoder.finish()
-    except httpx.TimeoutException:
-        raise ScrapeFailed(f"no answer within {timeout_s:g} s") from None
-    except httpx.HTTPError as exc:
+        # httpx's timeouts bound each read, so a head trickling in a byte at a time would never
+        # time out; cancelling the whole exchange at the deadline does not depend on the reads
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("GET", url, headers=_REQUEST_HEADERS, timeout=timeout_s) as answer:
+                # The engine reads its gauges, renders, then sends: the head's arrival is the closest
+                # bound on when the values held, and a busy engine delays the render, not the answer
+                answered_ns = clock_ns()
+                if answer.status_code != 200:
+                    raise ScrapeFailed(f"HTTP {answer.status_code}")
+                declared = answer.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_scrape_bytes:
+                    raise ScrapeFailed(f"answer of {declared} bytes exceeds --max-scrape-bytes {max_scrape_bytes}")
+                decoder = body_decoder(answer.headers.get("content-encoding", ""), max_scrape_bytes)
+                async for chunk in answer.aiter_raw():
+                    decoder.feed(chunk)
+                body = decoder.finish()
+    except (TimeoutError, httpx.TimeoutException):
+        what = "no answer" if answered_ns is None else "answer not complete"
+        raise ScrapeFailed(f"{what} within {timeout_s:g} s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError, and is this URL's failure
         raise ScrapeFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
     except BodyTooLarge:
         raise ScrapeFailed(f"answer exceeds --max-scrape-bytes {max_scrape_bytes}") from None
     except (UnsupportedEncoding, CorruptBody) as exc:
         raise ScrapeFailed(str(exc)) from None
+    assert answered_ns is not None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -378,6 +428,7 @@ class _Target:
         self.failing_since: int | None = None  # failures in a row, once logged
         self.store_failing = False  # set and cleared by the writer thread's callbacks
         self.thread: threading.Thread | None = None
+        self.cancel: Callable[[], object] | None = None  # ends its loop at once, from another thread
 
 
 class Scraper:
@@ -399,6 +450,10 @@ class Scraper:
     ) -> None:
         if not interval_s > 0 or not timeout_s > 0 or max_scrape_bytes < 1:
             raise ValueError("interval_s and timeout_s must be > 0 and max_scrape_bytes >= 1")
+        for url in targets:
+            problem = target_problem(url)
+            if problem:
+                raise ValueError(problem)
         self.sink = sink
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -407,6 +462,7 @@ class Scraper:
         self.counts: dict[str, ScrapeCounts] = {url: ScrapeCounts() for url in targets}
         self._targets = [_Target(url, counts) for url, counts in self.counts.items()]
         self._stop = threading.Event()
+        self._lock = threading.Lock()
 
     @property
     def targets(self) -> list[str]:
@@ -420,12 +476,16 @@ class Scraper:
         return self
 
     def stop(self) -> None:
-        """Stop every thread (a scrape in flight ends within its timeout); rows already handed to
-        the sink are the sink's to write."""
+        """Stop every thread, a scrape in flight cancelled, and wait for them; rows already handed
+        to the sink are the sink's to write."""
         self._stop.set()
         for target in self._targets:
+            with self._lock:  # held: a loop with its cancel still set has not closed
+                if target.cancel is not None:
+                    target.cancel()
+        for target in self._targets:
             if target.thread is not None:
-                target.thread.join(self.timeout_s * 2 + 1)
+                target.thread.join()
                 target.thread = None
 
     def __enter__(self) -> Scraper:
@@ -435,22 +495,37 @@ class Scraper:
         self.stop()
 
     def _run(self, target: _Target) -> None:
-        # No pooled connection is kept across failures: httpx reconnects by itself
-        with httpx.Client(follow_redirects=False, trust_env=False) as client:
-            next_s = time.monotonic()
-            while not self._stop.is_set():
-                self._scrape(client, target)
-                next_s += self.interval_s
-                now_s = time.monotonic()
-                if next_s < now_s:
-                    next_s = now_s  # behind (slow answer, busy host): skip the missed ticks
-                if self._stop.wait(next_s - now_s):
-                    break
+        try:
+            asyncio.run(self._loop(target))
+        except asyncio.CancelledError:  # stop() cancelled it
+            pass
 
-    def _scrape(self, client: httpx.Client, target: _Target) -> None:
+    async def _loop(self, target: _Target) -> None:
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        assert task is not None
+        with self._lock:
+            if self._stop.is_set():
+                return
+            target.cancel = lambda: loop.call_soon_threadsafe(task.cancel)
+        try:
+            # No pooled connection is kept across failures: httpx reconnects by itself
+            async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:
+                next_s = time.monotonic()
+                while True:
+                    await self._scrape(client, target)
+                    next_s += self.interval_s
+                    now_s = time.monotonic()
+                    if next_s < now_s:
+                        next_s = now_s  # behind (slow answer, busy host): skip the missed ticks
+                    await asyncio.sleep(next_s - now_s)
+        finally:
+            with self._lock:
+                target.cancel = None
+
+    async def _scrape(self, client: httpx.AsyncClient, target: _Target) -> None:
         counts = target.counts
         try:
-            answered_ns, samples = scrape_once(
+            answered_ns, samples = await scrape_once(
                 client, target.url, timeout_s=self.timeout_s, max_scrape_bytes=self.max_scrape_bytes, clock_ns=self.clock_ns
             )
         except ScrapeFailed as exc:

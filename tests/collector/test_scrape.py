@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +41,7 @@ from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.scrape import (
     KEPT_METRICS,
+    MAX_LABELS,
     ExpositionError,
     Sample,
     ScrapeFailed,
@@ -48,6 +50,7 @@ from restorelens.collector.scrape import (
     metrics_table,
     parse_exposition,
     scrape_once,
+    target_problem,
 )
 from restorelens.collector.store import SpanStore, open_read_only
 from restorelens.collector.writer import Overloaded, StoreWriter
@@ -168,6 +171,19 @@ def test_a_broken_line_fails_the_whole_exposition_naming_it(line: str, problem: 
     assert str(caught.value) == f"line 3: {problem}"
 
 
+def test_a_line_of_more_labels_than_the_limit_fails_the_exposition_and_a_repeated_one_is_found() -> None:
+    many = ",".join(f'l{i}="v"' for i in range(20_000))
+    for line in (f"m{{{many}}} 1", f"m{{{many.replace('=', ' = ')}}} 1"):  # the fast path and the full parser
+        with pytest.raises(ExpositionError, match=f"^line 1: more than {MAX_LABELS} labels$"):
+            parse_exposition(line)
+    within = ",".join(f'l{i}="v"' for i in range(MAX_LABELS))
+    assert len(parse_exposition(f"m{{{within}}} 1")[0].labels) == MAX_LABELS
+    few = ",".join(f'l{i}="v"' for i in range(100))
+    for line in (f'm{{{few},l7="x"}} 1', f'm{{{few.replace("=", " = ")},l7="x"}} 1'):
+        with pytest.raises(ExpositionError, match="^line 1: label 'l7' given twice$"):
+            parse_exposition(line)
+
+
 def test_a_broken_line_of_a_metric_not_kept_still_fails_the_exposition() -> None:
     with pytest.raises(ExpositionError, match="line 2"):
         parse_exposition('vllm:num_requests_running 1\nother{x="1"} oops\n', KEPT_METRICS)
@@ -274,8 +290,58 @@ def engine() -> ServerThread:
 
 
 def _scrape(url: str, *, max_scrape_bytes: int = 8 * 2**20, timeout_s: float = 2.0) -> tuple[int, list[Sample]]:
-    with httpx.Client() as client:
-        return scrape_once(client, url, timeout_s=timeout_s, max_scrape_bytes=max_scrape_bytes, clock_ns=lambda: 123)
+    async def once() -> tuple[int, list[Sample]]:
+        async with httpx.AsyncClient() as client:
+            return await scrape_once(
+                client, url, timeout_s=timeout_s, max_scrape_bytes=max_scrape_bytes, clock_ns=lambda: 123
+            )
+
+    return asyncio.run(once())
+
+
+class TricklingHead:
+    """A raw-socket server sending its status line and headers one byte every ``gap_s`` (an answer
+    taking ``total_s``), as no HTTP framework lets a handler do."""
+
+    HEAD = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * 40 + b"\r\nContent-Length: 0\r\n\r\n"
+
+    def __init__(self, gap_s: float = 0.5) -> None:
+        self.gap_s = gap_s
+        self.total_s = gap_s * len(self.HEAD)
+        self._sock = bind_socket()
+        self._sock.listen(8)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/metrics"
+        self._done = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while not self._done.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._drip, args=(conn,), daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _drip(self, conn: Any) -> None:
+        with conn:
+            conn.recv(65536)
+            for byte in self.HEAD:
+                if self._done.wait(self.gap_s):
+                    return
+                try:
+                    conn.send(bytes([byte]))
+                except OSError:  # the scraper gave up and closed: what it should do
+                    return
+
+    def close(self) -> None:
+        self._done.set()
+        self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept(), which a close alone does not
+        self._sock.close()
+        for thread in self._threads:
+            thread.join(PATIENCE_S)
 
 
 @pytest.mark.parametrize("path", ["/ok", "/gzip"])
@@ -308,6 +374,77 @@ def test_a_failed_scrape_says_why(engine: ServerThread, path: str, reason: str) 
 def test_a_scrape_that_does_not_complete_in_time_fails(engine: ServerThread, path: str) -> None:
     with pytest.raises(ScrapeFailed, match=r"within 0\.3 s"):
         _scrape(engine.url + path, timeout_s=0.3)
+
+
+def test_the_timeout_bounds_the_whole_exchange_even_while_the_head_trickles_in() -> None:
+    """httpx's timeouts are per read; a head sent a byte every 0.5 s took 43 s with a 1 s timeout."""
+    server = TricklingHead()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ScrapeFailed, match=r"^no answer within 1 s$"):
+            _scrape(server.url, timeout_s=1.0)
+        # a behaviour bound, not a speed: well before the server has sent its head
+        assert time.monotonic() - started < server.total_s / 2
+    finally:
+        server.close()
+
+
+def test_stopping_a_scraper_mid_scrape_leaves_no_thread_behind() -> None:
+    server = TricklingHead()
+    try:
+        scraper = Scraper([server.url], ListSink(), interval_s=0.01, timeout_s=server.total_s * 2).start()
+        wait_until(lambda: any(t.name == f"scrape:{server.url}" for t in threading.enumerate()), "the scrape thread")
+        time.sleep(0.2)  # into the head's trickle
+        started = time.monotonic()
+        scraper.stop()
+        assert time.monotonic() - started < server.total_s / 2  # cancelled, not waited out
+        assert not any(t.name.startswith("scrape:") for t in threading.enumerate())
+    finally:
+        server.close()
+
+
+def test_an_invalid_url_fails_the_scrape_as_any_failure_does() -> None:
+    with pytest.raises(ScrapeFailed, match="InvalidURL"):  # not an httpx.HTTPError: it took the "unexpected" path
+        _scrape("http://h\x00/m")
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://user:secret@127.0.0.1:8000/metrics", "'http://***@127.0.0.1:8000/metrics' holds credentials"),
+        ("http://user@h/metrics", "holds credentials"),
+        ("http://h /m", "holds spaces or control characters"),
+        (" http://h/m", "holds spaces or control characters"),
+        ("http://h\t/m", "holds spaces or control characters"),
+        ("http://h:0/metrics", "port 0 cannot be connected to"),
+        ("http://h:99999/metrics", "is not a URL"),
+        ("http://h$x/metrics", "'h$x' is not a host name"),
+        ("ftp://h/metrics", "is not an http:// or https:// URL"),
+        ("http://h/metrics#x", "has a fragment"),
+    ],
+)
+def test_urls_that_cannot_be_scraped_or_would_leak_credentials_are_refused(url: str, problem: str) -> None:
+    assert problem in (target_problem(url) or "")
+    assert "secret" not in (target_problem(url) or "")
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        Scraper([url], ListSink())
+
+
+def test_urls_with_a_path_a_query_ipv6_or_https_are_accepted() -> None:
+    for url in ("http://127.0.0.1:8000/metrics", "https://engine.example/a/metrics?x=1", "http://[::1]:8000/metrics"):
+        assert target_problem(url) is None
+
+
+def test_collect_refuses_a_scrape_url_with_credentials_in_one_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from restorelens.cli import cli
+
+    db = tmp_path / "t.duckdb"
+    result = CliRunner().invoke(cli, ["collect", "--db", str(db), "--port", "0", "--scrape", "http://u:secret@h/metrics"])
+    assert result.exit_code != 0 and "Traceback" not in result.output and "secret" not in result.output
+    assert "--scrape" in result.output and "holds credentials" in result.output
+    assert not db.exists()
 
 
 def test_a_dead_target_fails_the_scrape() -> None:
