@@ -64,12 +64,20 @@ def _hex_id(value: Any, n_bytes: int, what: str, required: bool) -> str:
     raise SpanRejected(f"{what} {value[:48]!r} is not {2 * n_bytes} hex digits")
 
 
+#: The decimal digits of the largest int64 (9,223,372,036,854,775,807).
+_INT64_DIGITS = 19
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _nanos(value: Any, what: str) -> int:
     if value is None:
         return 0
     if isinstance(value, str):
         if not (value.isascii() and value.isdigit()):
             raise SpanRejected(f"{what} {value[:32]!r} is not a non-negative integer")
+        if len(value.lstrip("0")) > _INT64_DIGITS:
+            # past any int64, and int() refuses strings past 4,300 digits with a ValueError
+            raise SpanRejected(f"{what} {value[:32]!r}... is out of range (0 .. 2^63-1 ns)")
         nanos = int(value)
     elif isinstance(value, int) and not isinstance(value, bool):
         nanos = value
@@ -89,7 +97,7 @@ def _enum(value: Any, by_name: dict[str, int], names: tuple[str, ...], what: str
         return names[value]
     if isinstance(value, str):
         number = by_name.get(value.upper())
-        if number is None and value.isascii() and value.isdigit() and int(value) < len(names):
+        if number is None and value.isascii() and value.isdigit() and len(value) <= 3 and int(value) < len(names):
             number = int(value)
         if number is not None:
             return names[number]
@@ -99,7 +107,11 @@ def _enum(value: Any, by_name: dict[str, int], names: tuple[str, ...], what: str
 def _int(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.isascii() and value.lstrip("-").isdigit():
+    # OTLP's intValue is an int64, in JSON a decimal string: one optional sign, then digits ("--5"
+    # passed a strip of every "-"; a string past 4,300 digits makes int() raise ValueError)
+    digits = value[1:] if isinstance(value, str) and value.startswith("-") else value
+    if (isinstance(digits, str) and digits.isascii() and digits.isdigit()
+            and len(digits.lstrip("0")) <= _INT64_DIGITS and _INT64_MIN <= int(value) <= _INT64_MAX):
         return int(value)
     if isinstance(value, float) and value.is_integer():
         return int(value)

@@ -132,3 +132,29 @@ def test_an_escaped_surrogate_pair_is_one_valid_character_and_is_kept() -> None:
     rows = SpanRows()
     decode_traces_json(doc, rows)
     assert rows.rejected == 0 and rows.rows[0][5] == "smile 😀"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("attributes", [{"key": "a", "value": {"intValue": "--5"}}]),
+        ("attributes", [{"key": "a", "value": {"intValue": "9" * 5000}}]),
+        ("attributes", [{"key": "a", "value": {"intValue": str(2**63)}}]),
+        ("startTimeUnixNano", "1" * 5000),
+        ("kind", "9" * 5000),
+    ],
+    ids=["double sign", "5000 digits", "past int64", "5000-digit time", "5000-digit kind"],
+)
+def test_a_number_no_int64_holds_rejects_its_span_alone(field: str, value: Any) -> None:
+    rows = SpanRows()
+    spans = [_span(), _span(spanId="EEE19B7EC3C1B175", **{field: value})]
+    decode_traces_json({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}, rows, "f.jsonl:1: ")
+    assert len(rows) == 1 and rows.rejected == 1
+    assert rows.errors[0].startswith("f.jsonl:1: resourceSpans[0].scopeSpans[0].spans[1]: ")
+    assert len(rows.errors[0]) < 200
+
+
+def test_an_int64_at_either_end_is_kept() -> None:
+    row = _one(_span(attributes=[{"key": "lo", "value": {"intValue": str(-(2**63))}},
+                                 {"key": "hi", "value": {"intValue": str(2**63 - 1)}}]))
+    assert dict(row["SpanAttributes"]) == {"lo": str(-(2**63)), "hi": str(2**63 - 1)}
