@@ -98,11 +98,7 @@ def gateless_traces(traces: Traces | None = None) -> Traces:
 
 
 def gateless_store(db_path: Path) -> Path:
-    con = duckdb.connect(str(db_path))
-    try:
-        gateless_traces().store(con)
-    finally:
-        con.close()
+    gateless_traces().save(db_path)
     return db_path
 
 
@@ -128,11 +124,7 @@ def engine_store(db_path: Path, realistic: Path) -> Path:
                                                for at, running, waiting, kv in samples])
     traces.engine_samples("http://moflux:8000/metrics", MOFLUX_MODEL,
                           [(k / 2, {RUNNING: k % 4, WAITING: k % 3, KV: (k % 8) / 8}) for k in range(0, 300)])
-    con = duckdb.connect(str(db_path))
-    try:
-        traces.store(con)
-    finally:
-        con.close()
+    traces.save(db_path)
     return db_path
 
 
@@ -155,11 +147,7 @@ def armless_store(db_path: Path, realistic: Path) -> Path:
                                        arrival_phase=sc.ARRIVAL_PHASE_RETURN, arrival_phase_window_s=10.0)
         attempt = traces.attempt(trace, client, start, start + 2.0, status=200)
         traces.engine(trace, attempt, start + 0.0625, time_in_queue_s=0.125, ttft_s=0.375, e2e_s=1.5)
-    con = duckdb.connect(str(db_path))
-    try:
-        traces.store(con)
-    finally:
-        con.close()
+    traces.save(db_path)
     return db_path
 
 
@@ -174,11 +162,7 @@ def build_store(db_path: Path, work: Path) -> Path:
     """MoFlux runs through the collector's loader, then the wake spans, into ``db_path``."""
     summary = load_paths(moflux_files(work), db_path)
     assert summary.rejected == 0 and summary.malformed == 0, summary.describe()
-    con = duckdb.connect(str(db_path))
-    try:
-        wake_traces().store(con)
-    finally:
-        con.close()
+    wake_traces().save(db_path)
     return db_path
 
 
