@@ -24,13 +24,12 @@ def _store_errors(db_path: str) -> Iterator[None]:
     checks, written by another tool) is a one-line error naming the store, not a traceback."""
     import duckdb
 
-    from restorelens.errors import InputError
+    from restorelens.errors import InputError, first_line
 
     try:
         yield
     except duckdb.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(db_path, f"cannot decompose its spans: {first}") from None
+        raise InputError(db_path, f"cannot decompose its spans: {first_line(exc)}") from None
 
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:

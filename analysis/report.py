@@ -18,7 +18,7 @@ import polars as pl
 
 from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
 
-__all__ = ["ENGINE_METRICS", "FORMATS", "NO_GATE", "SECTIONS", "build_report", "render"]
+__all__ = ["ENGINE_METRICS", "FORMATS", "NO_GATE", "SECTIONS", "build_report", "render", "with_no_gate"]
 
 FORMATS = ("table", "json", "markdown", "csv")
 
@@ -119,12 +119,15 @@ def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
     raise ValueError(f"unknown format {fmt!r}")
 
 
-def _no_gate(section: str, frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` with a null arm policy spelt ``NO_GATE``, for the text formats."""
-    if section not in _ARM_SECTIONS:
-        return frame
+def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` (requests, or goodputs of their arms) with a null policy and baseline spelt
+    ``NO_GATE``: what the text report and the dashboard show for a request that passed no gate."""
     columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
     return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
+
+
+def _no_gate(section: str, frame: pl.DataFrame) -> pl.DataFrame:
+    return with_no_gate(frame) if section in _ARM_SECTIONS else frame
 
 
 def _cell(value: Any) -> str:

@@ -12,7 +12,6 @@ layers as temporary views on the connection (nothing is written to the store) an
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +24,8 @@ import polars as pl
 from restorelens.analysis.layers import DRIVING_SPANS, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, register_macros
 from restorelens.analysis.queries import load_query
 from restorelens.collector.derived import fresh_layers
-from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, schema_sql
-from restorelens.errors import InputError, SettingError
+from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, engine_metrics_sql
+from restorelens.errors import InputError, SettingError, first_line
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
 
 __all__ = ["GROUP_ALIASES", "LABELS", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_labels",
@@ -187,7 +186,7 @@ class Analysis:
         try:
             con = open_read_only(path, timeout_s=lock_timeout_s)
         except duckdb.Error as exc:
-            raise InputError(str(path), _first_line(exc)) from None
+            raise InputError(str(path), first_line(exc)) from None
         try:
             return cls(con, slo=slo, materialize=materialize, labels=labels)
         except BaseException:
@@ -300,10 +299,7 @@ def _ensure_engine_metrics(con: duckdb.DuckDBPyConnection) -> None:
     ).fetchone()
     if present and present[0]:
         return
-    # the statement up to its closing parenthesis at the start of a line (comments hold ';' and ')')
-    found = re.search(rf"create table if not exists {ENGINE_METRICS_TABLE} \(.*?\n\)", schema_sql(), re.DOTALL)
-    assert found, "collector/schema.sql defines engine_metrics"
-    con.execute(found.group(0).replace("create table", "create temp table", 1))
+    con.execute(engine_metrics_sql().replace("create table", "create temp table", 1))
 
 
 def nearest_rank(values: Sequence[float | None], q: float) -> float | None:
@@ -353,7 +349,3 @@ def percentiles_of(
     result = pl.concat(parts, how="vertical")
     ordered = [*group_columns, "metric", "count", *STATISTICS]
     return result.select(ordered).sort([*group_columns, "metric"], nulls_last=True, maintain_order=True)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

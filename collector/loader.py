@@ -38,7 +38,7 @@ from restorelens.collector.files import (
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
-from restorelens.errors import InputError
+from restorelens.errors import InputError, first_line
 
 __all__ = ["FORMATS", "FileRead", "LoadSummary", "expand_paths", "load_paths"]
 
@@ -181,7 +181,7 @@ def _load_parquet(
         # a value read_parquet_tables let through and the store refuses: the transaction is rolled
         # back, so the file is refused whole, and the other files still load
         summary.malformed += 1
-        summary.add_error(f"{path}: the store refused a value of it: {str(exc).splitlines()[0]}")
+        summary.add_error(f"{path}: the store refused a value of it: {first_line(exc)}")
         return 0
     summary.loaded += loaded
     summary.duplicate += total - loaded

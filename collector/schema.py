@@ -1,12 +1,13 @@
-"""The store's table definitions (``schema.sql``: ``otel_traces``, ``engine_metrics``) and a helper
-that creates them."""
+"""The store's table definitions (``schema.sql``: ``otel_traces``; ``engine_metrics.sql``:
+``engine_metrics``) and a helper that creates them."""
 
 from __future__ import annotations
 
 from importlib import resources
 from typing import Any
 
-__all__ = ["COLUMNS", "ENGINE_METRICS_COLUMNS", "ENGINE_METRICS_TABLE", "TABLE", "create_schema", "schema_sql"]
+__all__ = ["COLUMNS", "ENGINE_METRICS_COLUMNS", "ENGINE_METRICS_TABLE", "TABLE", "create_schema", "engine_metrics_sql",
+           "schema_sql"]
 
 TABLE = "otel_traces"
 #: Samples scraped from engines' Prometheus /metrics (collector/scrape.py), beside the spans.
@@ -41,9 +42,17 @@ COLUMNS = (
 
 
 def schema_sql() -> str:
+    """``otel_traces``'s definition."""
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def engine_metrics_sql() -> str:
+    """``engine_metrics``'s definition: one ``create table if not exists`` statement, which a
+    reader of a store written before it existed runs as a temporary table (``Analysis``)."""
+    return resources.files(__package__).joinpath("engine_metrics.sql").read_text(encoding="utf-8")
 
 
 def create_schema(con: Any) -> None:
     """Create ``otel_traces`` and ``engine_metrics`` on a DuckDB connection where they do not exist."""
     con.execute(schema_sql())
+    con.execute(engine_metrics_sql())

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from restorelens.collector.schema import TABLE, create_schema
-from restorelens.errors import InputError, RestorelensError
+from restorelens.errors import InputError, RestorelensError, first_line
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -166,10 +166,6 @@ def _check_store(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str], *
         raise InputError(str(path), problem)
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) -> duckdb.DuckDBPyConnection:
     """Open the span store ``path``, retrying while another process holds it; StoreBusy after ``timeout_s``.
 
@@ -188,7 +184,7 @@ def connect(path: str | os.PathLike[str], *, read_only: bool, timeout_s: float) 
             if not _is_lock_conflict(exc):
                 if "not a valid DuckDB database file" in str(exc):
                     raise InputError(str(path), _NOT_DUCKDB) from None
-                raise InputError(str(path), f"cannot open the DuckDB file: {_first_line(exc)}") from None
+                raise InputError(str(path), f"cannot open the DuckDB file: {first_line(exc)}") from None
             if time.monotonic() >= deadline:
                 raise StoreBusy(f"{path}: in use by another process for over {timeout_s:g} s ({exc})") from None
             if read_only:

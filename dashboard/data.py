@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from restorelens.analysis import Analysis, Limit, check, parse_limit, percentiles_of
-from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
+from restorelens.analysis.report import ENGINE_METRICS, NO_GATE, with_no_gate
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -79,8 +79,6 @@ NO_ENGINE = "unnamed engine"
 NO_WORKLOAD = "no workload"
 #: A lending episode's null policy: its gate named none (it is at a gate, so never "no gate").
 UNNAMED_POLICY = "policy not named"
-#: Columns holding a request's arm, whose null means the request passed no gate.
-_POLICY_COLUMNS = ("policy", "baseline")
 #: Most points of one distribution curve: the figure's size stays bounded whatever the store holds.
 MAX_CURVE_POINTS = 200
 
@@ -99,13 +97,6 @@ def _ns(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     return int(pl.Series([value]).cast(pl.Datetime("ns")).cast(pl.Int64)[0])
-
-
-def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (requests, or goodputs of their arms) with a null policy (and baseline) spelt
-    ``NO_GATE``, as every page shows a request's arm."""
-    columns = [name for name in _POLICY_COLUMNS if name in frame.columns and frame.schema[name] == pl.String]
-    return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 
 
 def with_arm_labels(frame: pl.DataFrame) -> pl.DataFrame:

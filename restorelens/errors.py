@@ -9,7 +9,7 @@ Exception tree::
 
 from __future__ import annotations
 
-__all__ = ["InputError", "RestorelensError", "SettingError"]
+__all__ = ["InputError", "RestorelensError", "SettingError", "first_line"]
 
 
 class RestorelensError(Exception):
@@ -34,3 +34,9 @@ class InputError(RestorelensError):
         self.where = where
         self.problem = problem
         super().__init__(f"{where}: {problem}" if where else problem)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (a library's often runs to a page), else its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
