@@ -16,19 +16,82 @@ Definitions (docs/design.md, "Lending"):
 The tracker retains the last ``max_retained`` records of each kind, open or not, plus every open
 one: a gate runs for months, and each lend -> return cycle would otherwise keep ~800 bytes forever.
 
+It also keeps ``stats``: histograms of each restoration event in seconds after ``t0`` (grant
+restored, borrowed drained, the returning request's first byte) and the count of episodes over the
+policy's budget, added to as each event happens so that ``/metrics`` only reads them
+(docs/alerting.md has the definitions).
+
 All times are arguments; nothing here reads a clock.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["DEFAULT_MAX_RETAINED", "LendingPeriod", "RestorationEpisode", "RestorationListener", "RestorationTracker"]
+__all__ = [
+    "DEFAULT_MAX_RETAINED", "RESTORATION_BUCKETS_S", "LendingPeriod", "RestorationEpisode", "RestorationListener",
+    "RestorationStats", "RestorationTracker", "SecondsHistogram",
+]
 
 #: Records of each kind kept once finished (gate.max_retained_episodes).
 DEFAULT_MAX_RETAINED = 10_000
+
+#: Upper bounds, in seconds after t0, of the restoration histograms' buckets (+Inf follows). A
+#: restoration is anything from "the returning request was served at once" (a few ms: the gate's
+#: own path) to a long batch generation draining for minutes; each decade gets 1-2.5-5 steps up to
+#: 10 s, where budgets are set, and coarser steps to 10 min beyond, where only "how bad" matters.
+RESTORATION_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+def _no_budget() -> float | None:
+    return None
+
+
+class SecondsHistogram:
+    """Counts of durations per bucket (``le`` bounds, as Prometheus), their sum and number.
+
+    Fixed size however many are observed: a gate runs for months.
+    """
+
+    __slots__ = ("bounds_s", "counts", "count", "sum_s")
+
+    def __init__(self, bounds_s: tuple[float, ...] = RESTORATION_BUCKETS_S) -> None:
+        if list(bounds_s) != sorted(set(bounds_s)):
+            raise ValueError(f"histogram bounds must increase strictly, got {bounds_s}")
+        self.bounds_s = bounds_s
+        self.counts = [0] * (len(bounds_s) + 1)  # the last one: above every bound (+Inf)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        # bisect_left: a value equal to a bound belongs to that bound's bucket (le = "less or equal").
+        self.counts[bisect.bisect_left(self.bounds_s, seconds)] += 1
+        self.count += 1
+        self.sum_s += seconds
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at or below it) per bucket, ending with (inf, count)."""
+        total = 0
+        buckets: list[tuple[float, int]] = []
+        for bound, count in zip((*self.bounds_s, float("inf")), self.counts, strict=True):
+            total += count
+            buckets.append((bound, total))
+        return buckets
+
+
+@dataclass(slots=True)
+class RestorationStats:
+    """The restoration events as the gate saw them, in seconds after t0, and the budget's verdicts."""
+
+    grant_restored: SecondsHistogram = field(default_factory=SecondsHistogram)
+    borrowed_drained: SecondsHistogram = field(default_factory=SecondsHistogram)
+    first_byte: SecondsHistogram = field(default_factory=SecondsHistogram)
+    #: Episodes judged over the budget in force at their t0 (``RestorationEpisode.over_budget``).
+    over_budget: int = 0
 
 
 @dataclass(slots=True)
@@ -56,10 +119,17 @@ class RestorationEpisode:
     borrowed_at_return: int
     grant_restored_s: float | None = None
     borrowed_drained_s: float | None = None
+    #: When the returning request's (or a retry's, which shares its id) first response byte reached the gate.
+    first_byte_seen_s: float | None = None
+    #: The policy's ``restore_budget_s`` at t0 (None: no budget, never over it).
+    budget_s: float | None = None
+    #: True/False once judged (docs/alerting.md, "Over budget"); None while it cannot be told yet.
+    over_budget: bool | None = None
     outstanding: set[int] = field(default_factory=set, repr=False)
 
     @property
     def finished(self) -> bool:
+        """Grant restored and borrowed work drained; the first byte may still come (or never)."""
         return self.grant_restored_s is not None and self.borrowed_drained_s is not None
 
     @property
@@ -70,9 +140,13 @@ class RestorationEpisode:
     def drain_s(self) -> float | None:
         return None if self.borrowed_drained_s is None else self.borrowed_drained_s - self.t0_s
 
+    @property
+    def first_byte_s(self) -> float | None:
+        return None if self.first_byte_seen_s is None else self.first_byte_seen_s - self.t0_s
+
 
 class RestorationListener(Protocol):
-    """Told when records open and finish (the span emitter and the metrics implement it)."""
+    """Told when records open and finish (the span emitter implements it)."""
 
     def lend_started(self, period: LendingPeriod) -> None: ...
 
@@ -87,7 +161,9 @@ class RestorationTracker:
     """Keeps lending periods and restoration episodes from the core's grant events.
 
     ``periods`` and ``episodes`` hold the most recent ``max_retained`` of each, oldest first;
-    ``periods_started`` and ``episodes_started`` count all of them.
+    ``periods_started`` and ``episodes_started`` count all of them. ``stats`` holds the restoration
+    histograms and the over-budget count; ``restore_budget_s`` gives the budget an episode opening
+    now is judged by (the core has no budget of its own: ``gate.metrics`` reads the policy's).
     """
 
     def __init__(self, listeners: list[RestorationListener] | None = None, *, max_retained: int = DEFAULT_MAX_RETAINED) -> None:
@@ -102,6 +178,11 @@ class RestorationTracker:
         self._period_of_grant: dict[int, LendingPeriod] = {}
         self._open_periods: dict[int, LendingPeriod] = {}
         self._open_episodes: list[RestorationEpisode] = []
+        self.stats = RestorationStats()
+        self.restore_budget_s: Callable[[], float | None] = _no_budget
+        self._max_retained = max_retained
+        #: Episodes whose returning request's first byte was not seen yet, by that request's id.
+        self._awaiting_first_byte: dict[str, list[RestorationEpisode]] = {}
 
     @property
     def lending(self) -> bool:
@@ -143,8 +224,17 @@ class RestorationTracker:
         self.episodes_started += 1
         episode = RestorationEpisode(self.episodes_started, now_s, request_id, len(borrowed_grant_ids))
         episode.outstanding = set(borrowed_grant_ids)
+        # The budget in force when demand returned: a policy swapped later does not rejudge the episode.
+        episode.budget_s = self.restore_budget_s()
+        if episode.budget_s is None:
+            episode.over_budget = False
         self.episodes.append(episode)
         self._open_episodes.append(episode)
+        self._awaiting_first_byte.setdefault(request_id, []).append(episode)
+        if len(self._awaiting_first_byte) > self._max_retained:
+            # A returning request that never got a first byte (rejected, its client left) is not
+            # waited for forever; the oldest goes (never the one just added: it is last).
+            del self._awaiting_first_byte[next(iter(self._awaiting_first_byte))]
         for listener in self.listeners:
             listener.restore_started(episode)
 
@@ -154,6 +244,7 @@ class RestorationTracker:
         for episode in list(self._open_episodes):
             if episode.grant_restored_s is None:
                 episode.grant_restored_s = at_s
+                self.stats.grant_restored.observe(at_s - episode.t0_s)
                 self._maybe_finish_episode(episode)
 
     def borrowed_released(self, grant_id: int, now_s: float) -> None:
@@ -169,7 +260,23 @@ class RestorationTracker:
                 episode.outstanding.discard(grant_id)
                 if not episode.outstanding:
                     episode.borrowed_drained_s = now_s
+                    self.stats.borrowed_drained.observe(now_s - episode.t0_s)
                     self._maybe_finish_episode(episode)
+
+    def first_byte(self, request_id: str, now_s: float) -> None:
+        """``request_id``'s first response byte reached the gate at ``now_s``.
+
+        Shells may report every request's: only a returning request's counts, and only its first
+        (a 429'd returning request's retry shares its id, so the retry's first byte is the one).
+        """
+        episodes = self._awaiting_first_byte.pop(request_id, None)
+        if episodes is None:
+            return
+        for episode in episodes:
+            episode.first_byte_seen_s = now_s
+            self.stats.first_byte.observe(now_s - episode.t0_s)
+            if episode.over_budget is None:
+                self._judge(episode, now_s - episode.t0_s)
 
     def stop_lending(self, now_s: float) -> None:
         period = self._lending
@@ -188,8 +295,22 @@ class RestorationTracker:
         for listener in self.listeners:
             listener.lend_finished(period)
 
+    def _judge(self, episode: RestorationEpisode, restored_after_s: float) -> None:
+        episode.over_budget = episode.budget_s is not None and restored_after_s > episode.budget_s
+        if episode.over_budget:
+            self.stats.over_budget += 1
+
     def _maybe_finish_episode(self, episode: RestorationEpisode) -> None:
         if episode.finished:
+            if episode.over_budget is None and episode.budget_s is not None:
+                # No first byte yet: it can only come later than this (or never: the request was
+                # refused, its client left, or the shell reports none), so once this is past the
+                # budget the episode is late whatever comes next. Within it, the first byte decides.
+                drained_s, restored_s = episode.borrowed_drained_s, episode.grant_restored_s
+                assert drained_s is not None and restored_s is not None  # finished
+                finished_after_s = max(drained_s, restored_s) - episode.t0_s
+                if finished_after_s > episode.budget_s:
+                    self._judge(episode, finished_after_s)
             self._open_episodes.remove(episode)
             for listener in self.listeners:
                 listener.restore_finished(episode)
