@@ -266,6 +266,9 @@ def _state(admission: Admission) -> dict[str, Any]:
                 "borrowed_at_return": e.borrowed_at_return,
                 "grant_restored_s": e.grant_restored_s,
                 "borrowed_drained_s": e.borrowed_drained_s,
+                "first_byte_seen_s": e.first_byte_seen_s,
+                "budget_s": e.budget_s,
+                "over_budget": e.over_budget,
             }
             for e in itertools.islice(admission.episodes, max(0, len(admission.episodes) - 20), None)
         ],

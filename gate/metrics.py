@@ -1,24 +1,41 @@
 """Prometheus metrics read from the admission core at scrape time (one registry per gate app).
 
 A custom collector instead of counters updated on every request: the core already counts, so the
-request path pays nothing for metrics and the numbers cannot drift from the core's own state.
+request path pays nothing for metrics and the numbers cannot drift from the core's own state. The
+restoration histograms are the same: the tracker adds each episode's events to fixed buckets as
+they happen (a few per episode, none per request), and a scrape copies them out
+(docs/alerting.md defines them and the over-budget count).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission
+from .restoration import SecondsHistogram
 
-__all__ = ["GateCollector", "new_registry"]
+__all__ = ["GateCollector", "new_registry", "restore_budget_s"]
 
 PREFIX = "restorelens_gate_"
+
+
+def restore_budget_s(admission: Admission) -> float | None:
+    """The budget of the policy in force (policies without one, or older ones without the attribute: None)."""
+    return getattr(admission.policy, "restore_budget_s", None)
+
+
+def _histogram(name: str, documentation: str, histogram: SecondsHistogram) -> HistogramMetricFamily:
+    buckets = [(floatToGoString(bound), count) for bound, count in histogram.cumulative()]
+    return HistogramMetricFamily(PREFIX + name, documentation, buckets=buckets, sum_value=histogram.sum_s)
 
 
 class GateCollector(Collector):
@@ -31,8 +48,10 @@ class GateCollector(Collector):
         self.admission = admission
         self.upstream_errors = upstream_errors
         self.refusals = refusals
+        # The core keeps no budget; an episode is judged by the policy's in force at its t0.
+        admission.tracker.restore_budget_s = functools.partial(restore_budget_s, admission)
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         core = self.admission
         occupancy = core.occupancy()
         admitted = CounterMetricFamily(PREFIX + "admitted", "Requests granted capacity", labels=["traffic_class"])
@@ -58,6 +77,7 @@ class GateCollector(Collector):
         yield GaugeMetricFamily(PREFIX + "restoration_episodes_open", "Episodes whose grant or drain is still pending", value=core.tracker.open_episodes)
         yield CounterMetricFamily(PREFIX + "history_dropped", "Lending periods and episodes no longer retained (gate.max_retained_episodes)",
                                   value=core.tracker.dropped)
+        yield from self._restoration()
         if self.refusals is not None:
             refused = CounterMetricFamily(PREFIX + "refused", "Requests refused for passing a size limit, by the limit's setting", labels=["limit"])
             for limit, count in sorted(self.refusals.items()):
@@ -68,6 +88,23 @@ class GateCollector(Collector):
             for kind, count in sorted(self.upstream_errors().items()):
                 errors.add_metric([kind], count)
             yield errors
+
+    def _restoration(self) -> Iterator[Metric]:
+        stats = self.admission.tracker.stats
+        yield _histogram("restoration_grant_restored_seconds",
+                         "Seconds after t0 (protected demand returned while capacity was lent) until the protected floor was back at its nominal size",
+                         stats.grant_restored)
+        yield _histogram("restoration_borrowed_drained_seconds",
+                         "Seconds after t0 until the last request borrowed at t0 finished", stats.borrowed_drained)
+        yield _histogram("restoration_first_byte_seconds",
+                         "Seconds after t0 until the returning request's first response byte came back from the engine",
+                         stats.first_byte)
+        yield CounterMetricFamily(PREFIX + "restoration_over_budget",
+                                  "Episodes whose returning request's first byte came later than the policy's restore budget after t0 "
+                                  "(without a first byte yet: the episode finished later than the budget)", value=stats.over_budget)
+        budget_s = restore_budget_s(self.admission)
+        if budget_s is not None:
+            yield GaugeMetricFamily(PREFIX + "restoration_budget_seconds", "The restore budget of the policy in force", value=budget_s)
 
 
 def new_registry(
