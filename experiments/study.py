@@ -7,6 +7,10 @@ the study's three preregistered gates, each a paired difference per seed and its
 seeds: H1 priority − fcfs ≥ 0, H2 lend − priority ≥ −0.04 (interactive SLO goodput), H3
 lend − static ≥ 0.02 (batch borrow goodput). Medians and p95s are nearest-rank (the value at rank
 ⌈q·n⌉), as the study reports them, so with 5 seeds the median is the 3rd value.
+
+The frontier is the trade every arm makes between the two goodputs: per scenario × arm × seed the
+point (interactive SLO goodput, batch borrow goodput), and per scenario × arm both medians over
+seeds, each over the seeds that have that goodput.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 from restorelens.analysis.views import nearest_rank
 from restorelens.spans import ARRIVAL_PHASE_RETURN
 
-__all__ = ["GATES", "Gate", "StudyTable", "score"]
+__all__ = ["FRONTIER_AXES", "GATES", "Gate", "StudyTable", "score"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,8 @@ GATES = (
     Gate("H2", "lend", "priority", "interactive_slo_goodput_rps", -0.04),
     Gate("H3", "lend", "static", "batch_borrow_goodput_rps", 0.02),
 )
+#: The frontier's two axes: what an arm gives interactive traffic, and what it lends batch.
+FRONTIER_AXES = ("interactive_slo_goodput_rps", "batch_borrow_goodput_rps")
 RUN_COLUMNS = (
     "scenario", "arm", "seed", "interactive_slo_goodput_rps", "batch_borrow_goodput_rps", "interactive_ttft_p95_s",
     "grant_restore_s", "drain_s", "engine_schedule_s",
@@ -51,8 +57,21 @@ class StudyTable:
     runs: list[dict[str, Any]]
     gates: list[dict[str, Any]] = field(default_factory=list)
 
+    def frontier(self) -> dict[str, list[dict[str, Any]]]:
+        """``points``: per scenario × arm × seed, (interactive SLO goodput, batch borrow goodput);
+        ``medians``: per scenario × arm, each goodput's nearest-rank median over the seeds that
+        have one (null when none has), with how many seeds were played. Rows in the table's order."""
+        points = [{key: run[key] for key in ("scenario", "arm", "seed", *FRONTIER_AXES)} for run in self.runs]
+        by_arm: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for point in points:
+            by_arm.setdefault((point["scenario"], point["arm"]), []).append(point)
+        medians = [{"scenario": scenario, "arm": arm, "seeds": len(seeds),
+                    **{axis: nearest_rank([p[axis] for p in seeds], 0.5) for axis in FRONTIER_AXES}}
+                   for (scenario, arm), seeds in by_arm.items()]
+        return {"points": points, "medians": medians}
+
     def to_json(self) -> dict[str, Any]:
-        return {"runs": self.runs, "gates": self.gates}
+        return {"runs": self.runs, "gates": self.gates, "frontier": self.frontier()}
 
     def to_markdown(self) -> str:
         lines = ["| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
@@ -63,6 +82,10 @@ class StudyTable:
             verdict = "n/a" if gate["holds"] is None else ("yes" if gate["holds"] else "**no**")
             lines.append(f"| {gate['scenario']} | {gate['gate']}: {gate['label']} | {per_seed} | "
                          f"{_cell(gate['median'])} | {verdict} |")
+        lines += ["", "| scenario | arm | seeds | interactive SLO goodput, median | batch borrow goodput, median |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {m['scenario']} | {m['arm']} | {m['seeds']} | {_cell(m[FRONTIER_AXES[0]])} | "
+                  f"{_cell(m[FRONTIER_AXES[1]])} |" for m in self.frontier()["medians"]]
         return "\n".join(lines) + "\n"
 
 
