@@ -5,29 +5,36 @@ file per run under ``DIR/runs/``. Virtual runs are shared out to worker processe
 because a run is pure CPU and the cores are otherwise idle; live runs play one after another on
 loopback servers (they share the machine's ports and time). The files are then loaded into
 ``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
+
+A scenario is a named MoFlux one (``experiments.scenarios``) or a recorded run replayed
+(``experiments.replay``); every cell's scenario carries the matrix's restoration budget.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.scenarios import ARMS, SCENARIOS
 
-__all__ = ["DEFAULT_ARMS", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix", "parse_arms", "parse_seeds", "play"]
+__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix",
+           "checked_budget", "parse_arms", "parse_seeds", "play"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
 DEFAULT_SEEDS = "1-5"
+#: The budget-aware arms' restoration budget (``MofluxScenario.restore_budget_s``), in seconds.
+DEFAULT_RESTORE_BUDGET_S = 1.0
 #: A seed range past this is a typo, not a study (each seed is one run per scenario and arm).
 MAX_SEEDS = 1_000
 
@@ -48,12 +55,18 @@ class Matrix:
     scenarios: tuple[str, ...]
     arms: tuple[str, ...] = DEFAULT_ARMS
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
+    #: Every cell's ``restore_budget_s`` (``--restore-budget-s``).
+    restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S
+    #: Recorded runs to replay, by scenario name (``experiments.replay.ReplayScenario``); a name
+    #: in ``scenarios`` is looked up here first, then among the MoFlux scenarios.
+    replays: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        checked_budget(self.restore_budget_s)
         if not self.scenarios:
-            raise SettingError("SCENARIO", "name at least one scenario")
+            raise SettingError("SCENARIO", "name at least one scenario, or give --replay DB")
         for name in self.scenarios:
-            if name not in SCENARIOS:
+            if name not in SCENARIOS and name not in self.replays:
                 raise SettingError("SCENARIO", f"{name!r} is no MoFlux scenario; choose from {', '.join(SCENARIOS)}")
 
     def cells(self) -> Iterator[Cell]:
@@ -64,6 +77,27 @@ class Matrix:
 
     def __len__(self) -> int:
         return len(self.scenarios) * len(self.arms) * len(self.seeds)
+
+    def scenario(self, cell: Cell) -> Any:
+        """The scenario ``cell`` plays: its arm, and the matrix's restoration budget."""
+        from restorelens.experiments.scenarios import get_scenario
+
+        replayed = self.replays.get(cell.scenario)
+        scenario = replayed.with_arm(cell.arm) if replayed is not None else get_scenario(cell.scenario, cell.arm)
+        return replace(scenario, restore_budget_s=self.restore_budget_s)
+
+    def workload_scenarios(self) -> dict[str, str]:
+        """Workload label (``restore.workload`` of the runs' spans) -> scenario name, for scoring."""
+        return {(self.replays[name].replayed.name if name in self.replays else SCENARIOS[name].profile): name
+                for name in self.scenarios}
+
+
+def checked_budget(value: float) -> float:
+    """``value`` if it is a finite number of seconds > 0, else a ``SettingError`` naming
+    ``--restore-budget-s`` (NaN would compare false with every loan's cost, infinity lend all)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise SettingError("--restore-budget-s", f"must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:
@@ -98,23 +132,18 @@ def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: floa
     runs_dir.mkdir(parents=True, exist_ok=True)
     cells = list(matrix.cells())
     paths = [runs_dir / f"{cell.run_id}.jsonl" for cell in cells]
-    if live:
-        for cell, path in zip(cells, paths, strict=True):
-            _run(cell, path, live=True, time_scale=time_scale)
-            on_done(cell)
-        return paths
-    workers = min(workers or os.cpu_count() or 1, len(cells))
+    workers = 1 if live else min(workers or os.cpu_count() or 1, len(cells))
     if workers <= 1:
         for cell, path in zip(cells, paths, strict=True):
-            _run(cell, path)
+            _run(matrix.scenario(cell), cell, path, live=live, time_scale=time_scale)
             on_done(cell)
         return paths
     chunks = [list(zip(cells, paths, strict=True))[i::workers] for i in range(workers)]
-    _play_in_workers(chunks, on_done)
+    _play_in_workers(matrix, chunks, on_done)
     return paths
 
 
-def _play_in_workers(chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
+def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
     """Each chunk in a worker interpreter of its own, which says each run it finished on a line.
 
     Fresh ``python`` processes rather than multiprocessing: a spawned child re-runs the parent's
@@ -122,7 +151,7 @@ def _play_in_workers(chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[C
     """
     workers = []
     for chunk in chunks:
-        job = json.dumps([[cell.scenario, cell.arm, cell.seed, str(path)] for cell, path in chunk])
+        job = _job(matrix, chunk)
         # stderr to a file: a chatty worker must not fill a pipe nobody reads until it ends
         stderr = tempfile.TemporaryFile()
         proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -156,27 +185,55 @@ def _play_in_workers(chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[C
         raise RestorelensError(f"a run failed: {errors[0]}")
 
 
-#: A worker: the runs on stdin as JSON [[scenario, arm, seed, path], ...]; prints each run id done.
+def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
+    """A worker's runs as JSON: the budget, the replayed workloads they need, and
+    ``[[scenario, arm, seed, path], ...]``."""
+    from restorelens.experiments.replay import scenario_to_json
+
+    needed = dict.fromkeys(cell.scenario for cell, _ in chunk if cell.scenario in matrix.replays)
+    return json.dumps({
+        "restore_budget_s": matrix.restore_budget_s,
+        "replays": [scenario_to_json(matrix.replays[name]) for name in needed],
+        "runs": [[cell.scenario, cell.arm, cell.seed, str(path)] for cell, path in chunk],
+    })
+
+
+def _cells_of_job(job: str) -> list[tuple[Any, Cell, Path]]:
+    """A worker's runs (``_job``) as (scenario, cell, span file), each scenario built as the
+    parent's matrix builds it."""
+    from restorelens.experiments.replay import scenario_from_json
+
+    data = json.loads(job)
+    replays = {scenario.name: scenario for scenario in map(scenario_from_json, data["replays"])}
+    cells = [(Cell(scenario, arm, seed), Path(path)) for scenario, arm, seed, path in data["runs"]]
+    matrix = Matrix(tuple(dict.fromkeys(cell.scenario for cell, _ in cells)),
+                    tuple(dict.fromkeys(cell.arm for cell, _ in cells)),
+                    tuple(dict.fromkeys(cell.seed for cell, _ in cells)), data["restore_budget_s"], replays)
+    return [(matrix.scenario(cell), cell, path) for cell, path in cells]
+
+
+def _work(job: str) -> None:
+    """Play a worker's runs (``_job``), printing each run id as it finishes."""
+    for scenario, cell, path in _cells_of_job(job):
+        _run(scenario, cell, path)
+        print(cell.run_id, flush=True)
+
+
+#: A worker: its runs on stdin as JSON (``_job``); prints each run id done.
 _WORKER = """
-import json, sys
-from pathlib import Path
-from restorelens.experiments.matrix import Cell, _run
+import sys
+from restorelens.experiments.matrix import _work
 from restorelens.errors import RestorelensError
 try:
-    for scenario, arm, seed, path in json.load(sys.stdin):
-        cell = Cell(scenario, arm, seed)
-        _run(cell, Path(path))
-        print(cell.run_id, flush=True)
+    _work(sys.stdin.read())
 except RestorelensError as exc:
     sys.exit(f"{exc}")
 """
 
 
-def _run(cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
+def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
     from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
-    from restorelens.experiments.scenarios import get_scenario
 
-    scenario = get_scenario(cell.scenario, cell.arm)
     with RunTelemetry("file", path=str(path)) as telemetry:
         if live:
             run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
