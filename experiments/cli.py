@@ -8,6 +8,8 @@ SDK, the cores, the servers) happen inside the commands.
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from restorelens.errors import RestorelensError, SettingError
@@ -96,11 +98,37 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     telemetry.raise_if_spans_dropped()
 
 
+def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    from restorelens.experiments.matrix import checked_budget
+
+    return checked_budget(value)
+
+
 @click.command()
-@click.argument("scenarios", nargs=-1, required=True, metavar="SCENARIO...")
+@click.argument("scenarios", nargs=-1, metavar="[SCENARIO]...")
+@click.option("--replay", "replay_db", type=click.Path(dir_okay=False), default=None, metavar="DB",
+              help="Instead of SCENARIOs: replay each recorded run of this span store (arrivals, classes, token "
+                   "counts), as docs/experiments.md describes.")
+@click.option("--replay-run", "replay_runs", multiple=True, metavar="RUN_ID",
+              help="With --replay: only this recorded run (restore.run_id; repeatable). Default: every run.")
+@click.option("--replay-engine", default=None, metavar="PRESET",
+              help="With --replay: the engine preset to replay on (docs/sim.md).  [default: qwen2.5-1.5b-m1]")
+@click.option("--replay-label", "replay_labels", multiple=True, metavar="LABEL=ATTR",
+              help="With --replay: read a label of the recorded spans from your own attribute, e.g. "
+                   "traffic_class=app.tier (repeatable; as report's --label).")
+@click.option("--replay-config", type=click.Path(dir_okay=False), default=None,
+              help="With --replay: TOML file whose [analysis.labels] maps the recorded spans' labels.")
+@click.option("--replay-class", "replay_classes", multiple=True, metavar="VALUE=CLASS",
+              help="With --replay: play requests recorded with class VALUE as CLASS (interactive or batch), "
+                   "e.g. gold=interactive (repeatable). Any other value, or none: interactive.")
 @click.option("--arms", default="fcfs,priority,static,lend", show_default=True,
-              help="Comma-separated arms: fcfs, priority, static, lend.")
-@click.option("--seeds", default="1-5", show_default=True, help="Seeds: a range (1-5), a list (1,3,7) or both.")
+              help="Comma-separated arms: the study's fcfs, priority, static and lend; restorelens's "
+                   "lend-budget, lend-priority and lend-preempt.")
+@click.option("--seeds", default=None,
+              help="Seeds: a range (1-5), a list (1,3,7) or both.  [default: 1-5; with --replay: 1, as a "
+                   "replay's load does not vary with the seed]")
+@click.option("--restore-budget-s", type=float, default=1.0, show_default=True, callback=_budget,
+              help="The budget-aware arms' restoration budget: what a loan may cost to give back, in seconds.")
 @click.option("--live", is_flag=True, help="Play on loopback servers instead of in virtual time (one run at a time).")
 @click.option("--time-scale", type=click.FloatRange(min=1, max=100), default=10.0, show_default=True,
               help="With --live: speed-up over real time; every figure stays in protocol seconds.")
@@ -108,8 +136,10 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
               help="Virtual runs at once (default: one per core).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Folder for runs/*.jsonl, spans.duckdb, summary.json and summary.md (a store there must not exist).")
-def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, time_scale: float,
-               workers: int | None, out_dir: str) -> None:
+def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: tuple[str, ...],
+               replay_engine: str | None, replay_labels: tuple[str, ...], replay_config: str | None,
+               replay_classes: tuple[str, ...], arms: str, seeds: str | None, restore_budget_s: float, live: bool,
+               time_scale: float, workers: int | None, out_dir: str) -> None:
     """Play every SCENARIO x arm x seed and print the MoFlux study's table.
 
     Virtual time by default, the runs in parallel across cores. Every run's spans are written to
@@ -117,7 +147,9 @@ def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, ti
     SLO goodput of the contention window, batch borrow goodput, TTFT p95, the lending episode's
     times, and the gates H1 (priority - fcfs >= 0), H2 (lend - priority >= -0.04) and H3
     (lend - static batch borrow >= 0.02) over nearest-rank medians. The table goes to stdout and
-    to OUT/summary.md; OUT/summary.json holds the same figures.
+    to OUT/summary.md; OUT/summary.json holds the same figures and each arm's frontier point
+    (interactive SLO goodput, batch borrow goodput). --replay DB plays each run recorded in a span
+    store instead of named scenarios.
     """
     import json
     import sys
@@ -129,14 +161,18 @@ def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, ti
     from restorelens.analysis import Analysis
     from restorelens.collector import load_paths
     from restorelens.experiments.matrix import Matrix, parse_arms, parse_seeds, play
-    from restorelens.experiments.scenarios import SCENARIOS
     from restorelens.experiments.study import score
 
-    matrix = Matrix(tuple(dict.fromkeys(scenarios)), parse_arms(arms), parse_seeds(seeds))
+    replays = _replays(scenarios, replay_db, replay_runs, replay_engine, replay_labels, replay_config, replay_classes)
+    names = tuple(replay.name for replay in replays) if replay_db else tuple(dict.fromkeys(scenarios))
+    matrix = Matrix(names, parse_arms(arms), parse_seeds(seeds or ("1" if replay_db else "1-5")), restore_budget_s,
+                    {replay.name: replay.scenario() for replay in replays})
     out = Path(out_dir)
     db = out / "spans.duckdb"
     if db.exists():
         raise SettingError("--out", f"{db} exists: give a new folder, so runs of two experiments do not mix")
+    for replay in replays:
+        click.echo(replay.describe(), err=True)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not sys.stderr.isatty())
@@ -147,14 +183,40 @@ def experiment(scenarios: tuple[str, ...], arms: str, seeds: str, live: bool, ti
     loaded = load_paths(files, db)
     if loaded.errors:
         raise RestorelensError(f"{db}: spans of the runs could not be loaded: {loaded.errors[0]}")
-    scenario_of = {SCENARIOS[name].profile: name for name in matrix.scenarios}
     with Analysis.open(db) as analysis:
-        table = score(analysis, scenario_of, matrix.arms)
-    (out / "summary.json").write_text(json.dumps(table.to_json(), indent=2) + "\n")
+        table = score(analysis, matrix.workload_scenarios(), matrix.arms)
+    summary = {**table.to_json(), "restore_budget_s": restore_budget_s}
+    if replay_db:
+        summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     markdown = table.to_markdown()
     (out / "summary.md").write_text(markdown)
     click.echo(markdown, nl=False)
     click.echo(f"{len(matrix)} runs, {loaded.loaded} spans: {db}, {out / 'summary.json'}, {out / 'summary.md'}", err=True)
+
+
+def _replays(scenarios: tuple[str, ...], replay_db: str | None, runs: tuple[str, ...], engine: str | None,
+             labels: tuple[str, ...], config_file: str | None, classes: tuple[str, ...]) -> list[Any]:
+    """The recorded runs ``--replay`` names, read from its store; none without it. SCENARIO names
+    and --replay exclude each other, and the --replay-* options need --replay."""
+    if replay_db is None:
+        given = [name for name, value in (("--replay-run", runs), ("--replay-engine", engine),
+                                          ("--replay-label", labels), ("--replay-config", config_file),
+                                          ("--replay-class", classes)) if value]
+        if given:
+            raise SettingError(given[0], "needs --replay DB")
+        return []
+    if scenarios:
+        raise SettingError("--replay", f"replays a store instead of scenarios: drop {scenarios[0]!r} or --replay")
+    from restorelens.analysis import checked_labels
+    from restorelens.analysis.settings import label_mapping, parse_label
+    from restorelens.experiments.replay import DEFAULT_REPLAY_ENGINE, parse_class_map, replays_from_store
+
+    mapping = label_mapping(config_file)
+    for text in labels:  # as label_mapping's flags, but errors name --replay-label
+        mapping.update(checked_labels("--replay-label", dict([parse_label(text, "--replay-label")])))
+    return replays_from_store(replay_db, runs=runs, engine_preset=engine or DEFAULT_REPLAY_ENGINE, labels=mapping,
+                              class_map=parse_class_map(classes))
 
 
 COMMANDS = [demo, run, experiment]

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from restorelens.analysis import nearest_rank
 from restorelens.cli import cli
 from restorelens.errors import SettingError
-from restorelens.experiments.matrix import MAX_SEEDS, Matrix, parse_arms, parse_seeds
+from restorelens.experiments.matrix import MAX_SEEDS, Cell, Matrix, parse_arms, parse_seeds
+from restorelens.experiments.study import StudyTable
 
 
 @pytest.mark.parametrize(("text", "seeds"), [("1-5", (1, 2, 3, 4, 5)), ("1,3,3,7", (1, 3, 7)), ("1-3,9", (1, 2, 3, 9)),
@@ -35,6 +36,26 @@ def test_arms_and_scenarios_are_checked() -> None:
     assert len(Matrix(("moflux-balanced", "moflux-fixed-burst"))) == 2 * 4 * 5
 
 
+def test_the_budget_reaches_every_cells_scenario_and_must_be_a_positive_finite_number() -> None:
+    matrix = Matrix(("moflux-balanced",), ("fcfs", "lend-budget"), (1,), restore_budget_s=0.25)
+    assert [matrix.scenario(cell).restore_budget_s for cell in matrix.cells()] == [0.25, 0.25]
+    assert [matrix.scenario(cell).arm for cell in matrix.cells()] == ["fcfs", "lend-budget"]
+    assert Matrix(("moflux-balanced",)).scenario(Cell("moflux-balanced", "lend", 1)).restore_budget_s == 1.0
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(SettingError, match="--restore-budget-s"):
+            Matrix(("moflux-balanced",), restore_budget_s=bad)
+
+
+def test_frontier_medians_are_nearest_rank_over_the_seeds_that_have_a_goodput() -> None:
+    runs = [{"scenario": "s", "arm": "lend", "seed": seed, "interactive_slo_goodput_rps": i,
+             "batch_borrow_goodput_rps": b} for seed, i, b in ((1, 0.4, None), (2, 0.1, 0.2), (3, 0.3, 0.1),
+                                                                (4, 0.2, None))]
+    [median] = StudyTable(runs).frontier()["medians"]
+    # 0.1 0.2 0.3 0.4 -> rank ceil(0.5 * 4) = 2: 0.2; batch has two values, 0.1 0.2 -> rank 1: 0.1
+    assert median == {"scenario": "s", "arm": "lend", "seeds": 4, "interactive_slo_goodput_rps": 0.2,
+                      "batch_borrow_goodput_rps": 0.1}
+
+
 @pytest.mark.parametrize(("values", "q", "expected"), [
     ([3.0, 1.0, 2.0], 0.5, 2.0), ([1.0, 2.0, 3.0, 4.0], 0.5, 2.0), ([float(v) for v in range(11)], 0.95, 10.0),
     ([float(v) for v in range(20)], 0.95, 18.0), ([5.0], 0.0, 5.0), ([], 0.5, None),
@@ -46,7 +67,7 @@ def test_nearest_rank_is_the_value_at_rank_ceil_q_n(values: list[float], q: floa
 def test_the_command_plays_the_matrix_and_writes_the_studys_table(tmp_path: Path) -> None:
     out = tmp_path / "study"
     args = ["experiment", "moflux-fixed-burst", "--seeds", "1-2", "--arms", "static,lend", "--workers", "2",
-            "--out", str(out)]
+            "--restore-budget-s", "2.5", "--out", str(out)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (out / "runs").iterdir()) == [
@@ -60,6 +81,16 @@ def test_the_command_plays_the_matrix_and_writes_the_studys_table(tmp_path: Path
     lend = [r for r in summary["runs"] if r["arm"] == "lend"]
     assert all(3.0 <= r["engine_schedule_s"] <= 5.0 for r in lend)
     assert (out / "summary.md").read_text() in result.output
+    assert summary["restore_budget_s"] == 2.5
+    # the frontier: each run's two goodputs, and per arm their medians over the seeds
+    axes = ("interactive_slo_goodput_rps", "batch_borrow_goodput_rps")
+    assert summary["frontier"]["points"] == [{k: r[k] for k in ("scenario", "arm", "seed", *axes)}
+                                             for r in summary["runs"]]
+    assert summary["frontier"]["medians"] == [
+        {"scenario": "moflux-fixed-burst", "arm": arm, "seeds": 2,
+         **{axis: nearest_rank([r[axis] for r in summary["runs"] if r["arm"] == arm], 0.5) for axis in axes}}
+        for arm in ("static", "lend")]
+    assert summary["frontier"]["medians"][0]["batch_borrow_goodput_rps"] == pytest.approx(2 / 35)
 
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 1 and "spans.duckdb exists" in again.output and "Traceback" not in again.output
