@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from restorelens.spans import TRAFFIC_CLASSES
 
-from .policies import AdmissionPolicy, Occupancy, Slot
+from .policies import AdmissionPolicy, Occupancy, RequestSize, Slot
 from .restoration import (
     DEFAULT_MAX_RETAINED, LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker,
 )
@@ -30,6 +31,8 @@ REJECT_QUEUE_LIMIT = "queue_limit"
 REJECT_TIMEOUT = "timeout"
 REJECT_CONCURRENCY = "concurrency_limit"
 REJECT_WITHDRAWN = "withdrawn"
+
+_NO_SIZE = RequestSize()
 
 
 class GrantError(RuntimeError):
@@ -62,6 +65,7 @@ class Waiter:
     deadline_s: float
     grant: Grant | None = None
     rejection: Rejection | None = None
+    size: RequestSize = field(default_factory=RequestSize)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,7 @@ class Admission:
         retry_hint: RetryHint | None = None,
         listeners: Iterable[RestorationListener] = (),
         on_waiter_granted: Callable[[Waiter], None] | None = None,
+        on_preempt: Callable[[Grant, Any], None] | None = None,
         max_retained: int = DEFAULT_MAX_RETAINED,
     ) -> None:
         self.policy = policy
@@ -111,6 +116,15 @@ class Admission:
         self.tracker = RestorationTracker(list(listeners), max_retained=max_retained)
         #: Called whenever a queued request is granted (the live shell wakes its future here).
         self.on_waiter_granted = on_waiter_granted
+        #: Called with a grant the policy takes back at restoration and its ``lenders.Preemption``.
+        #: The shell aborts the upstream request, answers its client and then releases the grant
+        #: (``release(..., completed=False)``); it must not call back into the core from inside.
+        self.on_preempt = on_preempt
+        #: Listeners of the lending decisions (refusals, resumes, preemptions): ``GateSpans``.
+        self._decision_listeners = [
+            listener for listener in self.tracker.listeners if hasattr(listener, "loan_refused")
+        ]
+        self._sizes: dict[int, RequestSize] = {}
         self.counters = _Counters()
         self._queues: dict[str, deque[Waiter]] = {c: deque() for c in TRAFFIC_CLASSES}
         self._in_flight: dict[int, Grant] = {}
@@ -123,9 +137,9 @@ class Admission:
 
     # --- state ---------------------------------------------------------------------------------
 
-    def occupancy(self) -> Occupancy:
+    def occupancy(self, now_s: float = 0.0, size: RequestSize | None = None) -> Occupancy:
         return Occupancy(dict(self._own), len(self._borrowed), {c: len(q) for c, q in self._queues.items()},
-                         floor_lowered=self._floor_restore_s is not None)
+                         floor_lowered=self._floor_restore_s is not None, now_s=now_s, size=size)
 
     @property
     def in_flight(self) -> int:
@@ -159,46 +173,73 @@ class Admission:
     # --- transitions ---------------------------------------------------------------------------
 
     def request(
-        self, request_id: str, traffic_class: str, now_s: float, *, wait_timeout_s: float | None = None
+        self, request_id: str, traffic_class: str, now_s: float, *, wait_timeout_s: float | None = None,
+        size: RequestSize | None = None,
     ) -> Decision:
-        """A request arrives: a ``Grant`` now, a ``Waiter`` in the queue, or a ``Rejection``."""
+        """A request arrives: a ``Grant`` now, a ``Waiter`` in the queue, or a ``Rejection``.
+
+        ``size`` is what the gate knows of the request's size (budget-aware lenders read it).
+        """
         if traffic_class not in self._queues:
             raise ValueError(f"unknown traffic class {traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
+        size = _NO_SIZE if size is None else size
         self._restore_floor_if_due(now_s)
+        self.policy.observe_arrival(traffic_class, size, now_s)
         protected = self.policy.protected_class
         if traffic_class == protected and self.occupancy().idle(protected):
             self._protected_returned(request_id, now_s)
-        occupancy = self.occupancy()
+        occupancy = self.occupancy(now_s, size)
         queue = self._queues[traffic_class]
         ahead = self.queued if self.policy.shared_queue else len(queue)
         if ahead == 0:
             slot = self.policy.admit(traffic_class, occupancy)
             if slot is not None:
-                return self._grant(request_id, traffic_class, slot, now_s, now_s)
+                return self._grant(request_id, traffic_class, slot, now_s, now_s, size)
+            refusal = self.policy.refusal(traffic_class, occupancy)
+            if refusal is not None:
+                for listener in self._decision_listeners:
+                    listener.loan_refused(request_id, refusal, now_s)
         timeout_s = self.wait_timeout_s if wait_timeout_s is None else wait_timeout_s
+        # A policy that sets its own queue per class (the lenders) decides that class's wait.
+        timeout_s = self.policy.class_wait_s.get(traffic_class, timeout_s)
         if timeout_s <= 0:
             return self._reject(request_id, traffic_class, REJECT_CONCURRENCY, now_s, now_s, ahead)
         if len(queue) >= self.queue_limit:
             return self._reject(request_id, traffic_class, REJECT_QUEUE_LIMIT, now_s, now_s, ahead)
-        waiter = Waiter(self._next_seq, request_id, traffic_class, now_s, now_s + timeout_s)
+        waiter = Waiter(self._next_seq, request_id, traffic_class, now_s, now_s + timeout_s, size=size)
         self._next_seq += 1
         queue.append(waiter)
         return waiter
 
-    def release(self, grant: Grant, now_s: float) -> list[Grant]:
-        """The granted request finished (however it ended). Returns grants made to queued requests."""
+    def release(self, grant: Grant, now_s: float, *, completed: bool = True) -> list[Grant]:
+        """The granted request finished (``completed`` False: it failed or was taken back).
+
+        Returns grants made to queued requests.
+        """
         if self._in_flight.pop(grant.grant_id, None) is not grant:
             raise GrantError(f"grant {grant.grant_id} ({grant.request_id}) is not in flight: released twice?")
         grant.released_at_s = now_s
         self._restore_floor_if_due(now_s)
         self.counters.released += 1
         self.retry_hint.observe_completion(now_s)
+        self._sizes.pop(grant.grant_id, None)
         if grant.slot == "borrowed":
             self._borrowed.discard(grant.grant_id)
             self.tracker.borrowed_released(grant.grant_id, now_s)
         else:
             self._own[grant.traffic_class] -= 1
+        self.policy.observe_release(grant.grant_id, self.occupancy(now_s), now_s, completed=completed)
         return self._pump(now_s)
+
+    def first_byte(self, grant: Grant, now_s: float) -> None:
+        """The granted request's first body byte came back from the engine (its first token when
+        streamed): the end of a returning request's restoration, and the lenders' prefill sample."""
+        self.policy.observe_first_byte(grant.grant_id, now_s)
+        self.tracker.first_byte(grant.request_id, now_s)
+
+    def streamed(self, grant: Grant, now_s: float, tokens: int = 1) -> None:
+        """Output tokens of the granted request passed the gate: a loan's progress, as the gate sees it."""
+        self.policy.observe_tokens(grant.grant_id, tokens, now_s)
 
     def withdraw(self, waiter: Waiter, now_s: float, reason: str = REJECT_WITHDRAWN) -> Grant | Rejection:
         """Take a waiter out of the queue (timeout seen by the shell, client gone).
@@ -225,6 +266,9 @@ class Admission:
     def set_policy(self, policy: AdmissionPolicy, now_s: float) -> list[Grant]:
         """Swap the policy; grants in flight keep their slots. Lending stops if the new policy differs."""
         self.policy = policy
+        for grant in self._in_flight.values():  # the new policy's books start with what is in flight
+            policy.observe_grant(grant.grant_id, grant.traffic_class, grant.slot,
+                                 self._sizes.get(grant.grant_id, _NO_SIZE), grant.granted_at_s)
         self._floor_restore_s = None  # the new policy's floors hold from now
         self.tracker.floor_restored(now_s)
         return self._pump(now_s)
@@ -241,16 +285,28 @@ class Admission:
         restore_s = self.policy.floor_restored_at(now_s)
         if restore_s <= now_s:
             self.tracker.stop_lending(now_s)  # lending ends before the episode opens, as it did without a controller
+        self.policy.observe_return(now_s)
         self.tracker.protected_returned(request_id, now_s, set(self._borrowed))
         if restore_s <= now_s:
-            self.tracker.floor_restored(now_s)
+            self._floor_restored(now_s)
         elif self._floor_restore_s is None:
             self._floor_restore_s = restore_s
 
     def _restore_floor_if_due(self, now_s: float) -> None:
         if self._floor_restore_s is not None and self._floor_restore_s <= now_s:
             restore_s, self._floor_restore_s = self._floor_restore_s, None
-            self.tracker.floor_restored(restore_s)
+            self._floor_restored(restore_s)
+
+    def _floor_restored(self, at_s: float) -> None:
+        self.tracker.floor_restored(at_s)
+        for preemption in self.policy.preemptions(at_s):
+            grant = self._in_flight.get(preemption.grant_id)
+            if grant is None:
+                continue
+            for listener in self._decision_listeners:
+                listener.preempted(grant.request_id, preemption, at_s)
+            if self.on_preempt is not None:
+                self.on_preempt(grant, preemption)
 
     def _remove(self, waiter: Waiter, now_s: float, reason: str) -> Rejection:
         if waiter.rejection is not None:
@@ -263,11 +319,20 @@ class Admission:
         )
         return waiter.rejection
 
-    def _grant(self, request_id: str, traffic_class: str, slot: Slot, requested_at_s: float, now_s: float) -> Grant:
+    def _grant(self, request_id: str, traffic_class: str, slot: Slot, requested_at_s: float, now_s: float,
+               size: RequestSize = _NO_SIZE) -> Grant:
         grant = Grant(self._next_grant_id, request_id, traffic_class, slot, requested_at_s, now_s)
         self._next_grant_id += 1
         self._in_flight[grant.grant_id] = grant
         self.counters.admitted[traffic_class] += 1
+        if size is not _NO_SIZE:
+            self._sizes[grant.grant_id] = size
+        if slot == "borrowed":
+            resumed = self.policy.resumed(now_s)
+            if resumed is not None:
+                for listener in self._decision_listeners:
+                    listener.lending_resumed(request_id, resumed, now_s)
+        self.policy.observe_grant(grant.grant_id, traffic_class, slot, size, now_s)
         if slot == "borrowed":
             self._borrowed.add(grant.grant_id)
             self.tracker.borrowed_granted(grant.grant_id, now_s, self.policy.lendable_slots, len(self._borrowed))
@@ -297,10 +362,11 @@ class Admission:
             protected = self.policy.protected_class
             heads.sort(key=lambda w: (w.traffic_class != protected, w.seq))
         for waiter in heads:
-            slot = self.policy.admit(waiter.traffic_class, self.occupancy())
+            slot = self.policy.admit(waiter.traffic_class, self.occupancy(now_s, waiter.size))
             if slot is not None:
                 self._queues[waiter.traffic_class].popleft()
-                waiter.grant = self._grant(waiter.request_id, waiter.traffic_class, slot, waiter.requested_at_s, now_s)
+                waiter.grant = self._grant(waiter.request_id, waiter.traffic_class, slot, waiter.requested_at_s, now_s,
+                                           waiter.size)
                 if self.on_waiter_granted is not None:
                     self.on_waiter_granted(waiter)
                 return waiter.grant

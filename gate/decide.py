@@ -24,7 +24,8 @@ from .policies import AdmissionPolicy
 from .retry_hint import retry_after_header
 from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 
-__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respond", "decide", "static_route"]
+__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respond", "decide", "preempted",
+           "static_route"]
 
 RETRY_AFTER = "retry-after"
 #: The gate's estimate in milliseconds: finer than Retry-After's whole seconds, for clients that know it.
@@ -85,6 +86,16 @@ def decide(
         return Respond(429, f"{traffic_class} request not admitted ({admitted.reason})", "admission_rejected",
                        _rejection_headers(admitted.retry_after_ms))
     return Forward(route.upstream_url.rstrip("/"), policy.upstream_priority(traffic_class))
+
+
+def preempted(retry_after_ms: int) -> Respond:
+    """The answer to a loan taken back at restoration (``lend-preempt``): 503 with a retry hint,
+    always with a Retry-After of at least 1 s, since the client should come back (its retry waits
+    in the gate's queue). Sent as the HTTP answer when no byte went out yet, else as the stream's
+    last event (``gate/proxy.py``)."""
+    seconds = retry_after_header(retry_after_ms) or "1"
+    return Respond(503, "borrowed capacity was taken back for returning interactive demand; retry later",
+                   "preempted", ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds)))
 
 
 def _rejection_headers(retry_after_ms: int | None) -> tuple[tuple[str, str], ...]:

@@ -10,6 +10,8 @@ analysis crosses from the episode into that request's trace (client -> gate -> e
 
 from __future__ import annotations
 
+import math
+
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TracerProvider
@@ -18,6 +20,7 @@ from restorelens import spans as S
 from restorelens.clock import to_ns
 
 from .admission import Grant, Rejection
+from .lenders import LoanCheck, Preemption
 from .restoration import LendingPeriod, RestorationEpisode
 from .retry_hint import retry_after_header
 
@@ -27,10 +30,14 @@ _ROOT = Context()
 
 
 class GateSpans:
-    def __init__(self, tracer_provider: TracerProvider | None = None, *, policy_name: str = "") -> None:
+    def __init__(self, tracer_provider: TracerProvider | None = None, *, policy_name: str = "",
+                 restore_budget_s: float | None = None) -> None:
         self._tracer = trace.get_tracer("restorelens.gate", tracer_provider=tracer_provider)
         self.policy_name = policy_name
+        self.restore_budget_s = restore_budget_s
         self._request_contexts: dict[str, SpanContext] = {}
+        #: Open ``gate.request`` spans by request id: the core's lending decisions become their events.
+        self._request_spans: dict[str, Span] = {}
         self._lend_spans: dict[int, Span] = {}
         self._restore_spans: dict[int, Span] = {}
 
@@ -61,6 +68,7 @@ class GateSpans:
             start_time=to_ns(now_s),
         )
         self._request_contexts[request_id] = span.get_span_context()
+        self._request_spans[request_id] = span
         return span
 
     def granted(self, span: Span, grant: Grant, *, upstream: str | None = None) -> None:
@@ -112,6 +120,34 @@ class GateSpans:
         span.end(end_time=to_ns(now_s))
         if self._request_contexts.get(request_id) == span.get_span_context():
             del self._request_contexts[request_id]
+        if self._request_spans.get(request_id) is span:
+            del self._request_spans[request_id]
+
+    # --- the lenders' decisions (gate/lenders.py), as events on the request's span --------------
+
+    def loan_refused(self, request_id: str, check: LoanCheck, now_s: float) -> None:
+        self._loan_event(request_id, S.EVENT_LOAN_REFUSED, check, now_s)
+
+    def lending_resumed(self, request_id: str, check: LoanCheck, now_s: float) -> None:
+        self._loan_event(request_id, S.EVENT_LENDING_RESUMED, check, now_s)
+
+    def _loan_event(self, request_id: str, name: str, check: LoanCheck, now_s: float) -> None:
+        span = self._request_spans.get(request_id)
+        if span is None:
+            return
+        attributes: dict[str, str | float] = {S.ATTR_GATE_LOAN_REASON: check.reason or ""}
+        if check.predicted_s is not None and math.isfinite(check.predicted_s):
+            attributes[S.ATTR_GATE_LOAN_PREDICTED_S] = check.predicted_s
+        if check.budget_s is not None:
+            attributes[S.ATTR_GATE_LOAN_LIMIT_S] = check.budget_s
+        span.add_event(name, attributes, timestamp=to_ns(now_s))
+
+    def preempted(self, request_id: str, preemption: Preemption, now_s: float) -> None:
+        span = self._request_spans.get(request_id)
+        if span is not None:
+            span.add_event(S.EVENT_LOAN_PREEMPTED, {S.ATTR_GATE_PREEMPT_REMAINING_S: preemption.remaining_s,
+                                                    S.ATTR_GATE_PREEMPT_LOST_TOKENS: preemption.lost_tokens},
+                           timestamp=to_ns(now_s))
 
     # --- gate.lend / gate.restore (RestorationListener) ---------------------------------------
 
@@ -149,6 +185,7 @@ class GateSpans:
                 S.ATTR_GATE_POLICY: self.policy_name,
                 S.ATTR_GATE_BORROWED_AT_RETURN: episode.borrowed_at_return,
                 S.ATTR_REQUEST_ID: episode.returning_request_id,
+                **({} if self.restore_budget_s is None else {S.ATTR_GATE_RESTORE_BUDGET_S: self.restore_budget_s}),
             },
             links=[Link(returning)] if returning is not None else None,
             start_time=to_ns(episode.t0_s),

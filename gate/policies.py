@@ -1,10 +1,11 @@
 """Admission policies: given who is in flight and who waits, may one more request of a class start?
 
-A policy is a pure decision function over an ``Occupancy`` snapshot; it keeps no per-request state
-and reads no clock, so the same policy object runs behind the live proxy and in virtual time. The
-``Admission`` core does the bookkeeping (queues, grants, lending records). New policies (e.g. a
-drain-aware lender) subclass ``AdmissionPolicy`` and register in ``POLICIES``; the proxy never
-changes.
+A policy decides over an ``Occupancy`` snapshot (counts, the time, the asking request's size) and
+reads no clock, so the same policy object runs behind the live proxy and in virtual time. The
+``Admission`` core does the bookkeeping (queues, grants, lending records) and tells the policy what
+happened through the ``observe_*`` hooks, with explicit times: the study's policies here ignore
+them; the budget-aware lenders (``gate/lenders.py``) learn from them. New policies subclass
+``AdmissionPolicy`` and register in ``POLICIES``; the proxy never changes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "LendPolicy",
     "Occupancy",
     "PriorityPolicy",
+    "RequestSize",
     "Slot",
     "StaticPolicy",
     "build_policy",
@@ -40,6 +42,15 @@ DEFAULT_FLOORS = {INTERACTIVE: 3, BATCH: 1}
 
 
 @dataclass(frozen=True, slots=True)
+class RequestSize:
+    """What the gate knows of a request's size before it runs: the prompt's tokens (estimated from
+    its characters: the gate has no tokenizer) and ``max_tokens``. Zero: unknown."""
+
+    prompt_tokens: int = 0
+    max_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Occupancy:
     """What the core holds at one instant: requests in flight (own slots), borrowed, and queued."""
 
@@ -49,6 +60,9 @@ class Occupancy:
     #: The protected floor is still lent out: demand returned, but the lending policy's revision
     #: that restores the floor has not taken effect yet (a control period; never with period 0).
     floor_lowered: bool = False
+    #: The core's time of the decision, and the size of the request asking (None: not known).
+    now_s: float = 0.0
+    size: RequestSize | None = None
 
     def in_flight(self, traffic_class: str | None = None) -> int:
         if traffic_class is None:
@@ -74,6 +88,11 @@ class AdmissionPolicy:
     shared_queue = False
     #: Seconds between the lending controller's decisions; 0: it decides at every request.
     control_period_s = 0.0
+    #: What a loan may cost to give back, in seconds (None: the policy keeps no budget).
+    restore_budget_s: float | None = None
+    #: Seconds a request of a class may wait in the gate's queue for a grant, in place of the
+    #: gate's ``wait_timeout_s`` for that class (the lenders' queues); empty: the gate's timeout holds.
+    class_wait_s: Mapping[str, float] = {}
 
     def floor_restored_at(self, returned_s: float) -> float:
         """When the protected floor is back at its nominal size, for demand returning at ``returned_s``."""
@@ -88,6 +107,38 @@ class AdmissionPolicy:
 
     def describe(self) -> dict[str, Any]:
         return {"policy": self.name}
+
+    # --- what the core tells a policy (no-ops for the study's policies) -------------------------
+
+    def observe_arrival(self, traffic_class: str, size: RequestSize, now_s: float) -> None:
+        """A request of ``traffic_class`` arrived (first, before any decision on it)."""
+
+    def observe_return(self, now_s: float) -> None:
+        """Protected demand returned (the class was idle)."""
+
+    def observe_grant(self, grant_id: int, traffic_class: str, slot: Slot, size: RequestSize, now_s: float) -> None:
+        """A request was granted a slot."""
+
+    def observe_first_byte(self, grant_id: int, now_s: float) -> None:
+        """The granted request's first response byte came back from the engine."""
+
+    def observe_tokens(self, grant_id: int, tokens: int, now_s: float) -> None:
+        """``tokens`` more output tokens of the granted request passed the gate (streamed answers)."""
+
+    def observe_release(self, grant_id: int, occupancy: Occupancy, now_s: float, *, completed: bool = True) -> None:
+        """The granted request finished (``completed`` False: it failed or was taken back)."""
+
+    def refusal(self, traffic_class: str, occupancy: Occupancy) -> Any:
+        """Why a loan the request asked for was refused (a ``lenders.LoanCheck``), or None."""
+        return None
+
+    def resumed(self, now_s: float) -> Any:
+        """The resume decision to record when a loan is granted after demand returned, or None."""
+        return None
+
+    def preemptions(self, now_s: float) -> list[Any]:
+        """Loans to take back now that the protected floor is restored (``lenders.Preemption``)."""
+        return []
 
 
 class FcfsPolicy(AdmissionPolicy):
@@ -213,6 +264,26 @@ class _PolicyMaker:
     options: frozenset[str] = field(default_factory=frozenset)
 
 
+def _lenders() -> Any:
+    from . import lenders  # lenders subclass LendPolicy: imported on first use, not at module load
+
+    return lenders
+
+
+_BUDGET_OPTIONS = frozenset({"floors", "lendable_slots", "control_period_s", "restore_budget_s", "kv_blocks",
+                             "block_size", "protected_wait_s", "borrower_wait_s"})
+
+
+def _budget_lender(kind: str, floors: Mapping[str, int] | None = None, lendable_slots: int = 2,
+                   control_period_s: float = 0.0, restore_budget_s: float | None = None, kv_blocks: int | None = None,
+                   block_size: int = 16, protected_wait_s: float = 2.0, borrower_wait_s: float = 120.0,
+                   **_: Any) -> AdmissionPolicy:
+    lenders = _lenders()
+    return getattr(lenders, kind)(
+        floors, lendable_slots, control_period_s=control_period_s, kv_blocks=kv_blocks, block_size=block_size,
+        restore_budget_s=lenders.DEFAULT_RESTORE_BUDGET_S if restore_budget_s is None else restore_budget_s,
+        protected_wait_s=protected_wait_s, borrower_wait_s=borrower_wait_s)
+
 POLICIES: dict[str, _PolicyMaker] = {
     "fcfs": _PolicyMaker(lambda capacity=None, **_: FcfsPolicy(capacity), frozenset({"capacity"})),
     "priority": _PolicyMaker(lambda capacity=None, **_: PriorityPolicy(capacity), frozenset({"capacity"})),
@@ -221,6 +292,13 @@ POLICIES: dict[str, _PolicyMaker] = {
         lambda floors=None, lendable_slots=2, control_period_s=0.0, **_: LendPolicy(
             floors, lendable_slots, control_period_s=control_period_s),
         frozenset({"floors", "lendable_slots", "control_period_s"}),
+    ),
+    "lend-budget": _PolicyMaker(lambda **options: _budget_lender("BudgetLendPolicy", **options), _BUDGET_OPTIONS),
+    "lend-preempt": _PolicyMaker(lambda **options: _budget_lender("PreemptLendPolicy", **options), _BUDGET_OPTIONS),
+    "lend-priority": _PolicyMaker(
+        lambda floors=None, lendable_slots=2, control_period_s=0.0, extra_slots=1, **_: _lenders().PriorityLendPolicy(
+            floors, lendable_slots, control_period_s=control_period_s, extra_slots=extra_slots),
+        frozenset({"floors", "lendable_slots", "control_period_s", "extra_slots"}),
     ),
 }
 
@@ -232,6 +310,12 @@ def build_policy(
     lendable_slots: int = 2,
     capacity: int | None = None,
     control_period_s: float = 0.0,
+    restore_budget_s: float | None = None,
+    kv_blocks: int | None = None,
+    block_size: int = 16,
+    extra_slots: int = 1,
+    protected_wait_s: float = 2.0,
+    borrower_wait_s: float = 120.0,
 ) -> AdmissionPolicy:
     """A policy by name; unknown names and bad floors are ``SettingError`` naming the setting."""
     maker = POLICIES.get(name)
@@ -246,4 +330,6 @@ def build_policy(
     if capacity is not None and capacity < 1:
         raise SettingError("gate.capacity", f"{capacity} must be at least 1")
     return maker.make(floors=floors, lendable_slots=lendable_slots, capacity=capacity,
-                      control_period_s=control_period_s)
+                      control_period_s=control_period_s, restore_budget_s=restore_budget_s, kv_blocks=kv_blocks,
+                      block_size=block_size, extra_slots=extra_slots, protected_wait_s=protected_wait_s,
+                      borrower_wait_s=borrower_wait_s)

@@ -178,6 +178,21 @@ class GateSettings:
     control_period_s: float = setting(SECONDS, 0.0, flag="--control-period-s",
         help="Lend policy: seconds between the lending controller's decisions; returning demand gets its "
              "floor back one period after the next decision, at once with 0 (default 0).")
+    restore_budget_s: float = setting(SECONDS, 1.0, flag="--restore-budget-s",
+        help="lend-budget and lend-preempt: seconds a loan may cost to give back (its predicted drain, and the "
+             "KV wait of a returning interactive request); lend-preempt aborts loans past it at restoration (default 1).")
+    kv_blocks: int | None = setting(WHOLE_OR_NONE, None, flag="--kv-blocks",
+        help="lend-budget and lend-preempt: the engine's KV-cache blocks (vLLM logs them at start as 'GPU KV cache "
+             "size'; vllm:cache_config_info's num_gpu_blocks); unset: loans are not checked for KV.")
+    block_size: int = setting(WHOLE, 16, help="lend-budget and lend-preempt: tokens per KV block (vLLM's --block-size).")
+    protected_wait_s: float = setting(SECONDS, 2.0,
+        help="lend-budget and lend-preempt: seconds an interactive request may queue for its floor (in place of "
+             "wait_timeout_s).")
+    borrower_wait_s: float = setting(SECONDS, 120.0,
+        help="lend-budget and lend-preempt: seconds a batch request may queue for its floor or a loan (in place of "
+             "wait_timeout_s).")
+    extra_slots: int = setting(WHOLE, 1, flag="--extra-slots",
+        help="lend-priority: requests admitted past the floors, ordered by the engine's priority scheduler (default 1).")
     queue_limit: int = setting(WHOLE, 256, help="Requests that may queue per traffic class; one more is a 429.")
     connect_timeout_s: float = setting(SECONDS, 5.0, help="Seconds to connect to an engine (504 beyond); also bounds /v1/models.")
     upstream_timeout_s: float = setting(SECONDS, 300.0, help="Seconds an engine may stay silent before 504.")
@@ -203,7 +218,9 @@ class GateSettings:
 
     def build_policy(self):  # -> AdmissionPolicy (import cycle-free annotation kept loose on purpose)
         return build_policy(self.policy, floors=self.floors, lendable_slots=self.lendable_slots, capacity=self.capacity,
-                            control_period_s=self.control_period_s)
+                            control_period_s=self.control_period_s, restore_budget_s=self.restore_budget_s,
+                            kv_blocks=self.kv_blocks, block_size=self.block_size, extra_slots=self.extra_slots,
+                            protected_wait_s=self.protected_wait_s, borrower_wait_s=self.borrower_wait_s)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -275,7 +292,13 @@ class GateSettings:
             raise SettingError("gate.policy", f"unknown policy {self.policy!r}; choose one of {', '.join(sorted(POLICIES))}")
         if self.default_traffic_class not in TRAFFIC_CLASSES:
             raise SettingError("gate.default_traffic_class", f"{self.default_traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
-        for name in ("queue_limit", "max_body_bytes", "max_header_bytes", "max_json_depth", "max_retained_episodes",
+        if self.restore_budget_s == 0:
+            raise SettingError("gate.restore_budget_s", "must be more than 0 seconds: no loan could ever be given back")
+        if self.kv_blocks is not None and self.kv_blocks < 1:
+            raise SettingError("gate.kv_blocks", f"{self.kv_blocks} must be at least 1 (the engine's KV blocks)")
+        if self.extra_slots < 0:
+            raise SettingError("gate.extra_slots", f"{self.extra_slots} must be 0 or more")
+        for name in ("block_size", "queue_limit", "max_body_bytes", "max_header_bytes", "max_json_depth", "max_retained_episodes",
                      "max_connections"):
             if getattr(self, name) < 1:
                 raise SettingError(f"gate.{name}", f"{getattr(self, name)} must be at least 1")

@@ -60,6 +60,12 @@ ATTR_GATE_UPSTREAM = "gate.upstream"
 ATTR_GATE_LENDABLE_SLOTS = "gate.lendable_slots"
 ATTR_GATE_BORROWED_PEAK = "gate.borrowed_peak"
 ATTR_GATE_BORROWED_AT_RETURN = "gate.borrowed_at_return"
+ATTR_GATE_LOAN_REASON = "gate.loan.reason"
+ATTR_GATE_LOAN_PREDICTED_S = "gate.loan.predicted_s"
+ATTR_GATE_LOAN_LIMIT_S = "gate.loan.limit_s"
+ATTR_GATE_PREEMPT_REMAINING_S = "gate.preempt.remaining_s"
+ATTR_GATE_PREEMPT_LOST_TOKENS = "gate.preempt.lost_tokens"
+ATTR_GATE_RESTORE_BUDGET_S = "gate.restore_budget_s"
 
 ATTR_MODELCLAIM_PHASE = "modelclaim.phase"
 ATTR_MODELCLAIM_REASON = "modelclaim.reason"
@@ -136,6 +142,9 @@ EVENT_UPSTREAM_FIRST_BYTE = "upstream.first_byte"
 EVENT_LEND_STOPPED = "lend.stopped"
 EVENT_BORROWED_DRAINED = "borrowed.drained"
 EVENT_GRANT_RESTORED = "grant.restored"
+EVENT_LOAN_REFUSED = "loan.refused"
+EVENT_LENDING_RESUMED = "lending.resumed"
+EVENT_LOAN_PREEMPTED = "loan.preempted"
 EVENT_ROOM_FOUND = "room.found"
 EVENT_ENGINE_WAKE_CALLED = "engine.wake_called"
 EVENT_ENGINE_READY = "engine.ready"
@@ -148,6 +157,8 @@ GATE_DECISIONS = ("admitted", "rejected", "not_ready", "error")
 GATE_SLOTS = ("own", "borrowed")
 OUTCOMES = ("ok", "rejected", "gave_up", "error")
 WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
+#: Why a budget-aware lender refused a loan, and why lending resumed (gate/lenders.py).
+LOAN_REASONS = ("drain_over_budget", "kv_wait_over_budget", "loans_not_drained", "hold_off", "drained_and_idle")
 
 #: restore.arrival_phase values the analysis treats specially: batch arrivals while interactive is
 #: idle (borrow-phase goodput), and the requests of wake scenarios (not a MoFlux arm).
@@ -163,6 +174,7 @@ ATTRIBUTE_VALUES: dict[str, tuple[str, ...]] = {
     ATTR_GATE_SLOT: GATE_SLOTS,
     ATTR_OUTCOME: OUTCOMES,
     ATTR_MODELCLAIM_WAKE_PATH: WAKE_PATHS,
+    ATTR_GATE_LOAN_REASON: LOAN_REASONS,
 }
 
 # --- attribute value types, as the typed-spans SQL layer casts them --------------------------------
@@ -194,6 +206,12 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_GATE_LENDABLE_SLOTS: INT,
     ATTR_GATE_BORROWED_PEAK: INT,
     ATTR_GATE_BORROWED_AT_RETURN: INT,
+    ATTR_GATE_LOAN_REASON: STRING,
+    ATTR_GATE_LOAN_PREDICTED_S: DOUBLE,
+    ATTR_GATE_LOAN_LIMIT_S: DOUBLE,
+    ATTR_GATE_PREEMPT_REMAINING_S: DOUBLE,
+    ATTR_GATE_PREEMPT_LOST_TOKENS: INT,
+    ATTR_GATE_RESTORE_BUDGET_S: DOUBLE,
     ATTR_MODELCLAIM_PHASE: STRING,
     ATTR_MODELCLAIM_REASON: STRING,
     ATTR_MODELCLAIM_POD: STRING,

@@ -109,7 +109,7 @@ def _first_virtual_answer(run: Any) -> tuple[int, dict[str, str]]:
 
 
 def _rejecting(retry_after_ms: int | None):
-    def request(request_id: str, traffic_class: str, now_s: float) -> Rejection:
+    def request(request_id: str, traffic_class: str, now_s: float, **_: object) -> Rejection:
         return Rejection(request_id, traffic_class, "queue_full", now_s, now_s, retry_after_ms=retry_after_ms)
 
     return request

@@ -1,0 +1,421 @@
+"""Lenders that know what a loan will cost to give back: ``lend-budget``, ``lend-priority``, ``lend-preempt``.
+
+``lend`` (``policies.LendPolicy``) is the MoFlux study's lender and stays as the study had it. The
+lenders here answer the questions the study left open (docs/gate.md, "Budget-aware lending"):
+
+- ``lend-budget`` lends only what can be given back within ``restore_budget_s``: the gate predicts
+  each loan's remaining engine time from the request's size (prompt tokens estimated from its
+  characters, ``max_tokens``) and engine rates it learns from completed requests, and the KV blocks
+  every request in flight holds; a loan that would push the predicted drain, or the wait of a
+  returning protected request for KV, past the budget is refused. After demand returns, lending
+  resumes only once the earlier loans drained and the protected class stayed idle for a hold-off
+  learnt from its inter-arrival times.
+- ``lend-priority`` lends as ``lend`` does and admits ``extra_slots`` more requests past the floors,
+  with vLLM priorities (interactive 0, batch 10), so the engine's priority scheduler has a queue
+  to order.
+- ``lend-preempt`` lends as ``lend-budget`` accounts, but gives loans back by preemption: when the
+  floor is restored, every loan predicted to run past the budget is aborted (its client gets a
+  retryable answer and its retry waits in the gate's queue), so a restoration is bounded by design
+  and a loan need not be refused for being long.
+
+Everything is sans-I/O: the ``Admission`` core tells a policy what happened (``observe_*``) with
+explicit times, and asks it to decide over an ``Occupancy`` snapshot that carries the time and the
+asking request's size. The same objects run behind the live proxy and in virtual time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from restorelens.errors import SettingError
+
+from .policies import VLLM_PRIORITY, LendPolicy, Occupancy, RequestSize, Slot
+
+__all__ = [
+    "DEFAULT_RESTORE_BUDGET_S",
+    "BudgetLendPolicy",
+    "EngineRates",
+    "HoldOff",
+    "LoanCheck",
+    "PreemptLendPolicy",
+    "Preemption",
+    "PriorityLendPolicy",
+    "request_size",
+]
+
+DEFAULT_RESTORE_BUDGET_S = 1.0
+#: The gate has no tokenizer: English text runs about four characters per token in the BPE
+#: vocabularies of Llama and Qwen; a loan's prediction needs its size, not its exact count.
+CHARS_PER_TOKEN = 4.0
+
+# Refusal and resume reasons, as recorded on spans (docs/spans.md).
+REASON_DRAIN = "drain_over_budget"
+REASON_KV_WAIT = "kv_wait_over_budget"
+REASON_NOT_DRAINED = "loans_not_drained"
+REASON_HOLD_OFF = "hold_off"
+REASON_RESUMED = "drained_and_idle"
+
+
+def request_size(prompt_chars: int, max_tokens: int) -> RequestSize:
+    """What the gate can tell of a request's size from its body, before it runs."""
+    return RequestSize(math.ceil(max(0, prompt_chars) / CHARS_PER_TOKEN), max(0, max_tokens))
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Nearest rank (the value at rank ceil(q*n)), as the study reports its percentiles."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+class EngineRates:
+    """The engine's effective prefill and decode times per token, learnt from completed requests.
+
+    A completion observed by the gate gives time to first byte after the grant (queueing in the
+    engine, then prefill) and the stream after it (decode). Dividing by the request's prompt tokens
+    and by its ``max_tokens`` gives rates that predict the same request's duration again, queueing
+    and batch-sharing included: what a loan costs on this engine under this load. Until
+    ``min_samples`` completions were seen, the priors hold.
+    """
+
+    def __init__(self, prefill_s_per_token: float, decode_s_per_token: float, *, window: int = 64,
+                 min_samples: int = 3) -> None:
+        self.prior = (prefill_s_per_token, decode_s_per_token)
+        self.min_samples = min_samples
+        self._prefill: deque[float] = deque(maxlen=window)
+        self._decode: deque[float] = deque(maxlen=window)
+
+    def observe(self, size: RequestSize, ttfb_s: float | None, stream_s: float | None) -> None:
+        if ttfb_s is not None and ttfb_s >= 0 and size.prompt_tokens > 0:
+            self._prefill.append(ttfb_s / size.prompt_tokens)
+        if stream_s is not None and stream_s >= 0 and size.max_tokens > 0:
+            self._decode.append(stream_s / size.max_tokens)
+
+    @property
+    def prefill_s_per_token(self) -> float:
+        # The median: one request stuck behind a long queue must not make every loan look long.
+        return _quantile(list(self._prefill), 0.5) if len(self._prefill) >= self.min_samples else self.prior[0]
+
+    @property
+    def decode_s_per_token(self) -> float:
+        return _quantile(list(self._decode), 0.5) if len(self._decode) >= self.min_samples else self.prior[1]
+
+    def service_s(self, size: RequestSize) -> float:
+        return size.prompt_tokens * self.prefill_s_per_token + size.max_tokens * self.decode_s_per_token
+
+
+class HoldOff:
+    """How long the protected class must stay idle before lending resumes: a quantile of its
+    inter-arrival times (a gap shorter than that is, most of the time, not the end of demand)."""
+
+    def __init__(self, prior_s: float, quantile: float, *, window: int = 256, min_samples: int = 8) -> None:
+        self.prior_s = prior_s
+        self.quantile = quantile
+        self.min_samples = min_samples
+        self._gaps: deque[float] = deque(maxlen=window)
+        self._last_arrival_s: float | None = None
+
+    def observe_arrival(self, now_s: float) -> None:
+        if self._last_arrival_s is not None:
+            self._gaps.append(max(0.0, now_s - self._last_arrival_s))
+        self._last_arrival_s = now_s
+
+    @property
+    def hold_off_s(self) -> float:
+        if len(self._gaps) < self.min_samples:
+            return self.prior_s
+        return _quantile(list(self._gaps), self.quantile)
+
+
+@dataclass(frozen=True, slots=True)
+class LoanCheck:
+    """A loan's verdict: ``reason`` None admits; otherwise why not and the prediction that decided."""
+
+    reason: str | None
+    predicted_s: float | None = None
+    budget_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """A loan taken back at restoration: what it was predicted to need still, what is lost."""
+
+    grant_id: int
+    remaining_s: float
+    lost_tokens: int
+    retry_after_ms: int
+
+
+@dataclass(slots=True)
+class _Book:
+    """What the lender knows of one granted request."""
+
+    traffic_class: str
+    slot: Slot
+    size: RequestSize
+    granted_s: float
+    first_byte_s: float | None = None
+    tokens_seen: int = 0
+    last_token_s: float | None = None
+
+
+class BudgetLendPolicy(LendPolicy):
+    """``lend-budget``: lend only what the engine can give back within ``restore_budget_s``."""
+
+    name = "lend-budget"
+    #: True: loans long past the budget are taken back by preemption, not refused (lend-preempt).
+    preempts = False
+
+    def __init__(
+        self,
+        floors: Mapping[str, int] | None = None,
+        lendable_slots: int = 2,
+        *,
+        control_period_s: float = 0.0,
+        restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S,
+        kv_blocks: int | None = None,
+        block_size: int = 16,
+        prefill_s_per_token: float = 0.002,
+        decode_s_per_token: float = 0.05,
+        hold_off_quantile: float = 0.9,
+        hold_off_prior_s: float = 5.0,
+        returning_tokens_prior: int = 512,
+        protected_wait_s: float = 2.0,
+        borrower_wait_s: float = 120.0,
+    ) -> None:
+        super().__init__(floors, lendable_slots, control_period_s=control_period_s)
+        if not (math.isfinite(restore_budget_s) and restore_budget_s > 0):
+            raise SettingError("gate.restore_budget_s", f"must be a finite number of seconds > 0, got {restore_budget_s}")
+        if kv_blocks is not None and kv_blocks < 1:
+            raise SettingError("gate.kv_blocks", f"must be at least 1 (the engine's KV blocks), got {kv_blocks}")
+        if block_size < 1:
+            raise SettingError("gate.block_size", f"must be at least 1 token, got {block_size}")
+        if not 0 < hold_off_quantile <= 1:
+            raise SettingError("gate.hold_off_quantile", f"must be in (0, 1], got {hold_off_quantile}")
+        self.restore_budget_s = restore_budget_s
+        for name, wait_s in (("protected_wait_s", protected_wait_s), ("borrower_wait_s", borrower_wait_s)):
+            if not (math.isfinite(wait_s) and wait_s >= 0):
+                raise SettingError(f"gate.{name}", f"must be a finite number of seconds >= 0, got {wait_s}")
+        # A short queue for the protected class (a wait past its latency target is as bad as a 429)
+        # and a long one for the borrower, which waits for its floor or a loan instead of a 429.
+        self.class_wait_s = {self.protected_class: protected_wait_s, self.borrower_class: borrower_wait_s}
+        self.kv_blocks = kv_blocks
+        self.block_size = block_size
+        self.rates = EngineRates(prefill_s_per_token, decode_s_per_token)
+        self.hold_off = HoldOff(hold_off_prior_s, hold_off_quantile)
+        self._returning_tokens: deque[int] = deque([returning_tokens_prior], maxlen=256)
+        self._book: dict[int, _Book] = {}
+        #: Loans granted before the last return that have not finished yet (the resume rule waits for them).
+        self._undrained: set[int] = set()
+        #: When the protected class last went idle (None: it is busy, or was never seen).
+        self._protected_idle_since_s: float | None = 0.0
+        self._returned = False  # demand has returned at least once: the resume rule applies
+
+    # --- what the core tells the policy ---------------------------------------------------------
+
+    def observe_arrival(self, traffic_class: str, size: RequestSize, now_s: float) -> None:
+        if traffic_class == self.protected_class:
+            self.hold_off.observe_arrival(now_s)
+            self._returning_tokens.append(size.prompt_tokens + size.max_tokens)
+
+    def observe_return(self, now_s: float) -> None:
+        self._returned = True
+        self._protected_idle_since_s = None
+        self._undrained = {gid for gid, book in self._book.items() if book.slot == "borrowed"}
+
+    def observe_grant(self, grant_id: int, traffic_class: str, slot: Slot, size: RequestSize, now_s: float) -> None:
+        self._book[grant_id] = _Book(traffic_class, slot, size, now_s)
+        if traffic_class == self.protected_class:
+            self._protected_idle_since_s = None
+
+    def observe_first_byte(self, grant_id: int, now_s: float) -> None:
+        book = self._book.get(grant_id)
+        if book is not None and book.first_byte_s is None:
+            book.first_byte_s = now_s
+
+    def observe_tokens(self, grant_id: int, tokens: int, now_s: float) -> None:
+        book = self._book.get(grant_id)
+        if book is not None:
+            book.tokens_seen += tokens
+            book.last_token_s = now_s
+
+    def observe_release(self, grant_id: int, occupancy: Occupancy, now_s: float, *, completed: bool = True) -> None:
+        book = self._book.pop(grant_id, None)
+        self._undrained.discard(grant_id)
+        if book is not None and completed and book.first_byte_s is not None:
+            self.rates.observe(book.size, book.first_byte_s - book.granted_s, now_s - book.first_byte_s)
+        if occupancy.idle(self.protected_class) and self._protected_idle_since_s is None:
+            self._protected_idle_since_s = now_s
+
+    # --- predictions ----------------------------------------------------------------------------
+
+    def blocks(self, size: RequestSize) -> int:
+        return math.ceil((size.prompt_tokens + size.max_tokens) / self.block_size)
+
+    def remaining_s(self, book: _Book, now_s: float) -> float:
+        """A granted request's remaining engine time, from the progress the gate has seen.
+
+        Before its first byte: what is left of the predicted prefill, then every output token. After
+        it: the tokens not yet streamed, at the request's own pace so far when it has streamed
+        two or more (its pace under the engine's present load), else at the learnt rate. A request
+        past its prediction is never predicted done: its output tokens still have to come.
+        """
+        size = book.size
+        if book.first_byte_s is None:
+            prefill_left_s = max(0.0, book.granted_s + size.prompt_tokens * self.rates.prefill_s_per_token - now_s)
+            return prefill_left_s + size.max_tokens * self.rates.decode_s_per_token
+        if book.tokens_seen >= 2 and book.last_token_s is not None:
+            pace_s = (book.last_token_s - book.first_byte_s) / (book.tokens_seen - 1)
+            return max(0, size.max_tokens - book.tokens_seen) * pace_s
+        if book.tokens_seen:
+            return max(0, size.max_tokens - book.tokens_seen) * self.rates.decode_s_per_token
+        # Not streamed (or nothing counted): only time tells.
+        return max(0.0, book.first_byte_s + size.max_tokens * self.rates.decode_s_per_token - now_s)
+
+    @property
+    def returning_blocks(self) -> int:
+        """KV a returning protected request needs: the p90 of the protected requests' sizes seen."""
+        return math.ceil(_quantile([float(t) for t in self._returning_tokens], 0.9) / self.block_size)
+
+    def kv_wait_s(self, extra: RequestSize | None, now_s: float) -> float:
+        """How long a protected request arriving now would wait for KV, were ``extra`` lent too."""
+        if self.kv_blocks is None:
+            return 0.0
+        held = [(self.remaining_s(book, now_s), self.blocks(book.size)) for book in self._book.values()]
+        if extra is not None:
+            held.append((self.rates.service_s(extra), self.blocks(extra)))
+        free = self.kv_blocks - sum(blocks for _, blocks in held)
+        need = self.returning_blocks
+        if free >= need:
+            return 0.0
+        for remaining, blocks in sorted(held):
+            free += blocks
+            if free >= need:
+                return remaining
+        return math.inf  # it would not fit even in an empty engine: no loan changes that
+
+    # --- decisions ------------------------------------------------------------------------------
+
+    def loan_check(self, occupancy: Occupancy) -> LoanCheck:
+        """May the asking request (``occupancy.size``) borrow now? The resume rule, then the budget."""
+        now_s = occupancy.now_s
+        budget = self.restore_budget_s
+        if self._returned:
+            if self._undrained:
+                return LoanCheck(REASON_NOT_DRAINED, None, budget)
+            idle_since = self._protected_idle_since_s
+            hold_off = self.hold_off.hold_off_s
+            if idle_since is None or now_s - idle_since < hold_off:
+                idle_s = 0.0 if idle_since is None else now_s - idle_since
+                return LoanCheck(REASON_HOLD_OFF, hold_off - idle_s, hold_off)
+        if self.preempts:
+            return LoanCheck(None)  # anything over budget is taken back at restoration
+        size = occupancy.size or RequestSize()
+        loans = [self.remaining_s(b, now_s) for b in self._book.values() if b.slot == "borrowed"]
+        drain_s = max([*loans, self.rates.service_s(size)])
+        if drain_s > budget:
+            return LoanCheck(REASON_DRAIN, drain_s, budget)
+        kv_wait_s = self.kv_wait_s(size, now_s)
+        if kv_wait_s > budget:
+            return LoanCheck(REASON_KV_WAIT, kv_wait_s, budget)
+        return LoanCheck(None)
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        slot = super().admit(traffic_class, occupancy)
+        if slot == "borrowed" and self.loan_check(occupancy).reason is not None:
+            return None
+        return slot
+
+    def refusal(self, traffic_class: str, occupancy: Occupancy) -> LoanCheck | None:
+        """Why a request that ``lend`` would have lent to was refused (None: no loan was refused)."""
+        if super().admit(traffic_class, occupancy) != "borrowed":
+            return None
+        check = self.loan_check(occupancy)
+        return check if check.reason is not None else None
+
+    def resumed(self, now_s: float) -> LoanCheck | None:
+        """Called when a loan is granted: the resume decision to record, once per return."""
+        if not self._returned:
+            return None
+        self._returned = False
+        idle_since = self._protected_idle_since_s
+        return LoanCheck(REASON_RESUMED, None if idle_since is None else now_s - idle_since, self.hold_off.hold_off_s)
+
+    def preemptions(self, now_s: float) -> list[Preemption]:
+        """Loans to take back now that the floor is restored (none unless ``preempts``)."""
+        if not self.preempts:
+            return []
+        taken: list[Preemption] = []
+        own_batch = [self.remaining_s(b, now_s) for b in self._book.values()
+                     if b.slot == "own" and b.traffic_class == self.borrower_class]
+        retry_after_s = min(own_batch, default=0.0)
+        for grant_id, book in sorted(self._book.items()):
+            if book.slot != "borrowed":
+                continue
+            remaining_s = self.remaining_s(book, now_s)
+            if remaining_s <= self.restore_budget_s:
+                continue
+            # What the engine computed for it is lost: its prompt (all of it once the first byte
+            # came; before, the part the predicted prefill rate covers), then the tokens streamed.
+            if book.first_byte_s is not None:
+                lost = book.size.prompt_tokens + book.tokens_seen
+            else:
+                rate = max(self.rates.prefill_s_per_token, 1e-9)
+                lost = min(book.size.prompt_tokens, int((now_s - book.granted_s) / rate))
+            taken.append(Preemption(grant_id, remaining_s, lost, max(1, math.ceil(retry_after_s * 1000))))
+        return taken
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described.update(policy=self.name, restore_budget_s=self.restore_budget_s, kv_blocks=self.kv_blocks,
+                         block_size=self.block_size, hold_off_s=self.hold_off.hold_off_s,
+                         prefill_s_per_token=self.rates.prefill_s_per_token,
+                         decode_s_per_token=self.rates.decode_s_per_token)
+        return described
+
+
+class PreemptLendPolicy(BudgetLendPolicy):
+    """``lend-preempt``: ``lend-budget``'s accounting and resume rule; loans past the budget are
+    aborted when the floor is restored instead of being refused when they start."""
+
+    name = "lend-preempt"
+    preempts = True
+
+
+class PriorityLendPolicy(LendPolicy):
+    """``lend-priority``: ``lend`` plus ``extra_slots`` past the floors, ordered by the engine.
+
+    The study's second question: a gate whose bounds are tight leaves the engine's queue empty, so
+    the engine's own priority scheduling never acts. Here up to ``extra_slots`` requests of any class
+    beyond what ``lend`` admits go to the engine with vLLM priorities (interactive 0, batch 10),
+    which must run with ``--scheduling-policy priority``.
+    """
+
+    name = "lend-priority"
+
+    def __init__(self, floors: Mapping[str, int] | None = None, lendable_slots: int = 2, *,
+                 control_period_s: float = 0.0, extra_slots: int = 1) -> None:
+        super().__init__(floors, lendable_slots, control_period_s=control_period_s)
+        if extra_slots < 0:
+            raise SettingError("gate.extra_slots", f"must be 0 or more, got {extra_slots}")
+        self.extra_slots = extra_slots
+
+    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
+        slot = super().admit(traffic_class, occupancy)
+        if slot is not None:
+            return slot
+        if occupancy.in_flight() < sum(self.floors.values()) + self.extra_slots:
+            return "own"
+        return None
+
+    def upstream_priority(self, traffic_class: str) -> int | None:
+        return VLLM_PRIORITY.get(traffic_class)
+
+    def describe(self) -> dict[str, Any]:
+        described = super().describe()
+        described.update(policy=self.name, extra_slots=self.extra_slots)
+        return described
+
