@@ -19,10 +19,14 @@ from restorelens.loadgen.workloads import Workload, moflux_workload
 
 __all__ = ["ARMS", "LIVE_SLACK_ROUND_TRIPS", "SCENARIOS", "MofluxScenario", "get_scenario", "live_tolerance_s", "scenario_names"]
 
-#: Gate policy per arm name; "moflux" is accepted for "lend".
-ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend"}
+#: Gate policy per arm name; "moflux" is accepted for "lend". The study's four arms come first; the
+#: ``lend-*`` arms are restorelens's own lenders (docs/gate.md), played on the same protocol.
+ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend",
+        "lend-budget": "lend-budget", "lend-priority": "lend-priority", "lend-preempt": "lend-preempt"}
 #: Arms that go straight to the engine (their "policy" is the engine's own scheduling).
 DIRECT_ARMS = frozenset({"fcfs", "priority"})
+#: Policies whose requests carry vLLM priorities: the engine runs ``--scheduling-policy priority``.
+ENGINE_PRIORITY_POLICIES = frozenset({"priority", "lend-priority"})
 
 #: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
 BALANCED_KV_BLOCKS = 1_600
@@ -64,6 +68,9 @@ class MofluxScenario:
     #: The lend arm's controller period (``LendPolicy.control_period_s``); 0: the floor comes back
     #: the moment demand returns.
     control_period_s: float = 0.0
+    #: The restoration budget of the budget-aware arms (``lend-budget``, ``lend-preempt``): what a
+    #: loan may cost to give back, in seconds (docs/gate.md).
+    restore_budget_s: float = 1.0
 
     kind = "moflux"
 
@@ -113,7 +120,7 @@ class MofluxScenario:
             "num_blocks": shape.num_gpu_blocks or BALANCED_KV_BLOCKS,
             "max_model_len": shape.max_model_len,
         }
-        if self.gate_policy == "priority":
+        if self.gate_policy in ENGINE_PRIORITY_POLICIES:
             changes["scheduling_policy"] = "priority"
         return config.replace(**changes)
 
@@ -122,8 +129,11 @@ class MofluxScenario:
 
         # The study's pool has no admission queue (maxQueuePerAgent 0): a request over its class's
         # limit is answered 429 at once, and its client does not retry (max_attempts 1).
+        # The budget-aware lenders are told the engine's KV pool, as an operator gives --kv-blocks.
+        config = self.engine_config()
         return GateSettings(upstreams={model: upstream_url}, policy=self.gate_policy, wait_timeout_s=0.0,
-                            control_period_s=self.control_period_s)
+                            control_period_s=self.control_period_s, restore_budget_s=self.restore_budget_s,
+                            kv_blocks=config.num_blocks, block_size=config.block_size)
 
 
 SCENARIOS: dict[str, MofluxScenario] = {

@@ -58,6 +58,8 @@ class VirtualWire:
     gate_spans: Any
     results: list[RequestResult]
     _by_request: dict[str, Flight]
+    #: Ask engines for a ``TokenEvent`` per streamed token (a runner whose gate counts them sets it).
+    _emit_tokens = False
 
     def _tracers(self, providers: Any) -> None:
         self._client_tracer = trace.get_tracer(TRACER_NAME, __version__, tracer_provider=providers.client)
@@ -101,7 +103,8 @@ class VirtualWire:
             flight.upstream_span = start_attempt_span(self._gate_tracer, flight.gate_span, 1, now_s)
         arrival = flight.arrival
         engine.add_request(SimRequest(arrival.request_id, engine.config.estimate_prompt_tokens(arrival.prompt_chars),
-                                      arrival.max_tokens, priority=priority), now_s)
+                                      arrival.max_tokens, priority=priority,
+                                      emit_tokens=self._emit_tokens), now_s)
         self._by_request[arrival.request_id] = flight
         if flight.upstream_span is not None:
             end_attempt_span(flight.upstream_span, now_s, ENGINE_ACCEPTED, NO_HINT)
@@ -128,8 +131,7 @@ class VirtualWire:
 
     def _engine_events(self, events: Any, model: str) -> None:
         """An engine's first tokens and finishes, as the client, the gate and the engine record them."""
-        from restorelens.sim import FinishedEvent, FirstTokenEvent
-        from restorelens.sim.tracing import emit_llm_request_span
+        from restorelens.sim import FinishedEvent, FirstTokenEvent, TokenEvent
 
         for event in events:
             flight = self._by_request.get(getattr(event, "request_id", ""))
@@ -138,13 +140,28 @@ class VirtualWire:
             if isinstance(event, FirstTokenEvent):
                 flight.loop.first_chunk(event.at_s)
                 flight.request_span.first_chunk(event.at_s)
+                self._first_byte(flight, event.at_s)
+            elif isinstance(event, TokenEvent):
+                self._token(flight, event.at_s)
             elif isinstance(event, FinishedEvent):
-                del self._by_request[event.request_id]
-                # the engine's parent: the gate's upstream POST, or the client's own for a direct request
-                parent = flight.upstream_span if flight.upstream_span is not None else flight.attempt_span
-                emit_llm_request_span(self._engine_tracer, event.record, model=model,
-                                      parent_context=trace.set_span_in_context(parent),
-                                      request_params={"max_tokens": flight.arrival.max_tokens})
-                if flight.gate_span is not None:
-                    self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
+                self._end_engine_request(flight, event, model)
                 self._request_done(flight, event.at_s)
+
+    def _end_engine_request(self, flight: Flight, event: Any, model: str) -> None:
+        """The engine's request ended (finished or aborted): its ``llm_request`` and the gate's span end."""
+        from restorelens.sim.tracing import emit_llm_request_span
+
+        del self._by_request[event.request_id]
+        # the engine's parent: the gate's upstream POST, or the client's own for a direct request
+        parent = flight.upstream_span if flight.upstream_span is not None else flight.attempt_span
+        emit_llm_request_span(self._engine_tracer, event.record, model=model,
+                              parent_context=trace.set_span_in_context(parent),
+                              request_params={"max_tokens": flight.arrival.max_tokens})
+        if flight.gate_span is not None:
+            self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
+
+    def _first_byte(self, flight: Flight, at_s: float) -> None:
+        """The engine's first token passed the gate (a runner whose gate learns from it overrides this)."""
+
+    def _token(self, flight: Flight, at_s: float) -> None:
+        """One streamed token passed the gate (only engines asked to ``_emit_tokens`` send them)."""

@@ -135,6 +135,9 @@ class RetryLoop:
         self.first_chunk_s: float | None = None
         self.outcome: str | None = None
         self.last_decision: RetryDecision | None = None
+        #: Attempts the server accepted and then took back (preempted): they do not spend the
+        #: policy's attempts, since the client was not refused.
+        self.preemptions = 0
         self._attempt_start_s: float | None = None
 
     @property
@@ -153,7 +156,8 @@ class RetryLoop:
         if self._attempt_start_s is None:
             raise RuntimeError("answered() without an open attempt")
         number = len(self.attempts) + 1
-        decision = self.policy.decide(status, headers, number, now_s, self.start_s, self.request.request_id)
+        decision = self.policy.decide(status, headers, number - self.preemptions, now_s, self.start_s,
+                                      self.request.request_id)
         self.attempts.append(AttemptRecord(number, self._attempt_start_s, now_s, status, decision.retry_after, error_type))
         self._attempt_start_s = None
         self.last_decision = decision
@@ -167,6 +171,27 @@ class RetryLoop:
     def first_chunk(self, now_s: float) -> None:
         if self.first_chunk_s is None:
             self.first_chunk_s = now_s
+
+    def preempted(self, now_s: float, headers: HeaderPairs | None) -> RetryDecision:
+        """The server took back the accepted request: its stream ended with a retryable preemption
+        carrying a retry hint (``headers``). The policy decides as for a 503 with that hint; what
+        the stream had delivered is discarded, so the request's first chunk is the retry's."""
+        if self.outcome is None or not self.attempts:
+            raise RuntimeError("preempted() without an accepted attempt")
+        last = self.attempts[-1]
+        self.preemptions += 1
+        decision = self.policy.decide(503, headers, len(self.attempts) - self.preemptions, now_s, self.start_s,
+                                      self.request.request_id)
+        self.attempts[-1] = AttemptRecord(last.number, last.start_s, now_s, last.status, decision.retry_after,
+                                          "preempted")
+        self.first_chunk_s = None
+        self.last_decision = decision
+        if decision.retry:
+            self.outcome = None
+            self.waits_s.append(decision.wait_s)
+        else:
+            self.outcome = outcome_of(503, decision)
+        return decision
 
     def body_failed(self) -> None:
         """The successful answer's body broke off: the request did not complete."""

@@ -24,6 +24,7 @@ from restorelens.clock import VirtualClock
 from restorelens.experiments.event_loop import EventLoop, TimeSource
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.wire import Flight, VirtualWire
+from restorelens.gate.decide import preempted
 from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
 from restorelens.loadgen.retry import make_policy
 from restorelens.loadgen.tracing import RequestSpan
@@ -53,17 +54,24 @@ class VirtualMofluxRun(VirtualWire):
         config = self.scenario.engine_config(self.seed)
         self.engine = EngineCore(config, seed=self.seed, now_s=self.t0_s)
         settings = self.scenario.gate_settings(VIRTUAL_UPSTREAM_URL, self.workload.model)
-        self.gate_spans = GateSpans(self.providers.gate, policy_name=settings.policy)
+        policy = settings.build_policy()
+        self.gate_spans = GateSpans(self.providers.gate, policy_name=settings.policy,
+                                    restore_budget_s=policy.restore_budget_s)
         self.admission = Admission(
-            settings.build_policy(),
+            policy,
             wait_timeout_s=settings.wait_timeout_s,
             queue_limit=settings.queue_limit,
             listeners=[self.gate_spans],
+            on_preempt=lambda grant, preemption: self.loop.at(self.clock.now_s(),
+                                                              lambda: self._preempt(grant, preemption)),
         )
         from restorelens.gate.routing import Routed
 
         # One engine behind the gate: every request routes to it, as through a one-URL upstream table.
         self._route = Routed(VIRTUAL_UPSTREAM_URL)
+        # A streamed answer's tokens pass the gate live; the budget-aware lenders count them, so the
+        # engine reports each one here too (other arms skip the events: nothing reads them).
+        self._emit_tokens = self.scenario.stream and policy.restore_budget_s is not None
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts, seed=self.seed)
         self.labels = RunLabels(self.scenario.name, self.workload.name, self.seed, self.run_id, policy=self.scenario.arm)
         self._tracers(self.providers)
@@ -96,8 +104,11 @@ class VirtualMofluxRun(VirtualWire):
             flight = self._open_attempt(arrival, loop, request_span, self.workload.model, gate=False)
             self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, loop.request.priority or 0)
             return
+        from restorelens.gate.lenders import request_size
+
         flight = self._open_attempt(arrival, loop, request_span, self.workload.model)
-        decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s())
+        decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s(),
+                                          size=request_size(arrival.prompt_chars, arrival.max_tokens))
         self._decided(flight, decision)
 
     def _decided(self, flight: Flight, admitted: Any) -> None:
@@ -125,6 +136,33 @@ class VirtualMofluxRun(VirtualWire):
             return  # it went straight to the engine: no grant to give back
         for grant in self.admission.release(flight.grant, at_s):
             self._decided(self._waiting.pop(grant.request_id), grant)
+
+    def _first_byte(self, flight: Flight, at_s: float) -> None:
+        if flight.grant is not None:
+            self.admission.first_byte(flight.grant, at_s)
+
+    def _token(self, flight: Flight, at_s: float) -> None:
+        if flight.grant is not None:
+            self.admission.streamed(flight.grant, at_s)
+
+    def _preempt(self, grant: Any, preemption: Any) -> None:
+        """The gate takes a loan back: abort it in the engine, end its stream with the retry hint."""
+        flight = self._by_request.get(grant.request_id)
+        if flight is None or flight.grant is not grant:
+            return  # it finished in the same instant
+        now_s = self.clock.now_s()
+        event = self.engine.abort(grant.request_id, now_s)
+        if event is not None:
+            self._end_engine_request(flight, event, self.workload.model)
+        answer = preempted(preemption.retry_after_ms)
+        decision = flight.loop.preempted(now_s, answer.headers)
+        if flight.loop.done:
+            self._finish_client(flight)
+        else:
+            flight.request_span.retry_wait(now_s, decision, answer.status)
+            self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
+        for granted in self.admission.release(grant, now_s, completed=False):
+            self._decided(self._waiting.pop(granted.request_id), granted)
 
     # --- time sources --------------------------------------------------------------------------
 
