@@ -206,7 +206,7 @@ def create_gate_app(
     if router is None:
         router = _lifecycle_router(settings, tracer_provider, clock)
     policy = settings.build_policy()
-    emitter = GateSpans(tracer_provider, policy_name=policy.name)
+    emitter = GateSpans(tracer_provider, policy_name=policy.name, restore_budget_s=policy.restore_budget_s)
     waiters: dict[Waiter, asyncio.Future[Grant]] = {}
     admission = Admission(
         policy, wait_timeout_s=settings.wait_timeout_s, queue_limit=settings.queue_limit, retry_hint=RetryHint(),
@@ -221,6 +221,7 @@ def create_gate_app(
         upstreams=upstreams, clock=clock, router=router, waiters=waiters,
         tracer_provider=tracer_provider if settings.tracing else None, refusals=refusals,
     )
+    admission.on_preempt = proxy.preempt
     registry = new_registry(admission, lambda: proxy.upstream_errors, refusals)
     if router is not None:
         router.register_metrics(registry)

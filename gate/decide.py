@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER
+
 from .admission import Grant, Rejection
 from .policies import AdmissionPolicy
 from .retry_hint import retry_after_header
@@ -29,7 +31,7 @@ __all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respo
 
 RETRY_AFTER = "retry-after"
 #: The gate's estimate in milliseconds: finer than Retry-After's whole seconds, for clients that know it.
-RETRY_AFTER_MS = "x-restorelens-retry-after-ms"
+RETRY_AFTER_MS = RETRY_AFTER_MS_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +97,7 @@ def preempted(retry_after_ms: int) -> Respond:
     last event (``gate/proxy.py``)."""
     seconds = retry_after_header(retry_after_ms) or "1"
     return Respond(503, "borrowed capacity was taken back for returning interactive demand; retry later",
-                   "preempted", ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds)))
+                   PREEMPTED, ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds)))
 
 
 def _rejection_headers(retry_after_ms: int | None) -> tuple[tuple[str, str], ...]:

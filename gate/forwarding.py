@@ -7,6 +7,8 @@ Engine failures become the gate's 502/504 answers and are counted by kind.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, Status, StatusCode
@@ -55,8 +57,11 @@ class UpstreamForwarder:
 
     async def forward(
         self, scope: Scope, send: Send, headers: list[tuple[bytes, bytes]], body: bytes, upstream: str,
-        span: Span, watch: DisconnectWatch,
+        span: Span, watch: DisconnectWatch, *, on_first_chunk: Callable[[float], None] | None = None,
+        on_tokens: Callable[[int, float], None] | None = None,
     ) -> int:
+        """Forward and stream back; ``on_first_chunk`` hears when the first body chunk (the first
+        token, when streamed) passed, ``on_tokens`` how many SSE events each later chunk held."""
         target = upstream + scope["path"]
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
@@ -83,7 +88,15 @@ class UpstreamForwarder:
                 "status": status,
                 "headers": [(k, v) for k, v in answer_headers if k.lower() not in _NOT_PASSED_BACK],
             })
+            watch.response_started = True
+            first = True
             async for chunk in stream:
+                if first and chunk:
+                    first = False
+                    if on_first_chunk is not None:
+                        on_first_chunk(self.clock.now_s())
+                if on_tokens is not None and (events := chunk.count(b"data:") - chunk.count(b"[DONE]")) > 0:
+                    on_tokens(events, self.clock.now_s())  # vLLM streams one token per event
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             # Completing the answer makes receive() say disconnect: not a client leaving.
             watch.finished = True

@@ -11,6 +11,7 @@ one ``finally``: every grant is released exactly once however the request ends.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import random
@@ -24,10 +25,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from restorelens import spans as S
 from restorelens.clock import Clock
+from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission, Grant, Rejection, Waiter
-from .decide import Admit, Answer, Forward, Respond, decide, static_route
+from .decide import RETRY_AFTER, Admit, Answer, Forward, Respond, decide, preempted, static_route
+from .lenders import request_size
+from .policies import RequestSize
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .proxy_asgi import (
@@ -49,6 +53,27 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 def _gate_answer(answer: Respond) -> GateAnswer:
     headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
     return GateAnswer(answer.status, answer.message, answer.error_type, headers)
+
+
+def request_size_of(payload: dict[str, Any]) -> RequestSize:
+    """The size the lenders predict from: the prompt's characters (completions' ``prompt``, chat's
+    message contents) and ``max_tokens`` (``max_completion_tokens`` for chat; 0 when absent)."""
+    chars = 0
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        chars = len(prompt)
+    elif isinstance(prompt, list):
+        chars = sum(len(p) for p in prompt if isinstance(p, str))
+    messages = payload.get("messages")
+    if isinstance(messages, list):
+        for message in messages:
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                chars += len(content)
+            elif isinstance(content, list):
+                chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    max_tokens = payload.get("max_tokens", payload.get("max_completion_tokens"))
+    return request_size(chars, max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0)
 
 
 class UpstreamTable:
@@ -96,6 +121,8 @@ class ProxyEndpoint:
         self.router_models = frozenset(router.models()) if router is not None else frozenset()
         self.tracing = tracer_provider is not None
         self.waiters = waiters
+        #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
+        self._watches: dict[int, DisconnectWatch] = {}
         self.forwarder = UpstreamForwarder(
             transport=transport, upstream=upstream, timeout=timeout, emitter=emitter, clock=clock, tracing=self.tracing
         )
@@ -157,7 +184,10 @@ class ProxyEndpoint:
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise  # cancelled from outside (shutdown): _serve's finally has released the grant
-            span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+            if watch.preemption is None:
+                span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+            else:
+                status = await self._send_preempted(send, watch)
         finally:
             if watch is not None:
                 watch.stop()
@@ -170,18 +200,26 @@ class ProxyEndpoint:
         grant: Grant | None = None
         routed_model: str | None = None
         try:
-            grant, priority = await self._admit(request_id, traffic_class, span, upstream)
+            grant, priority = await self._admit(request_id, traffic_class, span, upstream, request_size_of(payload))
+            self._watches[grant.grant_id] = watch
             if self.router is not None and model in self.router_models:
                 routed_model = model
                 self.router.request_started(model, self.clock.now_s())
             if priority is not None:
                 payload["priority"] = priority
                 body = json.dumps(payload).encode()
-            return await self.forwarder.forward(scope, send, scope["headers"], body, upstream, span, watch)
+            # Streamed tokens are counted only for a policy that keeps a budget (it predicts from them).
+            counts = self.admission.policy.restore_budget_s is not None
+            return await self.forwarder.forward(
+                scope, send, scope["headers"], body, upstream, span, watch,
+                on_first_chunk=functools.partial(self.admission.first_byte, grant),
+                on_tokens=functools.partial(self._streamed, grant) if counts else None,
+            )
         finally:
             end_s = self.clock.now_s()
             if grant is not None:
-                self.admission.release(grant, end_s)
+                self._watches.pop(grant.grant_id, None)
+                self.admission.release(grant, end_s, completed=watch.preemption is None)
             if routed_model is not None and self.router is not None:
                 self.router.request_finished(routed_model, end_s)
 
@@ -234,9 +272,32 @@ class ProxyEndpoint:
         assert isinstance(answer, Admit)
         return answer.upstream
 
-    async def _admit(self, request_id: str, traffic_class: str, span: Span, upstream: str) -> tuple[Grant, int | None]:
+    def _streamed(self, grant: Grant, tokens: int, now_s: float) -> None:
+        self.admission.streamed(grant, now_s, tokens)
+
+    def preempt(self, grant: Grant, preemption: Any) -> None:
+        """Admission's ``on_preempt``: take the borrowed request back (its task answers the client)."""
+        watch = self._watches.get(grant.grant_id)
+        if watch is not None:
+            watch.preempt(preemption)
+
+    async def _send_preempted(self, send: Send, watch: DisconnectWatch) -> int:
+        """Tell the client its request was taken back: the 503, or the stream's last event."""
+        answer = preempted(watch.preemption.retry_after_ms)
+        if not watch.response_started:
+            await send_json(send, answer.status, error_body(answer.status, answer.message, answer.error_type),
+                            _gate_answer(answer).headers)
+            return answer.status
+        hint = dict(answer.headers)
+        await send({"type": "http.response.body", "body": preempted_event(
+            answer.message, watch.preemption.retry_after_ms, hint[RETRY_AFTER]), "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        return answer.status
+
+    async def _admit(self, request_id: str, traffic_class: str, span: Span, upstream: str,
+                     size: RequestSize) -> tuple[Grant, int | None]:
         """A grant for the request and the engine-side priority to forward it with."""
-        decision = self.admission.request(request_id, traffic_class, self.clock.now_s())
+        decision = self.admission.request(request_id, traffic_class, self.clock.now_s(), size=size)
         if isinstance(decision, Waiter):
             decision = await self._wait(decision)
         answer = self._decide(Routed(upstream), decision, None, traffic_class)

@@ -97,6 +97,10 @@ class DisconnectWatch:
         assert task is not None
         self._task = task
         self.finished = False
+        #: The answer's headers went out (a preemption then ends the stream instead of answering 503).
+        self.response_started = False
+        #: Set when the gate takes the request back (``lend-preempt``): what to tell the client.
+        self.preemption: Any = None
         self._fired = False
         self._watcher = asyncio.get_running_loop().create_task(self._watch(receive))
 
@@ -107,8 +111,16 @@ class DisconnectWatch:
             self._fired = True
             self._task.cancel()
 
+    def preempt(self, preemption: Any) -> None:
+        """Take the request back: cancel its task wherever it waits, as a disconnect does."""
+        if not self.finished and self.preemption is None:
+            self.preemption = preemption
+            self._fired = True
+            self.finished = True  # a disconnect now must not cancel the task a second time
+            self._task.cancel()
+
     def absorb(self) -> bool:
-        """After a CancelledError: True when our disconnect caused it (and nothing else cancelled)."""
+        """After a CancelledError: True when our disconnect or preemption caused it (and nothing else cancelled)."""
         return self._fired and self._task.uncancel() == 0
 
     def stop(self) -> None:

@@ -25,12 +25,15 @@ from restorelens.clock import Clock, WallClock
 from restorelens.loadgen.request import ClientRequest, RequestResult, RetryLoop
 from restorelens.loadgen.retry import RetryPolicy, make_policy, retry_after_of
 from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, attempt_attributes, resend_attributes
+from restorelens.protocol import parse_preempted_event
 
 __all__ = ["ATTEMPT_EXTENSION", "DEFAULT_TIMEOUT_S", "TracedClient"]
 
 #: Request extension carrying the attempt number to the instrumentation's request hook.
 ATTEMPT_EXTENSION = "restorelens.attempt"
 DEFAULT_TIMEOUT_S = 120.0
+#: What a stream the gate took back counts as: the 503 the gate answers when no byte went out yet.
+PREEMPTED_STATUS = 503
 
 Sleep = Callable[[float], Awaitable[Any]]
 
@@ -123,7 +126,8 @@ class TracedClient:
                     await response.aread()
                     return response.status_code
                 try:
-                    await self._read_body(response, request.stream, loop, span)
+                    if await self._read_body(response, request.stream, loop, span):
+                        return PREEMPTED_STATUS
                 except httpx.HTTPError:
                     loop.body_failed()
                 return response.status_code
@@ -131,10 +135,14 @@ class TracedClient:
             loop.answered(None, None, self.clock.now_s(), error_type=type(exc).__qualname__)
             return None
 
-    async def _read_body(self, response: httpx.Response, stream: bool, loop: RetryLoop, span: RequestSpan) -> None:
+    async def _read_body(self, response: httpx.Response, stream: bool, loop: RetryLoop, span: RequestSpan) -> bool:
+        """Read the answer's body; True when the gate took the request back mid-stream (preempted)."""
         if stream:
             # SSE: the first "data:" line that is not the terminator carries the first token.
             async for line in response.aiter_lines():
+                if (hint := parse_preempted_event(line)) is not None:
+                    loop.preempted(self.clock.now_s(), hint)
+                    return True
                 if loop.first_chunk_s is None and line.startswith("data:") and line[5:].strip() != "[DONE]":
                     now_s = self.clock.now_s()
                     loop.first_chunk(now_s)
