@@ -129,6 +129,9 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
                    "replay's load does not vary with the seed]")
 @click.option("--restore-budget-s", type=float, default=1.0, show_default=True, callback=_budget,
               help="The budget-aware arms' restoration budget: what a loan may cost to give back, in seconds.")
+@click.option("--queue-s", default=None, metavar="CLASS=S,...",
+              help="Every gated arm (the study's too) queues each class this long instead of the study's 429 at "
+                   "once, e.g. interactive=2,batch=120: what the lenders' own queues give, measured apart.")
 @click.option("--live", is_flag=True, help="Play on loopback servers instead of in virtual time (one run at a time).")
 @click.option("--time-scale", type=click.FloatRange(min=1, max=100), default=10.0, show_default=True,
               help="With --live: speed-up over real time; every figure stays in protocol seconds.")
@@ -138,8 +141,8 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="Folder for runs/*.jsonl, spans.duckdb, summary.json and summary.md (a store there must not exist).")
 def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: tuple[str, ...],
                replay_engine: str | None, replay_labels: tuple[str, ...], replay_config: str | None,
-               replay_classes: tuple[str, ...], arms: str, seeds: str | None, restore_budget_s: float, live: bool,
-               time_scale: float, workers: int | None, out_dir: str) -> None:
+               replay_classes: tuple[str, ...], arms: str, seeds: str | None, restore_budget_s: float,
+               queue_s: str | None, live: bool, time_scale: float, workers: int | None, out_dir: str) -> None:
     """Play every SCENARIO x arm x seed and print the MoFlux study's table.
 
     Virtual time by default, the runs in parallel across cores. Every run's spans are written to
@@ -160,13 +163,14 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
 
     from restorelens.analysis import Analysis
     from restorelens.collector import load_paths
-    from restorelens.experiments.matrix import Matrix, parse_arms, parse_seeds, play
+    from restorelens.experiments.matrix import Matrix, parse_arms, parse_queue, parse_seeds, play
     from restorelens.experiments.study import score
 
     replays = _replays(scenarios, replay_db, replay_runs, replay_engine, replay_labels, replay_config, replay_classes)
     names = tuple(replay.name for replay in replays) if replay_db else tuple(dict.fromkeys(scenarios))
     matrix = Matrix(names, parse_arms(arms), parse_seeds(seeds or ("1" if replay_db else "1-5")), restore_budget_s,
-                    {replay.name: replay.scenario() for replay in replays})
+                    {replay.name: replay.scenario() for replay in replays},
+                    parse_queue(queue_s) if queue_s is not None else ())
     out = Path(out_dir)
     db = out / "spans.duckdb"
     if db.exists():
@@ -185,7 +189,8 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
         raise RestorelensError(f"{db}: spans of the runs could not be loaded: {loaded.errors[0]}")
     with Analysis.open(db) as analysis:
         table = score(analysis, matrix.workload_scenarios(), matrix.arms)
-    summary = {**table.to_json(), "restore_budget_s": restore_budget_s}
+    summary = {**table.to_json(), "restore_budget_s": restore_budget_s,
+               "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
     if replay_db:
         summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

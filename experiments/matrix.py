@@ -28,7 +28,7 @@ from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.scenarios import ARMS, SCENARIOS
 
 __all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix",
-           "checked_budget", "parse_arms", "parse_seeds", "play"]
+           "checked_budget", "parse_arms", "parse_queue", "parse_seeds", "play"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
@@ -60,6 +60,8 @@ class Matrix:
     #: Recorded runs to replay, by scenario name (``experiments.replay.ReplayScenario``); a name
     #: in ``scenarios`` is looked up here first, then among the MoFlux scenarios.
     replays: Mapping[str, Any] = field(default_factory=dict)
+    #: Every gated cell's queue per traffic class (``--queue-s``; ``MofluxScenario.queue_s``).
+    queue_s: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         checked_budget(self.restore_budget_s)
@@ -84,12 +86,32 @@ class Matrix:
 
         replayed = self.replays.get(cell.scenario)
         scenario = replayed.with_arm(cell.arm) if replayed is not None else get_scenario(cell.scenario, cell.arm)
-        return replace(scenario, restore_budget_s=self.restore_budget_s)
+        return replace(scenario, restore_budget_s=self.restore_budget_s, queue_s=self.queue_s)
 
     def workload_scenarios(self) -> dict[str, str]:
         """Workload label (``restore.workload`` of the runs' spans) -> scenario name, for scoring."""
         return {(self.replays[name].replayed.name if name in self.replays else SCENARIOS[name].profile): name
                 for name in self.scenarios}
+
+
+def parse_queue(text: str) -> tuple[tuple[str, float], ...]:
+    """``interactive=2,batch=120`` -> ((class, seconds), ...); a one-line error naming ``--queue-s``."""
+    from restorelens.spans import TRAFFIC_CLASSES
+
+    queue: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, sep, value = part.partition("=")
+        try:
+            wait_s = float(value) if sep else math.nan
+        except ValueError:
+            wait_s = math.nan
+        if name not in TRAFFIC_CLASSES or name in queue or not (math.isfinite(wait_s) and wait_s >= 0):
+            raise SettingError("--queue-s", f"{part!r}: give CLASS=SECONDS once per class "
+                                            f"({', '.join(TRAFFIC_CLASSES)}), seconds finite and >= 0")
+        queue[name] = wait_s
+    if not queue:
+        raise SettingError("--queue-s", "give CLASS=SECONDS, e.g. interactive=2,batch=120")
+    return tuple(queue.items())
 
 
 def checked_budget(value: float) -> float:
@@ -193,6 +215,7 @@ def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
     needed = dict.fromkeys(cell.scenario for cell, _ in chunk if cell.scenario in matrix.replays)
     return json.dumps({
         "restore_budget_s": matrix.restore_budget_s,
+        "queue_s": matrix.queue_s,
         "replays": [scenario_to_json(matrix.replays[name]) for name in needed],
         "runs": [[cell.scenario, cell.arm, cell.seed, str(path)] for cell, path in chunk],
     })
@@ -208,7 +231,8 @@ def _cells_of_job(job: str) -> list[tuple[Any, Cell, Path]]:
     cells = [(Cell(scenario, arm, seed), Path(path)) for scenario, arm, seed, path in data["runs"]]
     matrix = Matrix(tuple(dict.fromkeys(cell.scenario for cell, _ in cells)),
                     tuple(dict.fromkeys(cell.arm for cell, _ in cells)),
-                    tuple(dict.fromkeys(cell.seed for cell, _ in cells)), data["restore_budget_s"], replays)
+                    tuple(dict.fromkeys(cell.seed for cell, _ in cells)), data["restore_budget_s"], replays,
+                    tuple((name, float(wait_s)) for name, wait_s in data["queue_s"]))
     return [(matrix.scenario(cell), cell, path) for cell, path in cells]
 
 

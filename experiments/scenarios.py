@@ -71,6 +71,10 @@ class MofluxScenario:
     #: The restoration budget of the budget-aware arms (``lend-budget``, ``lend-preempt``): what a
     #: loan may cost to give back, in seconds (docs/gate.md).
     restore_budget_s: float = 1.0
+    #: Per traffic class, seconds a request may wait in the gate's queue, for every gated arm (the
+    #: study's arms included): an ablation of the lenders' own queues. Empty: the study's pool, no
+    #: queue (the lenders keep theirs).
+    queue_s: tuple[tuple[str, float], ...] = ()
 
     kind = "moflux"
 
@@ -123,6 +127,12 @@ class MofluxScenario:
         if self.gate_policy in ENGINE_PRIORITY_POLICIES:
             changes["scheduling_policy"] = "priority"
         return config.replace(**changes)
+
+    def adjust_policy(self, policy: Any) -> Any:
+        """The gate's policy as this scenario runs it: ``queue_s`` replaces its queue per class."""
+        if self.queue_s:
+            policy.class_wait_s = dict(self.queue_s)
+        return policy
 
     def gate_settings(self, upstream_url: str, model: str) -> Any:
         from restorelens.gate.settings import GateSettings

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from restorelens.analysis.views import nearest_rank
-from restorelens.spans import ARRIVAL_PHASE_RETURN
+from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN
 
 __all__ = ["FRONTIER_AXES", "GATES", "Gate", "StudyTable", "score"]
 
@@ -48,8 +48,11 @@ GATES = (
 FRONTIER_AXES = ("interactive_slo_goodput_rps", "batch_borrow_goodput_rps")
 RUN_COLUMNS = (
     "scenario", "arm", "seed", "interactive_slo_goodput_rps", "batch_borrow_goodput_rps", "interactive_ttft_p95_s",
-    "grant_restore_s", "drain_s", "engine_schedule_s",
+    "batch_borrow_e2e_p50_s", "grant_restore_s", "drain_s", "engine_schedule_s", "episodes",
+    "worst_engine_schedule_s",
 )  # fmt: skip
+#: The study's own arms: what a new arm must dominate on the frontier (``dominance``).
+STUDY_ARMS = ("fcfs", "priority", "static", "lend")
 
 
 @dataclass
@@ -68,7 +71,7 @@ class StudyTable:
         medians = [{"scenario": scenario, "arm": arm, "seeds": len(seeds),
                     **{axis: nearest_rank([p[axis] for p in seeds], 0.5) for axis in FRONTIER_AXES}}
                    for (scenario, arm), seeds in by_arm.items()]
-        return {"points": points, "medians": medians}
+        return {"points": points, "medians": medians, "dominance": _dominance(medians)}
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": self.runs, "gates": self.gates, "frontier": self.frontier()}
@@ -84,9 +87,36 @@ class StudyTable:
                          f"{_cell(gate['median'])} | {verdict} |")
         lines += ["", "| scenario | arm | seeds | interactive SLO goodput, median | batch borrow goodput, median |",
                   "|---|---|---|---|---|"]
+        frontier = self.frontier()
         lines += [f"| {m['scenario']} | {m['arm']} | {m['seeds']} | {_cell(m[FRONTIER_AXES[0]])} | "
-                  f"{_cell(m[FRONTIER_AXES[1]])} |" for m in self.frontier()["medians"]]
+                  f"{_cell(m[FRONTIER_AXES[1]])} |" for m in frontier["medians"]]
+        if frontier["dominance"]:
+            lines += ["", "| scenario | arm | dominates every study arm (both medians ≥ the best of fcfs, priority, "
+                      "static, lend) |", "|---|---|---|"]
+            lines += [f"| {d['scenario']} | {d['arm']} | "
+                      f"{'n/a' if d['dominates_study_arms'] is None else 'yes' if d['dominates_study_arms'] else 'no'} |"
+                      for d in frontier["dominance"]]
         return "\n".join(lines) + "\n"
+
+
+def _dominance(medians: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario, each arm that is not one of the study's: does its median point dominate every
+    study arm's (interactive and batch each at least the best of theirs)? None when a study arm
+    was not played or a median is missing."""
+    verdicts = []
+    for scenario in dict.fromkeys(m["scenario"] for m in medians):
+        rows = {m["arm"]: m for m in medians if m["scenario"] == scenario}
+        study = [rows.get(arm) for arm in STUDY_ARMS]
+        for arm, row in rows.items():
+            if arm in STUDY_ARMS:
+                continue
+            known = all(r is not None and all(r[a] is not None for a in FRONTIER_AXES) for r in (*study, row))
+            best = {a: max(r[a] for r in study) for a in FRONTIER_AXES} if known else {}  # type: ignore[index]
+            # float tolerance, as the gates: 0.32 from two sums must equal 0.32
+            holds = all(row[a] >= best[a] - 1e-9 for a in FRONTIER_AXES) if known else None
+            verdicts.append({"scenario": scenario, "arm": arm, "dominates_study_arms": holds,
+                             **{f"best_study_{a}": best.get(a) for a in FRONTIER_AXES}})
+    return verdicts
 
 
 def _cell(value: Any) -> str:
@@ -105,12 +135,23 @@ def score(analysis: Any, scenario_of: dict[str, str], arms: Sequence[str] = ("fc
     requests = analysis.requests()
     lending = analysis.lending_episodes()
     ttfts: dict[tuple[str, str, int], list[float]] = {}
+    batch_e2es: dict[tuple[str, str, int], list[float]] = {}
     for row in requests.iter_rows(named=True):
-        if (row["traffic_class"], row["arrival_phase"], row["outcome"]) == ("interactive", ARRIVAL_PHASE_RETURN, "ok"):
-            ttfts.setdefault((row["policy"], row["workload"], row["seed"]), []).append(row["ttft_s"])
+        key = (row["policy"], row["workload"], row["seed"])
+        phase = (row["traffic_class"], row["arrival_phase"], row["outcome"])
+        if phase == ("interactive", ARRIVAL_PHASE_RETURN, "ok"):
+            ttfts.setdefault(key, []).append(row["ttft_s"])
+        elif phase == ("batch", ARRIVAL_PHASE_BORROW, "ok"):
+            # What queueing hides from the borrow goodput: how long a completed batch request took.
+            batch_e2es.setdefault(key, []).append(row["e2e_s"])
     first_episode: dict[tuple[str, str, int], dict[str, Any]] = {}
+    gaps: dict[tuple[str, str, int], list[float]] = {}
     for row in sorted(lending.iter_rows(named=True), key=lambda r: r["t0"]):
-        first_episode.setdefault((row["policy"], row["workload"], row["seed"]), row)
+        key = (row["policy"], row["workload"], row["seed"])
+        first_episode.setdefault(key, row)
+        gaps.setdefault(key, [])
+        if row["engine_schedule_s"] is not None:
+            gaps[key].append(row["engine_schedule_s"])
     runs = []
     order = list(scenario_of)
     for row in sorted(summary.iter_rows(named=True), key=lambda r: (
@@ -127,9 +168,12 @@ def score(analysis: Any, scenario_of: dict[str, str], arms: Sequence[str] = ("fc
             "interactive_slo_goodput_rps": row["interactive_slo_goodput_rps"],
             "batch_borrow_goodput_rps": row["batch_borrow_goodput_rps"],
             "interactive_ttft_p95_s": nearest_rank(ttfts.get(key, []), 0.95),
+            "batch_borrow_e2e_p50_s": nearest_rank(batch_e2es.get(key, []), 0.5),
             "grant_restore_s": episode.get("grant_restore_s"),
             "drain_s": episode.get("drain_s"),
             "engine_schedule_s": episode.get("engine_schedule_s"),
+            "episodes": len(gaps.get(key, [])) if key in gaps else 0,
+            "worst_engine_schedule_s": max(gaps[key]) if gaps.get(key) else None,
         })
     return StudyTable(runs, _gates(runs))
 

@@ -64,6 +64,7 @@ def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_i
             else:
                 settings = scenario.gate_settings(engine.url, workload.model)
                 gate_app = create_gate_app(settings, tracer_provider=timeline.providers.gate, clock=timeline.clock)
+                scenario.adjust_policy(gate_app.state.admission.policy)
                 with ServerThread(gate_app) as gate:
                     results = asyncio.run(_drive(gate.url, scenario, workload, labels, timeline.providers,
                                                  timeline.clock))

@@ -54,7 +54,7 @@ class VirtualMofluxRun(VirtualWire):
         config = self.scenario.engine_config(self.seed)
         self.engine = EngineCore(config, seed=self.seed, now_s=self.t0_s)
         settings = self.scenario.gate_settings(VIRTUAL_UPSTREAM_URL, self.workload.model)
-        policy = settings.build_policy()
+        policy = self.scenario.adjust_policy(settings.build_policy())
         self.gate_spans = GateSpans(self.providers.gate, policy_name=settings.policy,
                                     restore_budget_s=policy.restore_budget_s)
         self.admission = Admission(
