@@ -168,7 +168,8 @@ class GateEndpoints:
             return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
         if not isinstance(change, dict):
             return _error(400, "body must be a JSON object", "invalid_request_error")
-        allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s"}
+        allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s", "restore_budget_s",
+                   "kv_blocks", "block_size", "protected_wait_s", "borrower_wait_s", "extra_slots"}
         if unknown := sorted(set(change) - allowed):
             return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
         try:
@@ -179,6 +180,7 @@ class GateEndpoints:
             return _error(400, str(exc), "invalid_request_error", param=exc.setting.removeprefix("gate."))
         self.admission.set_policy(new_policy, self.clock.now_s())  # waiters it admits wake via on_waiter_granted
         self.emitter.policy_name = new_policy.name
+        self.emitter.restore_budget_s = new_policy.restore_budget_s
         return JSONResponse(_state(self.admission))
 
     def _admin_denied(self, request: Request) -> Response | None:
