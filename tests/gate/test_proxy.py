@@ -52,7 +52,8 @@ def standin_engine(tracer_provider=None) -> Starlette:
 
         async def chunks():
             try:
-                for i in range(int(payload.get("max_tokens", 3))):
+                # "tokens": stream fewer than max_tokens before holding (a long answer caught midway).
+                for i in range(int(payload.get("tokens", payload.get("max_tokens", 3)))):
                     yield f"data: {json.dumps({'choices': [{'text': f't{i}'}]})}\n\n".encode()
                     await asyncio.sleep(0.001)
                 if hold is not None:

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from restorelens.clock import VirtualClock
+from restorelens.protocol import preempted_event
 from restorelens.serving import ServerThread
 
 
@@ -38,10 +39,15 @@ class Scripted:
             status, headers = self.answers[min(len(self.seen) - 1, len(self.answers) - 1)]
             if status != 200:
                 return JSONResponse({"error": {"message": "not ready", "code": status}}, status, headers=headers)
+            # A 200 scripted with "preempt-after-ms" streams one token, then the gate's preemption event.
+            preempt_ms = headers.get("preempt-after-ms")
             if body.get("stream"):
                 async def events() -> Any:
                     for token in ("a", "b"):
                         yield f"data: {json.dumps({'choices': [{'text': token}]})}\n\n"
+                        if preempt_ms is not None:
+                            yield preempted_event("taken back", int(preempt_ms), str(-(-int(preempt_ms) // 1000)))
+                            return
                     yield "data: [DONE]\n\n"
 
                 return StreamingResponse(events(), media_type="text/event-stream")

@@ -159,3 +159,22 @@ def test_no_prompt_text_on_any_span(scripted_gateway, tracer_provider, span_expo
     for span in span_exporter.get_finished_spans():
         values = [str(v) for v in span.attributes.values()] + [str(v) for e in span.events for v in e.attributes.values()]
         assert not any("filler" in v for v in values)
+
+
+def test_a_stream_the_gate_took_back_is_retried_without_spending_an_attempt(scripted_gateway, tracer_provider,
+                                                                           span_exporter) -> None:
+    # The study's client makes one attempt; a preemption is no refusal, so it still comes back.
+    _, url = scripted_gateway((200, {"preempt-after-ms": "2500"}), (200, {}))
+    result, sleep = _run(url, tracer_provider, VirtualClock(), policy=HonourRetryAfter(max_attempts=1), stream=True)
+    assert result.outcome == "ok" and result.statuses == (200, 200)
+    assert [a.error_type for a in result.attempts] == ["preempted", None]
+    assert sleep.waits_s == [3.0]  # Retry-After: 2,500 ms in whole seconds, rounded up
+    assert result.first_chunk_s is not None and result.first_chunk_s >= 3.0  # the retry's, not the lost one's
+    logical, _ = _split(span_exporter.get_finished_spans())
+    assert [e.attributes[ATTR_HTTP_STATUS_CODE] for e in logical.events if e.name == EVENT_RETRY_WAIT] == [503]
+
+
+def test_a_second_preemption_is_also_retried_but_a_refusal_after_it_is_final(scripted_gateway, tracer_provider) -> None:
+    _, url = scripted_gateway((200, {"preempt-after-ms": "1000"}), (200, {"preempt-after-ms": "1000"}), (429, {}))
+    result, _ = _run(url, tracer_provider, VirtualClock(), policy=HonourRetryAfter(max_attempts=1), stream=True)
+    assert result.statuses == (200, 200, 429) and result.outcome == "gave_up"
