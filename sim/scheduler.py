@@ -6,7 +6,8 @@ Each step (one model forward) is planned by ``plan_step`` and applied by ``finis
    its prompt for a chunked prefill) within the step's token budget, and KV blocks for them. When
    blocks run out a running request is preempted (recompute: its blocks are freed, it returns to
    the waiting queue and later prefills prompt + generated tokens again). The victim is the last
-   running request (FCFS) or the lowest-priority, latest-arrived one (priority policy).
+   running request (FCFS) or the lowest-priority, latest-arrived one (priority policy), even one
+   this step had planned already, which is then taken out of the step, as in vLLM.
 2. Then, if nothing was preempted, waiting requests in queue order (arrival, or (priority,
    arrival)) while fewer than ``max_num_seqs`` run and the head's blocks are free. A head that does
    not fit blocks everything behind it, as in vLLM.
@@ -146,7 +147,12 @@ class Scheduler:
             need = config.blocks_for(tracked.num_computed + num_new) - tracked.blocks
             preempted_itself = False
             while need > self.free_blocks:
-                victim = self._pick_victim(index)
+                victim = self._pick_victim()
+                victim_index = self.running.index(victim)
+                if victim_index < index:
+                    # Planned earlier in this step (priority policy): undone, as vLLM undoes it.
+                    budget += self._unplan(plan, victim)
+                    index -= 1
                 self._preempt(victim)
                 plan.preempted.append(victim)
                 if victim is tracked:
@@ -191,12 +197,26 @@ class Scheduler:
         else:
             plan.prefill_tokens += num_new
 
-    def _pick_victim(self, index: int) -> TrackedRequest:
+    def _pick_victim(self) -> TrackedRequest:
         if not self._by_priority:
             return self.running[-1]
-        # Only requests not yet planned in this step are candidates, so nothing planned is undone.
-        candidates = self.running[index:]
-        return max(candidates, key=lambda r: (r.request.priority, r.arrival_s, r.order))
+        # vLLM's priority policy: the lowest-priority, latest-arrived running request, whether or
+        # not this step planned it already (vllm/v1/core/sched/scheduler.py).
+        return max(self.running, key=lambda r: (r.request.priority, r.arrival_s, r.order))
+
+    @staticmethod
+    def _unplan(plan: StepPlan, tracked: TrackedRequest) -> int:
+        """Take ``tracked`` out of this step's plan; returns the tokens it had of the budget."""
+        for position, (planned, num_new) in enumerate(plan.batch):
+            if planned is tracked:
+                del plan.batch[position]
+                if tracked.num_output > 0 and num_new == 1 and tracked.num_computed == tracked.num_tokens - 1:
+                    plan.decode_seqs -= 1
+                    plan.decode_context_tokens -= tracked.num_computed
+                else:
+                    plan.prefill_tokens -= num_new
+                return num_new
+        return 0
 
     def _preempt(self, tracked: TrackedRequest) -> None:
         self.running.remove(tracked)

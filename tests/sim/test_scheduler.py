@@ -121,6 +121,19 @@ def test_running_requests_are_preempted_and_recomputed_when_blocks_run_out() -> 
     assert core.num_free_blocks == config.num_blocks
 
 
+def test_priority_preempts_the_lowest_priority_running_request_even_one_this_step_already_planned() -> None:
+    # 5 blocks of 4. Batch b (8 tokens, 2 blocks) runs first; interactive i (8 tokens) joins it a
+    # step later, after b in the running list. b's first decode takes the 3rd block it needs; i's
+    # first decode then finds none free. vLLM preempts the lowest-priority running request, b,
+    # though the step had planned it already (it is taken out of the step), not i itself.
+    config = BASE.replace(max_num_seqs=4, num_blocks=5, max_model_len=20, scheduling_policy="priority")
+    records = run(EngineCore(config), [(0.0, SimRequest("b", 8, 3, priority=10)),
+                                       (0.001, SimRequest("i", 8, 3, priority=0))])
+    assert records["i"].num_preemptions == 0
+    assert records["b"].num_preemptions == 1
+    assert records["i"].finished_s < records["b"].finished_s
+
+
 def test_long_prefills_are_chunked_by_the_token_budget() -> None:
     config = BASE.replace(max_num_batched_tokens=16, max_num_seqs=1)
     records = run(EngineCore(config), [(0.0, SimRequest("long", 40, 1))])
