@@ -12,6 +12,7 @@ deadline passes (``expire``), or the caller withdraws it (client gone).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ class Admission:
             listener for listener in self.tracker.listeners if hasattr(listener, "loan_refused")
         ]
         self._sizes: dict[int, RequestSize] = {}
+        #: The latest time the core was told (``next_deadline_s`` asks the policy from it).
+        self._latest_s = -math.inf
         self.counters = _Counters()
         self._queues: dict[str, deque[Waiter]] = {c: deque() for c in TRAFFIC_CLASSES}
         self._in_flight: dict[int, Grant] = {}
@@ -163,11 +166,18 @@ class Admission:
         """The periods and episodes still open, retained or not: what a run's end must flush."""
         return self.tracker.unfinished()
 
-    def next_deadline_s(self) -> float | None:
-        """Earliest queued deadline or floor restoration (for a virtual-time loop to schedule ``expire``)."""
-        deadlines = [w.deadline_s for q in self._queues.values() for w in q]
+    def next_deadline_s(self, now_s: float | None = None) -> float | None:
+        """Earliest queued deadline, floor restoration, or (with requests queued) time the policy
+        may admit them (``next_decision_s``, after ``now_s``: by default the latest time the core
+        was told): when a shell must call ``expire``."""
+        queued = [w.deadline_s for q in self._queues.values() for w in q]
+        deadlines = list(queued)
         if self._floor_restore_s is not None:
             deadlines.append(self._floor_restore_s)
+        if queued:
+            decision_s = self.policy.next_decision_s(self._latest_s if now_s is None else now_s)
+            if decision_s is not None:
+                deadlines.append(decision_s)
         return min(deadlines) if deadlines else None
 
     # --- transitions ---------------------------------------------------------------------------
@@ -183,6 +193,7 @@ class Admission:
         if traffic_class not in self._queues:
             raise ValueError(f"unknown traffic class {traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
         size = _NO_SIZE if size is None else size
+        self._latest_s = max(self._latest_s, now_s)
         self._restore_floor_if_due(now_s)
         self.policy.observe_arrival(traffic_class, size, now_s)
         protected = self.policy.protected_class
@@ -219,6 +230,7 @@ class Admission:
         if self._in_flight.pop(grant.grant_id, None) is not grant:
             raise GrantError(f"grant {grant.grant_id} ({grant.request_id}) is not in flight: released twice?")
         grant.released_at_s = now_s
+        self._latest_s = max(self._latest_s, now_s)
         self._restore_floor_if_due(now_s)
         self.counters.released += 1
         self.retry_hint.observe_completion(now_s)
@@ -249,6 +261,8 @@ class Admission:
         """
         if waiter.grant is not None:
             return waiter.grant
+        self._latest_s = max(self._latest_s, now_s)
+        self._restore_floor_if_due(now_s)  # the queues are re-decided below: under the floor of now
         rejection = self._remove(waiter, now_s, reason)
         self._pump(now_s)
         return rejection
@@ -258,10 +272,12 @@ class Admission:
 
         Returns the rejections and any grants that the freed queue places allowed.
         """
+        self._latest_s = max(self._latest_s, now_s)
         self._restore_floor_if_due(now_s)
         expired = sorted((w for q in self._queues.values() for w in q if w.deadline_s <= now_s), key=lambda w: w.seq)
         rejections = [self._remove(waiter, now_s, REJECT_TIMEOUT) for waiter in expired]
-        return rejections, self._pump(now_s) if rejections else []
+        # Re-decided whatever expired: a hold-off may have ended with nobody leaving the queue.
+        return rejections, self._pump(now_s)
 
     def set_policy(self, policy: AdmissionPolicy, now_s: float) -> list[Grant]:
         """Swap the policy; grants in flight keep their slots. Lending stops if the new policy differs."""

@@ -336,6 +336,14 @@ class BudgetLendPolicy(LendPolicy):
         check = self.loan_check(occupancy)
         return check if check.reason is not None else None
 
+    def next_decision_s(self, now_s: float) -> float | None:
+        """When a loan refused for the hold-off may be granted: the hold-off's end (None: not waiting on it)."""
+        idle_since = self._protected_idle_since_s
+        if not self._returned or self._undrained or idle_since is None:
+            return None
+        end_s = idle_since + self.hold_off.hold_off_s
+        return end_s if end_s > now_s else None
+
     def resumed(self, now_s: float) -> LoanCheck | None:
         """Called when a loan is granted: the resume decision to record, once per return."""
         if not self._returned:
@@ -353,8 +361,8 @@ class BudgetLendPolicy(LendPolicy):
                      if b.slot == "own" and b.traffic_class == self.borrower_class]
         retry_after_s = min(own_batch, default=0.0)
         for grant_id, book in sorted(self._book.items()):
-            if book.slot != "borrowed":
-                continue
+            if book.slot != "borrowed" or book.granted_s > now_s:
+                continue  # lent after the restoration it would be taken back for: not this one's loan
             remaining_s = self.remaining_s(book, now_s)
             if remaining_s <= self.restore_budget_s:
                 continue
@@ -364,7 +372,7 @@ class BudgetLendPolicy(LendPolicy):
                 lost = book.size.prompt_tokens + book.tokens_seen
             else:
                 rate = max(self.rates.prefill_s_per_token, 1e-9)
-                lost = min(book.size.prompt_tokens, int((now_s - book.granted_s) / rate))
+                lost = min(book.size.prompt_tokens, max(0, int((now_s - book.granted_s) / rate)))
             taken.append(Preemption(grant_id, remaining_s, lost, max(1, math.ceil(retry_after_s * 1000))))
         return taken
 
@@ -407,9 +415,17 @@ class PriorityLendPolicy(LendPolicy):
         slot = super().admit(traffic_class, occupancy)
         if slot is not None:
             return slot
-        if occupancy.in_flight() < sum(self.floors.values()) + self.extra_slots:
-            return "own"
-        return None
+        return "own" if self.extra_in_use(occupancy) < self.extra_slots else None
+
+    def extra_in_use(self, occupancy: Occupancy) -> int:
+        """Requests in flight past what ``lend`` admits: each class beyond its floor, loans counted
+        on the protected floor, so the never-lent reserve is never handed out as an extra slot."""
+        protected = self.protected_class
+        over = max(0, occupancy.in_flight(protected) + occupancy.borrowed - self.floors.get(protected, 0))
+        for traffic_class, floor in self.floors.items():
+            if traffic_class != protected:
+                over += max(0, occupancy.in_flight(traffic_class) - floor)
+        return over
 
     def upstream_priority(self, traffic_class: str) -> int | None:
         return VLLM_PRIORITY.get(traffic_class)

@@ -136,6 +136,11 @@ class AdmissionPolicy:
         """The resume decision to record when a loan is granted after demand returned, or None."""
         return None
 
+    def next_decision_s(self, now_s: float) -> float | None:
+        """A time after ``now_s`` when the policy may admit what it refuses now with nothing else
+        happening (a hold-off ending), for the core to re-decide its queues then; None: none."""
+        return None
+
     def preemptions(self, now_s: float) -> list[Any]:
         """Loans to take back now that the protected floor is restored (``lenders.Preemption``)."""
         return []

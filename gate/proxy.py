@@ -123,6 +123,10 @@ class ProxyEndpoint:
         self.waiters = waiters
         #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
         self._watches: dict[int, DisconnectWatch] = {}
+        #: The timer that calls ``Admission.expire`` at the core's next deadline (a floor restored
+        #: by the controller, with its preemptions; a hold-off ending), and the time it is set for.
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_s: float | None = None
         self.forwarder = UpstreamForwarder(
             transport=transport, upstream=upstream, timeout=timeout, emitter=emitter, clock=clock, tracing=self.tracing
         )
@@ -220,6 +224,7 @@ class ProxyEndpoint:
             if grant is not None:
                 self._watches.pop(grant.grant_id, None)
                 self.admission.release(grant, end_s, completed=watch.preemption is None)
+                self._arm_deadline()
             if routed_model is not None and self.router is not None:
                 self.router.request_finished(routed_model, end_s)
 
@@ -272,6 +277,25 @@ class ProxyEndpoint:
         assert isinstance(answer, Admit)
         return answer.upstream
 
+    def _arm_deadline(self) -> None:
+        """Make sure ``expire`` runs at the core's next deadline, as the virtual loop's time source
+        does: without it a floor restored by the controller, and the preemptions it brings, would
+        wait for the next request or release."""
+        now_s = self.clock.now_s()
+        deadline_s = self.admission.next_deadline_s(now_s)
+        if deadline_s is None or (self._deadline_s is not None and self._deadline_s <= deadline_s):
+            return
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+        self._deadline_s = deadline_s
+        delay_s = max(0.0, deadline_s - now_s) * self._real_s_per_clock_s
+        self._deadline_timer = asyncio.get_running_loop().call_later(delay_s, self._deadline_due)
+
+    def _deadline_due(self) -> None:
+        self._deadline_timer = self._deadline_s = None
+        self.admission.expire(self.clock.now_s())  # grants wake their waiters through on_waiter_granted
+        self._arm_deadline()
+
     def _streamed(self, grant: Grant, tokens: int, now_s: float) -> None:
         self.admission.streamed(grant, now_s, tokens)
 
@@ -298,6 +322,7 @@ class ProxyEndpoint:
                      size: RequestSize) -> tuple[Grant, int | None]:
         """A grant for the request and the engine-side priority to forward it with."""
         decision = self.admission.request(request_id, traffic_class, self.clock.now_s(), size=size)
+        self._arm_deadline()
         if isinstance(decision, Waiter):
             decision = await self._wait(decision)
         answer = self._decide(Routed(upstream), decision, None, traffic_class)

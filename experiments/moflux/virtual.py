@@ -80,7 +80,7 @@ class VirtualMofluxRun(VirtualWire):
             self.clock,
             [
                 TimeSource("engine", self.engine.next_event_s, self._engine_due),
-                TimeSource("gate", self.admission.next_deadline_s, self._gate_due),
+                TimeSource("gate", lambda: self.admission.next_deadline_s(self.clock.now_s()), self._gate_due),
             ],
         )
 
