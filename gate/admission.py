@@ -243,15 +243,28 @@ class Admission:
         self.policy.observe_release(grant.grant_id, self.occupancy(now_s), now_s, completed=completed)
         return self._pump(now_s)
 
-    def first_byte(self, grant: Grant, now_s: float) -> None:
+    def first_byte(self, grant: Grant, now_s: float) -> list[Grant]:
         """The granted request's first body byte came back from the engine (its first token when
-        streamed): the end of a returning request's restoration, and the lenders' prefill sample."""
+        streamed): the end of a returning request's restoration, and the lenders' prefill sample.
+        Returns grants made to queued requests (progress may make a refused loan fit)."""
         self.policy.observe_first_byte(grant.grant_id, now_s)
         self.tracker.first_byte(grant.request_id, now_s)
+        return self._redecide_on_progress(now_s)
 
-    def streamed(self, grant: Grant, now_s: float, tokens: int = 1) -> None:
-        """Output tokens of the granted request passed the gate: a loan's progress, as the gate sees it."""
+    def streamed(self, grant: Grant, now_s: float, tokens: int = 1) -> list[Grant]:
+        """Output tokens of the granted request passed the gate: a loan's progress, as the gate sees
+        it. Returns grants made to queued requests."""
         self.policy.observe_tokens(grant.grant_id, tokens, now_s)
+        return self._redecide_on_progress(now_s)
+
+    def _redecide_on_progress(self, now_s: float) -> list[Grant]:
+        # Only a policy that predicts from progress can change its mind here; with nobody queued
+        # there is nothing to decide (the common case costs one comparison per token).
+        if not self.queued or self.policy.restore_budget_s is None:
+            return []
+        self._latest_s = max(self._latest_s, now_s)
+        self._restore_floor_if_due(now_s)
+        return self._pump(now_s)
 
     def withdraw(self, waiter: Waiter, now_s: float, reason: str = REJECT_WITHDRAWN) -> Grant | Rejection:
         """Take a waiter out of the queue (timeout seen by the shell, client gone).

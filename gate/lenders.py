@@ -314,13 +314,20 @@ class BudgetLendPolicy(LendPolicy):
         if self.preempts:
             return LoanCheck(None)  # anything over budget is taken back at restoration
         size = occupancy.size or RequestSize()
+        if size.max_tokens <= 0:
+            # No max_tokens: its length is unbounded as far as the gate knows (vLLM's chat default
+            # is the model's whole context), so it cannot be promised back within any budget.
+            return LoanCheck(REASON_DRAIN, math.inf, budget)
+        # The KV rule first: when the loan's own blocks are what a returning request would wait
+        # for, that is the more telling reason. It refuses only what the loan makes worse: KV held
+        # by own-slot work is not the loan's doing, and refusing the loan would not free it.
+        kv_wait_s = self.kv_wait_s(size, now_s)
+        if kv_wait_s > budget and kv_wait_s > self.kv_wait_s(None, now_s):
+            return LoanCheck(REASON_KV_WAIT, kv_wait_s, budget)
         loans = [self.remaining_s(b, now_s) for b in self._book.values() if b.slot == "borrowed"]
         drain_s = max([*loans, self.rates.service_s(size)])
         if drain_s > budget:
             return LoanCheck(REASON_DRAIN, drain_s, budget)
-        kv_wait_s = self.kv_wait_s(size, now_s)
-        if kv_wait_s > budget:
-            return LoanCheck(REASON_KV_WAIT, kv_wait_s, budget)
         return LoanCheck(None)
 
     def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:

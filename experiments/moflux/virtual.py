@@ -139,11 +139,13 @@ class VirtualMofluxRun(VirtualWire):
 
     def _first_byte(self, flight: Flight, at_s: float) -> None:
         if flight.grant is not None:
-            self.admission.first_byte(flight.grant, at_s)
+            for grant in self.admission.first_byte(flight.grant, at_s):
+                self._decided(self._waiting.pop(grant.request_id), grant)
 
     def _token(self, flight: Flight, at_s: float) -> None:
         if flight.grant is not None:
-            self.admission.streamed(flight.grant, at_s)
+            for grant in self.admission.streamed(flight.grant, at_s):
+                self._decided(self._waiting.pop(grant.request_id), grant)
 
     def _preempt(self, grant: Any, preemption: Any) -> None:
         """The gate takes a loan back: abort it in the engine, end its stream with the retry hint."""

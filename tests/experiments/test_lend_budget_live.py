@@ -4,10 +4,10 @@ Issue #19, "Done when": a live test for ``lend-budget`` shows the bounded gap in
 scripted sequence runs twice through real servers (``run_live``: the simulator and the gate under
 uvicorn on 127.0.0.1, driven by the real ``TracedClient``), once under ``lend-budget`` and once under
 ``lend`` (the MoFlux study's lender). Batch borrows while interactive is idle: a short loan that
-fits the 1-s restoration budget, then the study's long-context batch request, whose predicted drain
-does not. Then interactive demand returns. The client's, the gate's and the engine's spans go to
+fits the 1-s restoration budget, then the study's long-context batch request, whose KV blocks a
+returning request would wait for, past the budget. Then interactive demand returns. The client's, the gate's and the engine's spans go to
 one file per run, the collector loads both into one DuckDB store, and ``Analysis`` decomposes the
-lending episodes. lend-budget refuses the long loan (``loan.refused``, ``drain_over_budget``) and the
+lending episodes. lend-budget refuses the long loan (``loan.refused``, ``kv_wait_over_budget``) and the
 returning request is scheduled by the engine within the budget; lend lends it, and the returning
 request waits in the engine for the KV blocks the long loan holds, seconds past the budget. So the
 bound is the policy's doing: were lend-budget to lend as lend does, its gap would be lend's.
@@ -47,8 +47,10 @@ from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, EVENT_
 #                engine would run it until ~2.4 s (a 0.38-s prefill step, then 11 decode steps of
 #                ~83 ms), past RETURN, so a loan is out when demand returns and an episode opens.
 #   1.2  LONG    batch, the study's long-context batch request (7,100 chars = 1,607 tokens, 64 out).
-#                Predicted 1,775 x 2 ms + 64 x 50 ms = 6.75 s > 1 s: lend-budget refuses it
-#                (drain_over_budget) and, with no batch queue, answers 429. lend lends it: the
+#                Predicted 1,775 x 2 ms + 64 x 50 ms = 6.75 s > 1 s, and its 115 blocks (as the gate
+#                counts prompt + max_tokens) would leave a returning request (32 blocks) short until
+#                it ends: lend-budget refuses it for that KV wait (kv_wait_over_budget, 6.75 s; its
+#                drain is past the budget too) and, with no batch queue, answers 429. lend lends it: the
 #                engine prefills it in one 2.9-s step, then holds its 101-105 blocks for 63 decode
 #                steps (~60-110 ms each), until ~9 s.
 #   1.7  RETURN  interactive, 2,000 chars (474 tokens = 30 blocks; the fixed-burst return), 16 out,
@@ -144,12 +146,12 @@ def gate_request(runs: Runs, policy: str, request_id: str) -> tuple[str | None, 
     return slot, int(status), list(zip(names, attributes, strict=True))
 
 
-def test_lend_budget_refuses_the_long_loan_for_its_predicted_drain(runs: Runs) -> None:
+def test_lend_budget_refuses_the_long_loan_for_the_kv_wait_it_would_cause(runs: Runs) -> None:
     slot, status, events = gate_request(runs, "lend-budget", LONG)
     refusals = [attributes for name, attributes in events if name == EVENT_LOAN_REFUSED]
     assert len(refusals) == 1, events
     (refusal,) = refusals
-    assert refusal["gate.loan.reason"] == "drain_over_budget"
+    assert refusal["gate.loan.reason"] == "kv_wait_over_budget"
     assert float(refusal["gate.loan.limit_s"]) == BUDGET_S
     assert float(refusal["gate.loan.predicted_s"]) == pytest.approx(6.75)  # the priors' 1,775 x 2 ms + 64 x 50 ms
     assert (slot, status) == (None, 429)  # no batch queue: refused, not lent

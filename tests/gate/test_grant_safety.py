@@ -47,17 +47,6 @@ POLICY_MAKERS: dict[str, Callable[[], AdmissionPolicy]] = {
 #: request whose size the gate could not tell.
 SIZES = st.sampled_from([RequestSize(100, 40), RequestSize(10, 10), RequestSize(400, 10), RequestSize()])
 
-#: Invariants that find a known bug, relaxed for the policies they do not hold for yet, each with
-#: its minimal failing test in tests/gate/test_lenders.py (strict xfail: the fix makes it pass, and
-#: the entry here goes with its marker).
-KNOWN_BUGS = {
-    # Checked only right after the core re-decided its queues (a release, withdrawal, expiry or
-    # policy change): lend-budget's predictions also shorten as a loan streams, and nothing asks it
-    # again then (test_a_loan_refused_for_a_drain_that_progress_shortens_is_lent_once_it_fits).
-    "no_admissible_waiter_left_waiting": {"lend-budget"},
-}
-
-
 def within_limits(policy: AdmissionPolicy, occupancy: Occupancy) -> bool:
     """What the policy allows in flight at once (the lenders' loans count against the protected floor)."""
     own_interactive, own_batch = occupancy.own["interactive"], occupancy.own["batch"]
@@ -112,7 +101,6 @@ class GrantSafety(RuleBasedStateMachine):
         self.next_id = 0
         self.policy_changed = False
         #: The step's last call into the core re-decided the queues at ``now_s``.
-        self.redecided = False
 
     def _granted(self, waiter: Waiter) -> None:
         self.waiters.remove(waiter)
@@ -157,7 +145,6 @@ class GrantSafety(RuleBasedStateMachine):
         else:
             raise AssertionError(f"the core keeps asking to be called back at {deadline_s}, now {self.now_s}")
         self.now_s = until_s
-        self.redecided = False
 
     @initialize(sizes=st.lists(SIZES, max_size=3))
     def batch_backlog(self, sizes: list[RequestSize]) -> None:
@@ -181,7 +168,6 @@ class GrantSafety(RuleBasedStateMachine):
             self.admission.first_byte(decision, self.now_s + duration_s / 2)
             self.now_s += duration_s
             self.admission.release(decision, self.now_s)
-            self.redecided = True
 
     def _arrive(self, traffic_class: str, wait: float | None, size: RequestSize, *, hold: bool = True) -> object:
         self.next_id += 1
@@ -218,7 +204,6 @@ class GrantSafety(RuleBasedStateMachine):
             return
         grant = self.grants.pop(index % len(self.grants))
         self.admission.release(grant, self.now_s, completed=how == "completed")
-        self.redecided = True
 
     @precondition(lambda self: self.waiters)
     @rule(dt=st.floats(0, 1), index=st.integers(0, 100))
@@ -230,7 +215,6 @@ class GrantSafety(RuleBasedStateMachine):
         answer = self.admission.withdraw(waiter, self.now_s)
         assert isinstance(answer, Rejection)
         self.waiters.remove(waiter)
-        self.redecided = True
 
     @rule(dt=st.floats(0, 3))
     def expire(self, dt: float) -> None:
@@ -239,7 +223,6 @@ class GrantSafety(RuleBasedStateMachine):
 
     def _expire(self) -> None:
         rejections, _ = self.admission.expire(self.now_s)
-        self.redecided = True
         gone = {id(r) for r in rejections}
         self.waiters = [w for w in self.waiters if w.rejection is None or id(w.rejection) not in gone]
 
@@ -248,10 +231,6 @@ class GrantSafety(RuleBasedStateMachine):
         self._step(0)
         self.policy_changed = True
         self.admission.set_policy(POLICY_MAKERS[name](), self.now_s)
-        self.redecided = True
-
-    def _checked(self, invariant_name: str) -> bool:
-        return self.admission.policy.name not in KNOWN_BUGS.get(invariant_name, ())
 
     @invariant()
     def occupancy_matches_held_grants(self) -> None:
@@ -284,8 +263,6 @@ class GrantSafety(RuleBasedStateMachine):
     @invariant()
     def no_admissible_waiter_left_waiting(self) -> None:
         # Whoever is first in a queue waits only while the policy would not admit it now.
-        if not (self._checked("no_admissible_waiter_left_waiting") or self.redecided):
-            return
         policy = self.admission.policy
         heads: dict[str, Waiter] = {}
         for waiter in sorted(self.waiters, key=lambda w: w.seq):

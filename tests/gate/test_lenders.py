@@ -135,16 +135,34 @@ def test_lend_budget_lends_when_the_predicted_drain_is_at_most_the_budget(
     assert gate.events(span_exporter, "b2") == gate.events(span_exporter, "b3") == []
 
 
-def test_lend_budget_refuses_a_loan_when_a_returning_request_would_wait_past_the_budget_for_kv(
+def test_lend_budget_refuses_a_loan_whose_own_blocks_a_returning_request_would_wait_for_past_the_budget(
         tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
-    # A returning interactive request needs 512 tokens (the prior) = 32 blocks. b1 holds 10 blocks for
-    # 3.2 s on the batch floor; with the 7 blocks of the loan, 23 of 40 are free: the returning request
-    # would wait for b1 to finish.
+    # A returning interactive request needs 512 tokens (the prior) = 32 blocks of 40. b1 holds 2 on
+    # the batch floor; the loan would hold 10 for 3.2 s, leaving 28: the returning request would
+    # wait for the loan itself (without it, 38 are free).
     gate = Gate(budget(kv_blocks=40, block_size=16), tracer_provider)
-    gate.arrive("b1", "batch", 0, RequestSize(100, 60))
-    assert isinstance(gate.arrive("b2", "batch", 0, RequestSize(100, 10)), Waiter)
+    gate.arrive("b1", "batch", 0, RequestSize(10, 10))
+    assert isinstance(gate.arrive("b2", "batch", 0, RequestSize(100, 60)), Waiter)
     assert gate.admission.occupancy().borrowed == 0
     assert gate.events(span_exporter, "b2") == [refused("kv_wait_over_budget", BUDGET_S, 3.2)]
+
+
+def test_kv_that_own_slot_work_holds_does_not_refuse_a_loan_it_is_not_the_cause_of(
+        tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
+    # b1 holds 10 of 40 blocks for 3.2 s on the batch floor: a returning request (32 blocks) waits for
+    # it with or without the short loan, which frees its 2 blocks within the budget.
+    gate = Gate(budget(kv_blocks=40, block_size=16), tracer_provider)
+    gate.arrive("b1", "batch", 0, RequestSize(100, 60))
+    assert gate.arrive("b2", "batch", 0, RequestSize(10, 10)).slot == "borrowed"
+    assert gate.events(span_exporter, "b2") == []
+
+
+def test_a_loan_of_unknown_length_is_refused_without_an_infinite_prediction_on_the_span(
+        tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
+    gate = Gate(budget(), tracer_provider)
+    gate.arrive("b1", "batch", 0)
+    assert isinstance(gate.arrive("b2", "batch", 0, RequestSize(10, 0)), Waiter)  # no max_tokens
+    assert gate.events(span_exporter, "b2") == [refused("drain_over_budget", BUDGET_S)]
 
 
 def test_a_loan_queued_behind_a_refused_request_is_lent_when_that_one_times_out_at_the_latest() -> None:
@@ -165,12 +183,11 @@ def test_lend_budget_lends_when_the_engine_has_kv_for_a_returning_request(kv_blo
     assert gate.arrive("b2", "batch", 0, RequestSize(100, 10)).slot == "borrowed"
 
 
-def test_a_returning_request_larger_than_the_kv_cache_refuses_every_loan_without_an_infinite_prediction_on_the_span(
-        tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
-    gate = Gate(budget(kv_blocks=16, block_size=16), tracer_provider)  # 32 blocks can never fit
+def test_a_returning_request_larger_than_the_kv_cache_refuses_no_loan_for_it() -> None:
+    # 32 blocks can never fit in 16, with or without the loan: no loan changes that.
+    gate = Gate(budget(kv_blocks=16, block_size=16))
     gate.arrive("b1", "batch", 0)
-    assert isinstance(gate.arrive("b2", "batch", 0, RequestSize(1, 1)), Waiter)
-    assert gate.events(span_exporter, "b2") == [refused("kv_wait_over_budget", BUDGET_S)]
+    assert gate.arrive("b2", "batch", 0, RequestSize(1, 1)).slot == "borrowed"
 
 
 # --- lend-budget: the resume rule ---------------------------------------------------------------------
@@ -275,9 +292,6 @@ def test_a_loans_remaining_time_follows_its_own_streamed_pace(
         assert gate.events(span_exporter, "b3") == [refused("drain_over_budget", BUDGET_S, 12 * token_gap_s)]
 
 
-@pytest.mark.xfail(strict=True, reason="bug (issue #19): the core re-decides its queues at a release, withdrawal "
-                   "or expiry only, and next_decision_s() covers the hold-off only: a loan refused for a prediction "
-                   "that the loans' progress (first byte, streamed tokens) shortens waits for the next release")
 def test_a_loan_refused_for_a_drain_that_progress_shortens_is_lent_once_it_fits() -> None:
     gate = Gate(budget())
     gate.arrive("b1", "batch", 0)
