@@ -130,8 +130,8 @@ class MofluxScenario:
 
     def adjust_policy(self, policy: Any) -> Any:
         """The gate's policy as this scenario runs it: ``queue_s`` replaces its queue per class."""
-        if self.queue_s:
-            policy.class_wait_s = dict(self.queue_s)
+        if self.queue_s:  # the classes it names; a lender keeps its own queue for the others
+            policy.class_wait_s = {**policy.class_wait_s, **dict(self.queue_s)}
         return policy
 
     def gate_settings(self, upstream_url: str, model: str) -> Any:

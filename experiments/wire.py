@@ -147,8 +147,9 @@ class VirtualWire:
                 self._end_engine_request(flight, event, model)
                 self._request_done(flight, event.at_s)
 
-    def _end_engine_request(self, flight: Flight, event: Any, model: str) -> None:
-        """The engine's request ended (finished or aborted): its ``llm_request`` and the gate's span end."""
+    def _end_engine_request(self, flight: Flight, event: Any, model: str, gate_status: int = ENGINE_ACCEPTED) -> None:
+        """The engine's request ended (finished or aborted): its ``llm_request`` and the gate's span
+        end (with ``gate_status``: the gate's own answer when it took the request back)."""
         from restorelens.sim.tracing import emit_llm_request_span
 
         del self._by_request[event.request_id]
@@ -158,7 +159,7 @@ class VirtualWire:
                               parent_context=trace.set_span_in_context(parent),
                               request_params={"max_tokens": flight.arrival.max_tokens})
         if flight.gate_span is not None:
-            self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, ENGINE_ACCEPTED)
+            self.gate_spans.end_request(flight.gate_span, event.request_id, event.at_s, gate_status)
 
     def _first_byte(self, flight: Flight, at_s: float) -> None:
         """The engine's first token passed the gate (a runner whose gate learns from it overrides this)."""

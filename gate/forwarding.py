@@ -20,7 +20,7 @@ from .gate_spans import GateSpans
 from .proxy_asgi import DisconnectWatch, GateAnswer, Scope, Send
 from .upstream_transport import Origin, UpstreamTransport, origin_of, request_bytes
 
-__all__ = ["UpstreamForwarder"]
+__all__ = ["UpstreamForwarder", "token_events"]
 
 _HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
@@ -30,6 +30,19 @@ _HOP_BY_HOP = frozenset(
 #: headers, and an answer must carry each once (nginx drops the same two by default).
 _NOT_PASSED_BACK = (_HOP_BY_HOP - {b"content-length"}) | {b"date", b"server"}
 _URL_CACHE_SIZE = 256
+
+
+#: Server-Sent Events of an OpenAI stream that carry no generated token: the terminator, chat's
+#: first event (the role, empty content), its last (an empty delta with the finish reason) and the
+#: usage event (no choices).
+_NOT_TOKENS = (b"[DONE]", b'"content":""', b'"content": ""', b'"delta":{}', b'"delta": {}', b'"choices":[]',
+               b'"choices": []')
+
+
+def token_events(chunk: bytes) -> int:
+    """How many generated tokens a streamed chunk carries: vLLM streams one token per event."""
+    events = chunk.count(b"data:")
+    return events and max(0, events - sum(chunk.count(marker) for marker in _NOT_TOKENS))
 
 
 class UpstreamForwarder:
@@ -95,11 +108,12 @@ class UpstreamForwarder:
                     first = False
                     if on_first_chunk is not None:
                         on_first_chunk(self.clock.now_s())
-                if on_tokens is not None and (events := chunk.count(b"data:") - chunk.count(b"[DONE]")) > 0:
-                    on_tokens(events, self.clock.now_s())  # vLLM streams one token per event
+                if on_tokens is not None and (events := token_events(chunk)) > 0:
+                    on_tokens(events, self.clock.now_s())
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             # Completing the answer makes receive() say disconnect: not a client leaving.
             watch.finished = True
+            watch.response_completed = True
             await send({"type": "http.response.body", "body": b""})
         except httpx.HTTPError as exc:
             # Headers are gone already: the client sees a cut stream; the span says why.

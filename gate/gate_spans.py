@@ -145,9 +145,10 @@ class GateSpans:
     def preempted(self, request_id: str, preemption: Preemption, now_s: float) -> None:
         span = self._request_spans.get(request_id)
         if span is not None:
-            span.add_event(S.EVENT_LOAN_PREEMPTED, {S.ATTR_GATE_PREEMPT_REMAINING_S: preemption.remaining_s,
-                                                    S.ATTR_GATE_PREEMPT_LOST_TOKENS: preemption.lost_tokens},
-                           timestamp=to_ns(now_s))
+            attributes: dict[str, float | int] = {S.ATTR_GATE_PREEMPT_LOST_TOKENS: preemption.lost_tokens}
+            if math.isfinite(preemption.remaining_s):  # unknown length: no figure to give
+                attributes[S.ATTR_GATE_PREEMPT_REMAINING_S] = preemption.remaining_s
+            span.add_event(S.EVENT_LOAN_PREEMPTED, attributes, timestamp=to_ns(now_s))
 
     # --- gate.lend / gate.restore (RestorationListener) ---------------------------------------
 

@@ -65,6 +65,21 @@ def request_size(prompt_chars: int, max_tokens: int) -> RequestSize:
     return RequestSize(math.ceil(max(0, prompt_chars) / CHARS_PER_TOKEN), max(0, max_tokens))
 
 
+#: The longest Retry-After a preemption gives, in seconds.
+MAX_RETRY_AFTER_S = 60.0
+#: A request's own pace counts once it streamed this many tokens: the first two may come in one
+#: breath (a chat stream's first events), which would make its pace look like zero.
+MIN_PACE_TOKENS = 4
+#: The longest hold-off, in priors (5 s x 12 = one minute at the defaults).
+MAX_HOLD_OFF_RATIO = 12.0
+#: How far one learnt sample may stray from its prior, either way.
+MAX_SAMPLE_RATIO = 100.0
+
+
+def _within(sample: float, prior: float) -> float:
+    return min(max(sample, prior / MAX_SAMPLE_RATIO), prior * MAX_SAMPLE_RATIO)
+
+
 def _quantile(values: list[float], q: float) -> float:
     """Nearest rank (the value at rank ceil(q*n)), as the study reports its percentiles."""
     ordered = sorted(values)
@@ -89,10 +104,12 @@ class EngineRates:
         self._decode: deque[float] = deque(maxlen=window)
 
     def observe(self, size: RequestSize, ttfb_s: float | None, stream_s: float | None) -> None:
+        # One odd request (a cached prompt, a burst of queueing) must not move a rate a hundredfold:
+        # each sample is held within a factor of MAX_SAMPLE_RATIO of the prior.
         if ttfb_s is not None and ttfb_s >= 0 and size.prompt_tokens > 0:
-            self._prefill.append(ttfb_s / size.prompt_tokens)
+            self._prefill.append(_within(ttfb_s / size.prompt_tokens, self.prior[0]))
         if stream_s is not None and stream_s >= 0 and size.max_tokens > 0:
-            self._decode.append(stream_s / size.max_tokens)
+            self._decode.append(_within(stream_s / size.max_tokens, self.prior[1]))
 
     @property
     def prefill_s_per_token(self) -> float:
@@ -127,7 +144,9 @@ class HoldOff:
     def hold_off_s(self) -> float:
         if len(self._gaps) < self.min_samples:
             return self.prior_s
-        return _quantile(list(self._gaps), self.quantile)
+        # A night without traffic is one gap too: the learnt hold-off never exceeds MAX_HOLD_OFF_RATIO
+        # priors, or a quiet spell would stop lending for hours.
+        return min(_quantile(list(self._gaps), self.quantile), self.prior_s * MAX_HOLD_OFF_RATIO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +264,9 @@ class BudgetLendPolicy(LendPolicy):
     def observe_release(self, grant_id: int, occupancy: Occupancy, now_s: float, *, completed: bool = True) -> None:
         book = self._book.pop(grant_id, None)
         self._undrained.discard(grant_id)
-        if book is not None and completed and book.first_byte_s is not None:
+        # Only a streamed answer that ran to its end tells prefill from decode: a whole answer in
+        # one body puts all its time before its first byte, an error or a disconnect none.
+        if book is not None and completed and book.first_byte_s is not None and book.tokens_seen > 0:
             self.rates.observe(book.size, book.first_byte_s - book.granted_s, now_s - book.first_byte_s)
         if occupancy.idle(self.protected_class) and self._protected_idle_since_s is None:
             self._protected_idle_since_s = now_s
@@ -264,10 +285,12 @@ class BudgetLendPolicy(LendPolicy):
         past its prediction is never predicted done: its output tokens still have to come.
         """
         size = book.size
+        if size.max_tokens <= 0:
+            return math.inf  # no output limit the gate knows: it may run as long as the context allows
         if book.first_byte_s is None:
             prefill_left_s = max(0.0, book.granted_s + size.prompt_tokens * self.rates.prefill_s_per_token - now_s)
             return prefill_left_s + size.max_tokens * self.rates.decode_s_per_token
-        if book.tokens_seen >= 2 and book.last_token_s is not None:
+        if book.tokens_seen >= MIN_PACE_TOKENS and book.last_token_s is not None:
             pace_s = (book.last_token_s - book.first_byte_s) / (book.tokens_seen - 1)
             return max(0, size.max_tokens - book.tokens_seen) * pace_s
         if book.tokens_seen:
@@ -366,7 +389,9 @@ class BudgetLendPolicy(LendPolicy):
         taken: list[Preemption] = []
         own_batch = [self.remaining_s(b, now_s) for b in self._book.values()
                      if b.slot == "own" and b.traffic_class == self.borrower_class]
-        retry_after_s = min(own_batch, default=0.0)
+        # The hint: when batch's own slot is predicted to free (its retry waits in the queue for it
+        # anyway); work of unknown length on it gives no figure, so the longest hint is given.
+        retry_after_s = min(min(own_batch, default=0.0), MAX_RETRY_AFTER_S)
         for grant_id, book in sorted(self._book.items()):
             if book.slot != "borrowed" or book.granted_s > now_s:
                 continue  # lent after the restoration it would be taken back for: not this one's loan

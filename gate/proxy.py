@@ -30,7 +30,7 @@ from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission, Grant, Rejection, Waiter
 from .decide import RETRY_AFTER, Admit, Answer, Forward, Respond, decide, preempted, static_route
-from .lenders import request_size
+from .lenders import CHARS_PER_TOKEN, request_size
 from .policies import RequestSize
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
@@ -56,14 +56,19 @@ def _gate_answer(answer: Respond) -> GateAnswer:
 
 
 def request_size_of(payload: dict[str, Any]) -> RequestSize:
-    """The size the lenders predict from: the prompt's characters (completions' ``prompt``, chat's
-    message contents) and ``max_tokens`` (``max_completion_tokens`` for chat; 0 when absent)."""
+    """The size the lenders predict from, as the engine will count it: the prompt (characters of
+    text; token ids by their number, as 4 characters each), chat's message texts, and the output
+    limit (``max_completion_tokens`` first, as vLLM reads it, then ``max_tokens``; 0 when absent),
+    times the sequences asked for (``n``, ``best_of``)."""
     chars = 0
     prompt = payload.get("prompt")
     if isinstance(prompt, str):
         chars = len(prompt)
     elif isinstance(prompt, list):
-        chars = sum(len(p) for p in prompt if isinstance(p, str))
+        if prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            chars = len(prompt) * int(CHARS_PER_TOKEN)  # token ids: one token each
+        else:
+            chars = sum(len(p) for p in prompt if isinstance(p, str))
     messages = payload.get("messages")
     if isinstance(messages, list):
         for message in messages:
@@ -72,8 +77,16 @@ def request_size_of(payload: dict[str, Any]) -> RequestSize:
                 chars += len(content)
             elif isinstance(content, list):
                 chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    max_tokens = payload.get("max_tokens", payload.get("max_completion_tokens"))
-    return request_size(chars, max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else 0)
+    limit = payload.get("max_completion_tokens")
+    if limit is None:
+        limit = payload.get("max_tokens")
+    max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else 0
+    sequences = max((v for v in (payload.get("n"), payload.get("best_of")) if isinstance(v, int) and not isinstance(v, bool)),
+                    default=1)
+    size = request_size(chars, max_tokens)
+    if sequences > 1:  # each sequence decodes, and holds KV, of its own
+        size = RequestSize(size.prompt_tokens * sequences, size.max_tokens * sequences)
+    return size
 
 
 class UpstreamTable:
@@ -123,6 +136,7 @@ class ProxyEndpoint:
         self.waiters = waiters
         #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
         self._watches: dict[int, DisconnectWatch] = {}
+        self._pending_preemptions: dict[int, Any] = {}
         #: The timer that calls ``Admission.expire`` at the core's next deadline (a floor restored
         #: by the controller, with its preemptions; a hold-off ending), and the time it is set for.
         self._deadline_timer: asyncio.TimerHandle | None = None
@@ -203,9 +217,12 @@ class ProxyEndpoint:
     ) -> int:
         grant: Grant | None = None
         routed_model: str | None = None
+        completed = False
         try:
             grant, priority = await self._admit(request_id, traffic_class, span, upstream, request_size_of(payload))
             self._watches[grant.grant_id] = watch
+            if (pending := self._pending_preemptions.pop(grant.grant_id, None)) is not None:
+                watch.preempt(pending)  # taken back before this task resumed with its grant
             if self.router is not None and model in self.router_models:
                 routed_model = model
                 self.router.request_started(model, self.clock.now_s())
@@ -214,16 +231,20 @@ class ProxyEndpoint:
                 body = json.dumps(payload).encode()
             # Streamed tokens are counted only for a policy that keeps a budget (it predicts from them).
             counts = self.admission.policy.restore_budget_s is not None
-            return await self.forwarder.forward(
+            status = await self.forwarder.forward(
                 scope, send, scope["headers"], body, upstream, span, watch,
                 on_first_chunk=functools.partial(self.admission.first_byte, grant),
                 on_tokens=functools.partial(self._streamed, grant) if counts else None,
             )
+            # What the lenders may learn the engine's rates from: an answer that ran to its end.
+            completed = 200 <= status < 300 and watch.response_completed
+            return status
         finally:
             end_s = self.clock.now_s()
             if grant is not None:
                 self._watches.pop(grant.grant_id, None)
-                self.admission.release(grant, end_s, completed=watch.preemption is None)
+                self._pending_preemptions.pop(grant.grant_id, None)
+                self.admission.release(grant, end_s, completed=completed and watch.preemption is None)
                 self._arm_deadline()
             if routed_model is not None and self.router is not None:
                 self.router.request_finished(routed_model, end_s)
@@ -292,8 +313,12 @@ class ProxyEndpoint:
         self._deadline_timer = asyncio.get_running_loop().call_later(delay_s, self._deadline_due)
 
     def _deadline_due(self) -> None:
+        deadline_s = self._deadline_s
         self._deadline_timer = self._deadline_s = None
-        self.admission.expire(self.clock.now_s())  # grants wake their waiters through on_waiter_granted
+        # The event loop's timer may fire a few microseconds before the clock reads the deadline:
+        # decide at the deadline, or a hold-off would still look unfinished and nothing re-arm.
+        now_s = self.clock.now_s()
+        self.admission.expire(now_s if deadline_s is None else max(now_s, deadline_s))
         self._arm_deadline()
 
     def _streamed(self, grant: Grant, tokens: int, now_s: float) -> None:
@@ -304,6 +329,8 @@ class ProxyEndpoint:
         watch = self._watches.get(grant.grant_id)
         if watch is not None:
             watch.preempt(preemption)
+        else:  # granted from the queue in this loop iteration: its task has not resumed yet
+            self._pending_preemptions[grant.grant_id] = preemption
 
     async def _send_preempted(self, send: Send, watch: DisconnectWatch) -> int:
         """Tell the client its request was taken back: the 503, or the stream's last event."""

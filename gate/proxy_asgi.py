@@ -99,6 +99,8 @@ class DisconnectWatch:
         self.finished = False
         #: The answer's headers went out (a preemption then ends the stream instead of answering 503).
         self.response_started = False
+        #: The answer's body went out whole (the engine's stream ended, not the client or the gate).
+        self.response_completed = False
         #: Set when the gate takes the request back (``lend-preempt``): what to tell the client.
         self.preemption: Any = None
         self._fired = False
@@ -113,10 +115,12 @@ class DisconnectWatch:
 
     def preempt(self, preemption: Any) -> None:
         """Take the request back: cancel its task wherever it waits, as a disconnect does."""
-        if not self.finished and self.preemption is None:
-            self.preemption = preemption
+        if self.finished or self.preemption is not None:
+            return
+        self.preemption = preemption
+        self.finished = True  # a disconnect now must not cancel the task a second time
+        if not self._fired:  # after a disconnect the task is cancelled already: record, do not cancel twice
             self._fired = True
-            self.finished = True  # a disconnect now must not cancel the task a second time
             self._task.cancel()
 
     def absorb(self) -> bool:

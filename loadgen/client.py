@@ -25,7 +25,7 @@ from restorelens.clock import Clock, WallClock
 from restorelens.loadgen.request import ClientRequest, RequestResult, RetryLoop
 from restorelens.loadgen.retry import RetryPolicy, make_policy, retry_after_of
 from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, attempt_attributes, resend_attributes
-from restorelens.protocol import parse_preempted_event
+from restorelens.protocol import is_preempted_answer, parse_preempted_event
 
 __all__ = ["ATTEMPT_EXTENSION", "DEFAULT_TIMEOUT_S", "TracedClient"]
 
@@ -121,10 +121,13 @@ class TracedClient:
                 headers=request.headers(),
                 extensions={ATTEMPT_EXTENSION: attempt},
             ) as response:
-                loop.answered(response.status_code, response.headers, self.clock.now_s())
                 if not response.is_success:
+                    answered_s = self.clock.now_s()
                     await response.aread()
+                    loop.answered(response.status_code, response.headers, answered_s,
+                                  preempted=is_preempted_answer(response.status_code, response.content))
                     return response.status_code
+                loop.answered(response.status_code, response.headers, self.clock.now_s())
                 try:
                     if await self._read_body(response, request.stream, loop, span):
                         return PREEMPTED_STATUS

@@ -151,10 +151,18 @@ class RetryLoop:
         self._attempt_start_s = now_s
         return len(self.attempts) + 1
 
-    def answered(self, status: int | None, headers: HeaderPairs | None, now_s: float, error_type: str | None = None) -> RetryDecision:
-        """The open attempt got ``status`` (None with ``error_type``: it failed without an answer)."""
+    def answered(self, status: int | None, headers: HeaderPairs | None, now_s: float, error_type: str | None = None,
+                 *, preempted: bool = False) -> RetryDecision:
+        """The open attempt got ``status`` (None with ``error_type``: it failed without an answer).
+
+        ``preempted``: the server says it took the request back (a 503 of type ``preempted``), which
+        does not spend an attempt of the policy's, as ``preempted()`` for a stream cut short.
+        """
         if self._attempt_start_s is None:
             raise RuntimeError("answered() without an open attempt")
+        if preempted:
+            self.preemptions += 1
+            error_type = error_type or "preempted"
         number = len(self.attempts) + 1
         decision = self.policy.decide(status, headers, number - self.preemptions, now_s, self.start_s,
                                       self.request.request_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["PREEMPTED", "RETRY_AFTER_MS_HEADER", "parse_preempted_event", "preempted_event"]
+__all__ = ["PREEMPTED", "RETRY_AFTER_MS_HEADER", "is_preempted_answer", "parse_preempted_event", "preempted_event"]
 
 RETRY_AFTER_MS_HEADER = "x-restorelens-retry-after-ms"
 #: The error type of a preemption, in the 503 body and in the stream's last event.
@@ -47,3 +47,15 @@ def parse_preempted_event(line: str) -> tuple[tuple[str, str], ...] | None:
     if isinstance(error.get("retry_after_s"), str):
         headers.append(("retry-after", error["retry_after_s"]))
     return tuple(headers)
+
+
+def is_preempted_answer(status: int, body: bytes) -> bool:
+    """A 503 whose OpenAI-shaped error says the gate took the request back (before any byte of its
+    answer went out)."""
+    if status != 503 or len(body) > _MAX_EVENT_CHARS:
+        return False
+    try:
+        error = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(error, dict) and error.get("type") == PREEMPTED

@@ -7,6 +7,7 @@ goes through Starlette's ``StreamingResponse`` only for its client-disconnect ha
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import AsyncIterator
@@ -109,7 +110,10 @@ class InferenceHandler:
                 )
                 await stream(scope, receive, send)
                 return
-            record = await in_flight.done
+            record = await self._done_or_disconnect(in_flight.done, receive)
+            if record is None:
+                self.sim.engine.abort(request_id)  # the client left: vLLM aborts, and so do we
+                return
             if record.finish_reason == "abort":
                 await reply(503, _ABORTED)
                 return
@@ -122,6 +126,21 @@ class InferenceHandler:
                 error = api.error_body(500, f"internal error ({type(exc).__name__})", error_type="InternalServerError")
                 await reply(500, _dump(error))
             raise
+
+    @staticmethod
+    async def _done_or_disconnect(done: Any, receive: Receive) -> RequestRecord | None:
+        """The finished record, or None when the client disconnected first (a gate taking the
+        request back closes its connection, as any client leaving does)."""
+        async def disconnected() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        watcher = asyncio.ensure_future(disconnected())
+        try:
+            finished, _ = await asyncio.wait({done, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        return done.result() if done in finished else None
 
     async def _receive_body(self, receive: Receive, declared: bytes) -> bytes | None:
         if declared.isdigit() and int(declared) > self.sim.max_body_bytes:

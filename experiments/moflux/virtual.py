@@ -154,9 +154,9 @@ class VirtualMofluxRun(VirtualWire):
             return  # it finished in the same instant
         now_s = self.clock.now_s()
         event = self.engine.abort(grant.request_id, now_s)
-        if event is not None:
-            self._end_engine_request(flight, event, self.workload.model)
         answer = preempted(preemption.retry_after_ms)
+        if event is not None:
+            self._end_engine_request(flight, event, self.workload.model, answer.status)
         decision = flight.loop.preempted(now_s, answer.headers)
         if flight.loop.done:
             self._finish_client(flight)

@@ -75,9 +75,10 @@ class Gate:
             self.admission.streamed(grant, T0 + t)
 
     def serve(self, name: str, t: float, ttfb_s: float, stream_s: float) -> None:
-        """A batch request served on the batch floor from ``t``: first byte and completion as given."""
+        """A batch request served on the batch floor from ``t``, streamed: its first byte (and token)
+        and its completion as given."""
         self.arrive(name, "batch", t, RequestSize(100, 10))
-        self.stream(name, t + ttfb_s)
+        self.stream(name, t + ttfb_s, t + ttfb_s)
         self.finish(name, t + ttfb_s + stream_s)
 
     def _end(self, name: str, t: float) -> None:
@@ -258,7 +259,11 @@ def test_engine_rates_move_from_the_priors_to_the_median_of_completed_requests_a
     gate.stream("failed", 5)
     gate.finish("failed", 50, completed=False)
     gate.arrive("no_first_byte", "batch", 50, RequestSize(100, 10))
-    gate.finish("no_first_byte", 60)
+    gate.finish("no_first_byte", 55)
+    # Nor a whole answer in one body: all its time falls before its first byte.
+    gate.arrive("not_streamed", "batch", 55, RequestSize(100, 10))
+    gate.stream("not_streamed", 59)
+    gate.finish("not_streamed", 60)
     # 100 prompt tokens and 10 output tokens each: 5, 1, 3 ms per prompt token; 200, 50, 100 ms per output token.
     gate.serve("c1", 60, ttfb_s=0.5, stream_s=2.0)
     gate.serve("c2", 70, ttfb_s=0.1, stream_s=0.5)
@@ -277,29 +282,39 @@ def test_engine_rates_move_from_the_priors_to_the_median_of_completed_requests_a
 @pytest.mark.parametrize(("token_gap_s", "lent"), [(0.05, True), (0.2, False)])
 def test_a_loans_remaining_time_follows_its_own_streamed_pace(
         token_gap_s: float, lent: bool, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
-    # The loan is predicted at 0.02 + 15 * 0.05 s. Three tokens streamed: 12 to come at its own pace,
-    # 0.6 s at the prior's pace, 2.4 s at four times slower.
+    # The loan is predicted at 0.02 + 15 * 0.05 s. Four tokens streamed: 11 to come at its own pace,
+    # 0.55 s at the prior's pace, 2.2 s at four times slower.
     gate = Gate(budget(), tracer_provider)
     gate.arrive("b1", "batch", 0)
     assert gate.arrive("loan", "batch", 0, RequestSize(10, 15)).slot == "borrowed"
-    gate.stream("loan", 0.1, 0.1, 0.1 + token_gap_s, 0.1 + 2 * token_gap_s)
+    gate.stream("loan", 0.1, 0.1, 0.1 + token_gap_s, 0.1 + 2 * token_gap_s, 0.1 + 3 * token_gap_s)
     decision = gate.arrive("b3", "batch", 1, RequestSize(1, 1))  # a tiny loan: the first loan's drain decides
     if lent:
         assert decision.slot == "borrowed"
         assert gate.events(span_exporter, "b3") == []
     else:
         assert isinstance(decision, Waiter)
-        assert gate.events(span_exporter, "b3") == [refused("drain_over_budget", BUDGET_S, 12 * token_gap_s)]
+        assert gate.events(span_exporter, "b3") == [refused("drain_over_budget", BUDGET_S, 11 * token_gap_s)]
+
+
+def test_a_loans_first_two_tokens_in_one_breath_do_not_make_it_look_finished() -> None:
+    # A chat stream's first events can come microseconds apart: a pace from two tokens would be ~0.
+    gate = Gate(budget())
+    gate.arrive("b1", "batch", 0)
+    gate.arrive("loan", "batch", 0, RequestSize(10, 15))
+    gate.stream("loan", 0.1, 0.1, 0.1 + 1e-5)
+    policy = gate.admission.policy
+    assert policy.remaining_s(policy._book[gate.grants["loan"].grant_id], T0 + 0.2) == pytest.approx(13 * 0.05)
 
 
 def test_a_loan_refused_for_a_drain_that_progress_shortens_is_lent_once_it_fits() -> None:
     gate = Gate(budget())
     gate.arrive("b1", "batch", 0)
     gate.arrive("loan", "batch", 0, RequestSize(10, 15))
-    gate.stream("loan", 0.1, 0.1, 0.3, 0.5)  # 0.2 s a token: 12 to come, 2.4 s
+    gate.stream("loan", 0.1, 0.1, 0.3, 0.5, 0.7)  # 0.2 s a token: 11 to come, 2.2 s
     waiter = gate.arrive("b3", "batch", 1)
     assert isinstance(waiter, Waiter)
-    gate.admission.streamed(gate.grants["loan"], T0 + 1.1, tokens=11)  # one to come, at about 80 ms
+    gate.admission.streamed(gate.grants["loan"], T0 + 1.1, tokens=10)  # one to come, at about 70 ms
     if waiter.grant is None:  # not re-decided on the progress itself: the core must say when
         gate.admission.expire(gate.admission.next_deadline_s())
     assert waiter.grant is not None and waiter.grant.granted_at_s == T0 + 1.1
@@ -537,3 +552,23 @@ def test_build_policy_passes_the_lenders_settings_through_to_their_checks(
     with pytest.raises(SettingError) as caught:
         build_policy(name, floors=FLOORS, **options)
     assert caught.value.setting == setting and "\n" not in str(caught.value)
+
+
+def test_a_loan_of_unknown_length_is_taken_back_by_lend_preempt() -> None:
+    gate = Gate(PreemptLendPolicy(FLOORS, 2, restore_budget_s=BUDGET_S))
+    gate.arrive("b1", "batch", 0, RequestSize(10, 0))  # on the batch floor, no max_tokens either
+    assert gate.arrive("unbounded", "batch", 0, RequestSize(10, 0)).slot == "borrowed"
+    gate.stream("unbounded", 0.1, *[0.1 + 0.01 * n for n in range(50)])
+    gate.arrive("i1", "interactive", 1)
+    [(grant, preemption)] = gate.preempted
+    assert grant.request_id == "unbounded" and preemption.remaining_s == float("inf")
+    assert 1 <= preemption.retry_after_ms <= 60_000  # no figure for the floor's own unbounded work: the longest hint
+
+
+def test_the_learnt_hold_off_is_bounded_by_a_quiet_night() -> None:
+    policy = budget()
+    t = 0.0
+    for gap_s in (1.0,) * 7 + (8 * 3600.0,) * 3:  # ten gaps, three of them whole nights
+        t += gap_s
+        policy.observe_arrival("interactive", RequestSize(10, 10), t)
+    assert policy.hold_off.hold_off_s == 12 * policy.hold_off.prior_s

@@ -15,6 +15,7 @@ import pytest
 
 from restorelens import spans as S
 from restorelens.gate.policies import RequestSize
+from restorelens.gate.forwarding import token_events
 from restorelens.gate.proxy import request_size_of
 from restorelens.protocol import PREEMPTED, parse_preempted_event
 
@@ -114,7 +115,22 @@ def test_a_loan_within_the_budget_is_not_taken_back(serve_asgi, engine) -> None:
       "max_completion_tokens": 16}, 30, 16),
     ({"prompt": "x" * 8, "max_tokens": True}, 2, 0),  # a boolean is no token count
     ({"messages": "not a list"}, 0, 0),
+    ({"prompt": list(range(300)), "max_tokens": 10}, 300, 10),  # token ids count one each
+    ({"prompt": "x" * 40, "max_tokens": 1, "max_completion_tokens": 400}, 10, 400),  # vLLM reads this one first
+    ({"prompt": "x" * 40, "max_tokens": 8, "n": 2, "best_of": 4}, 40, 32),  # four sequences decode
 ])
 def test_the_size_the_lenders_see_comes_from_the_prompt_characters_and_max_tokens(payload, prompt_tokens,
                                                                                    max_tokens) -> None:
     assert request_size_of(payload) == RequestSize(prompt_tokens, max_tokens)
+
+
+@pytest.mark.parametrize(("chunk", "tokens"), [
+    (b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n', 1),
+    (b'data: {"choices":[{"text":"a"}]}\n\ndata: {"choices":[{"text":"b"}]}\n\n', 2),
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', 0),  # chat's first event
+    (b'data: {"choices":[{"delta":{},"finish_reason":"length"}]}\n\n', 0),  # chat's last event
+    (b'data: {"choices":[],"usage":{"completion_tokens":3}}\n\ndata: [DONE]\n\n', 0),
+    (b"", 0),
+])
+def test_streamed_tokens_are_the_events_that_carry_one(chunk: bytes, tokens: int) -> None:
+    assert token_events(chunk) == tokens

@@ -38,7 +38,11 @@ class Scripted:
             self.seen.append({"headers": dict(request.headers), "body": body})
             status, headers = self.answers[min(len(self.seen) - 1, len(self.answers) - 1)]
             if status != 200:
-                return JSONResponse({"error": {"message": "not ready", "code": status}}, status, headers=headers)
+                # A 503 scripted with "error-type" says what kind (e.g. the gate's "preempted").
+                error_type = headers.get("error-type")
+                body = {"message": "not ready", "code": status, **({"type": error_type} if error_type else {})}
+                return JSONResponse({"error": body}, status,
+                                    headers={k: v for k, v in headers.items() if k != "error-type"})
             # A 200 scripted with "preempt-after-ms" streams one token, then the gate's preemption event.
             preempt_ms = headers.get("preempt-after-ms")
             if body.get("stream"):

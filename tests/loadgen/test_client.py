@@ -178,3 +178,14 @@ def test_a_second_preemption_is_also_retried_but_a_refusal_after_it_is_final(scr
     _, url = scripted_gateway((200, {"preempt-after-ms": "1000"}), (200, {"preempt-after-ms": "1000"}), (429, {}))
     result, _ = _run(url, tracer_provider, VirtualClock(), policy=HonourRetryAfter(max_attempts=1), stream=True)
     assert result.statuses == (200, 200, 429) and result.outcome == "gave_up"
+
+
+def test_a_503_that_says_preempted_is_retried_without_spending_an_attempt(scripted_gateway, tracer_provider) -> None:
+    _, url = scripted_gateway((503, {"error-type": "preempted", "retry-after": "2"}), (200, {}))
+    result, sleep = _run(url, tracer_provider, VirtualClock(), policy=HonourRetryAfter(max_attempts=1))
+    assert result.outcome == "ok" and result.statuses == (503, 200)
+    assert [a.error_type for a in result.attempts] == ["preempted", None] and sleep.waits_s == [2.0]
+    # Any other 503 still spends the client's one attempt.
+    _, url = scripted_gateway((503, {"retry-after": "2"}), (200, {}))
+    result, _ = _run(url, tracer_provider, VirtualClock(), policy=HonourRetryAfter(max_attempts=1))
+    assert result.outcome == "gave_up" and result.statuses == (503,)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import time
 from collections.abc import Callable
 
 import httpx
@@ -184,3 +187,29 @@ def test_unknown_start_mode_is_a_setting_error() -> None:
         create_app("no-such-preset")
     with pytest.raises(SettingError, match=r"^setting api_key: must be printable ASCII"):
         create_app(CONFIG, api_key="ключ")
+
+
+def test_a_request_not_streamed_is_aborted_when_its_client_leaves(serve_asgi) -> None:
+    # As vLLM does, and as a gate taking a request back needs: the engine stops working for nobody.
+    server = serve_asgi(create_app(CONFIG.replace(decode_s_per_seq=1.0), model_name="tiny"))  # 1 s a token
+    body = json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 60}).encode()
+    with socket.create_connection((server.host, server.port)) as client:
+        client.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n"
+                       b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        _wait_for(lambda: _running(server) == 1)
+    _wait_for(lambda: _running(server) == 0)  # long before its 60 tokens would have taken
+
+
+def _running(server) -> float:
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        if line.startswith("vllm:num_requests_running{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no vllm:num_requests_running")
+
+
+def _wait_for(check) -> None:
+    for _ in range(400):  # a bound on polls, not a speed claim: 60 tokens take a minute here
+        if check():
+            return
+        time.sleep(0.01)
+    raise AssertionError("condition not reached")
