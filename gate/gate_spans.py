@@ -138,8 +138,8 @@ class GateSpans:
         attributes: dict[str, str | float] = {S.ATTR_GATE_LOAN_REASON: check.reason or ""}
         if check.predicted_s is not None and math.isfinite(check.predicted_s):
             attributes[S.ATTR_GATE_LOAN_PREDICTED_S] = check.predicted_s
-        if check.budget_s is not None:
-            attributes[S.ATTR_GATE_LOAN_LIMIT_S] = check.budget_s
+        if check.limit_s is not None:
+            attributes[S.ATTR_GATE_LOAN_LIMIT_S] = check.limit_s
         span.add_event(name, attributes, timestamp=to_ns(now_s))
 
     def preempted(self, request_id: str, preemption: Preemption, now_s: float) -> None:

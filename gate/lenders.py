@@ -155,7 +155,8 @@ class LoanCheck:
 
     reason: str | None
     predicted_s: float | None = None
-    budget_s: float | None = None
+    #: What the prediction was held against: the budget, or the learnt hold-off.
+    limit_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

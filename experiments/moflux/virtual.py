@@ -134,18 +134,15 @@ class VirtualMofluxRun(VirtualWire):
         self._finish_client(flight)
         if flight.grant is None:
             return  # it went straight to the engine: no grant to give back
-        for grant in self.admission.release(flight.grant, at_s):
-            self._decided(self._waiting.pop(grant.request_id), grant)
+        self._queued_answered(self.admission.release(flight.grant, at_s))
 
     def _first_byte(self, flight: Flight, at_s: float) -> None:
         if flight.grant is not None:
-            for grant in self.admission.first_byte(flight.grant, at_s):
-                self._decided(self._waiting.pop(grant.request_id), grant)
+            self._queued_answered(self.admission.first_byte(flight.grant, at_s))
 
     def _token(self, flight: Flight, at_s: float) -> None:
         if flight.grant is not None:
-            for grant in self.admission.streamed(flight.grant, at_s):
-                self._decided(self._waiting.pop(grant.request_id), grant)
+            self._queued_answered(self.admission.streamed(flight.grant, at_s))
 
     def _preempt(self, grant: Any, preemption: Any) -> None:
         """The gate takes a loan back: abort it in the engine, end its stream with the retry hint."""
@@ -163,8 +160,7 @@ class VirtualMofluxRun(VirtualWire):
         else:
             flight.request_span.retry_wait(now_s, decision, answer.status)
             self.loop.at(now_s + decision.wait_s, lambda: self._attempt(flight.arrival, flight.loop, flight.request_span))
-        for granted in self.admission.release(grant, now_s, completed=False):
-            self._decided(self._waiting.pop(granted.request_id), granted)
+        self._queued_answered(self.admission.release(grant, now_s, completed=False))
 
     # --- time sources --------------------------------------------------------------------------
 
@@ -173,5 +169,9 @@ class VirtualMofluxRun(VirtualWire):
 
     def _gate_due(self, now_s: float) -> None:
         rejections, grants = self.admission.expire(now_s)
-        for answer in (*rejections, *grants):
+        self._queued_answered([*rejections, *grants])
+
+    def _queued_answered(self, answers: Any) -> None:
+        """Queued requests the core answered (a grant, or a timeout): the gate decides for each, as live."""
+        for answer in answers:
             self._decided(self._waiting.pop(answer.request_id), answer)
