@@ -26,10 +26,18 @@ __all__ = ["BackendByModel", "EngineAnswer", "EngineBackend", "FixedLatencyEngin
 
 @dataclass(frozen=True, slots=True)
 class EngineAnswer:
-    """The backend's account of an engine it started or woke: ready at ``ready_at_s``, at ``url``."""
+    """The backend's account of an engine it started or woke: ready at ``ready_at_s``, at ``url``.
+
+    ``attached``: the backend found an engine already running rather than loading one (an attach
+    is no wake: no request waited for it unless one arrived meanwhile). ``asleep``: that engine was
+    found asleep (vLLM answers ``/health`` 200 while asleep, so only its sleep state says so); the
+    lifecycle then marks it Sleeping and a request wakes it as any other sleeping engine.
+    """
 
     ready_at_s: float
     url: str | None = None
+    attached: bool = False
+    asleep: bool = False
 
 
 class EngineBackend(Protocol):

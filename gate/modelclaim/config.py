@@ -49,17 +49,18 @@ from restorelens.gate.modelclaim.policy import parse_pool_policy
 from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend
 from restorelens.gate.modelclaim.router import ModelClaimRouter
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
+from restorelens.readiness import parse_readiness
 from restorelens.settings import http_url_problem, require_keys
 
 __all__ = ["build_core", "build_router", "check_table"]
 
 ROOT = "modelclaim"
 TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_interval_s", "health_interval_s",
-            "start_timeout_s"}
+            "start_timeout_s", "retry_after_mode", "hold_s", "calibration_path"}
 POD_KEYS = {"name", "node", "gpus"}
 #: ``simulated`` is known so that it is refused with its reason, not as a typo (``_backend``).
 CLAIM_KEYS = {"model", "perGPU", "weights", "sleeping_footprint", "tensor_parallel", "pods", "engine_args",
-              "engine_url", "engine_urls", "command", "env", "simulated"}
+              "engine_url", "engine_urls", "command", "env", "simulated", "readiness"}
 PER_GPU_KEYS = {"maximumFootprint", "kvFloor"}
 RETRY_KEYS = {"not_ready_s", "waiting_for_room_s", "moving_s"}
 #: What ``EngineCommand.render`` fills into a ``command`` item.
@@ -215,6 +216,8 @@ def _backend(
     kind = kinds[0]
     if "env" in raw and kind != "command":
         raise SettingError(f"{where}.env", "only a started engine (command) takes an environment")
+    if "readiness" in raw:
+        options = {**options, "readiness": parse_readiness(raw["readiness"], f"{where}.readiness")}
     if kind == "engine_url":
         return VllmSleepBackend({spec.model: _url(raw[kind], f"{where}.engine_url")}, **options)
     if kind == "engine_urls":

@@ -159,10 +159,15 @@ class ModelClaimCore:
     # --- engine reports ------------------------------------------------------------------------
 
     def on_engine_ready(
-        self, model: str, instance_id: int, now_s: float, *, ready_at_s: float | None = None, url: str | None = None
+        self, model: str, instance_id: int, now_s: float, *, ready_at_s: float | None = None, url: str | None = None,
+        attached: bool = False, asleep: bool = False,
     ) -> list[Action]:
-        """The backend reported the instance ready at ``ready_at_s``; the core observes it at ``now_s``."""
-        engine_ready(self.state, self._claims[model], instance_id, now_s, ready_at_s=ready_at_s, url=url)
+        """The backend reported the instance ready at ``ready_at_s``; the core observes it at ``now_s``.
+
+        ``attached``/``asleep``: the start found a running engine, asleep or not (``EngineAnswer``).
+        """
+        engine_ready(self.state, self._claims[model], instance_id, now_s, ready_at_s=ready_at_s, url=url,
+                     attached=attached, asleep=asleep)
         return self._tick(now_s)
 
     def on_engine_slept(self, model: str, instance_id: int, now_s: float) -> list[Action]:

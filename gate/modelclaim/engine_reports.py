@@ -5,7 +5,10 @@ one that does not match the operation in progress, is stale and changes nothing 
 reconciles at its time).
 
 - ready: the start or wake is done. The claim goes Active, the wake ends ``ready`` with the
-  backend's ready time, and the level-1 sleep's weights leave host RAM.
+  backend's ready time, and the level-1 sleep's weights leave host RAM. A start that attached to
+  an engine already running ends no wake unless a request was waiting for it; one that found the
+  engine asleep leaves the claim Sleeping, charged as a sleeping engine, and a waiting request's
+  wake goes on as a wake of that sleeping engine.
 - slept: the engine is asleep. Without the wake reserve its GPUs are charged only the sleeping
   footprint, and a wake waiting for this neighbour's room may go on.
 - failed (a crash, or a failed start, wake or sleep): the instance restarts on the same GPUs after
@@ -24,6 +27,8 @@ from restorelens.gate.modelclaim.phases import (
     LOADING,
     MODEL_CLAIM_ACTIVE,
     REASON_ENGINE_FAILED,
+    REASON_ENGINE_SLEEPING,
+    SLEEPING,
 )
 
 if TYPE_CHECKING:
@@ -36,12 +41,20 @@ RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
 
 def engine_ready(
     state: LifecycleState, claim: ClaimState, instance_id: int, now_s: float, *, ready_at_s: float | None,
-    url: str | None,
+    url: str | None, attached: bool = False, asleep: bool = False,
 ) -> None:
     """The instance was ready at ``ready_at_s`` (by the backend's account); the core observes it at ``now_s``."""
     inst = claim.current_instance(instance_id)
     if inst is None or claim.op not in (OP_STARTING, OP_WAKING):
         return
+    if attached and claim.op == OP_STARTING:
+        if url is not None:
+            inst.url = url
+        if claim.wake is not None and not claim.wake.triggers:
+            claim.wake = None  # nobody waited: an attach, not a wake episode
+        if asleep:
+            _attached_asleep(state, claim, now_s)
+            return
     if claim.op == OP_WAKING:
         state.ledger.free_host(claim.spec.model, state.pods[inst.pod].node_name)
     claim.op = None
@@ -52,6 +65,24 @@ def engine_ready(
     claim.sleep_refused_idle_since_s = None
     claim.finish_wake(now_s, "ready", state.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
     claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, state.listeners)
+
+
+def _attached_asleep(state: LifecycleState, claim: ClaimState, now_s: float) -> None:
+    """The attached engine sleeps: account it as one the lifecycle put to sleep (weights in host
+    RAM at level 1, only the sleeping footprint on its GPUs without the wake reserve)."""
+    inst = claim.instance
+    assert inst is not None
+    claim.op = None
+    inst.asleep = True
+    claim.idle_since_s = now_s
+    if state.sleep_level == 1:
+        state.ledger.hold_host(claim.spec.model, state.pods[inst.pod].node_name, claim.spec.weight_bytes)
+    if state.policy.no_wake_reserve_while_asleep:
+        state.ledger.charge(claim.spec.model, inst.gpus, claim.spec.sleeping_footprint_bytes)
+    claim.set_state(SLEEPING, REASON_ENGINE_SLEEPING, now_s, state.listeners)
+    if claim.wake is not None:
+        # A request arrived while attaching: its wake goes on as a wake of a sleeping engine.
+        claim.wake.room_found_s = claim.wake.wake_called_s = None
 
 
 def engine_slept(state: LifecycleState, claim: ClaimState, instance_id: int) -> None:

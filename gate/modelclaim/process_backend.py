@@ -35,6 +35,7 @@ from restorelens.gate.modelclaim.vllm_backend import (
     VllmSleepBackend,
     poll_health,
 )
+from restorelens.readiness import ReadinessCheck
 from restorelens.serving import bind_socket
 
 __all__ = ["EngineCommand", "ProcessBackend", "StderrTail"]
@@ -141,8 +142,10 @@ class ProcessBackend(VllmSleepBackend):
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         stop_timeout_s: float = 10.0,
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
+        readiness: ReadinessCheck | None = None,
     ) -> None:
-        super().__init__({}, clock=clock, poll_interval_s=poll_interval_s, start_timeout_s=start_timeout_s)
+        super().__init__({}, clock=clock, poll_interval_s=poll_interval_s, start_timeout_s=start_timeout_s,
+                         readiness=readiness)
         self.commands = dict(commands)
         self.stop_timeout_s = stop_timeout_s
         self.stderr_tail_bytes = stderr_tail_bytes

@@ -227,7 +227,8 @@ class ModelClaimRouter:
                 observed_s = self.clock.now_s()
                 with self._lock:
                     follow = self.core.on_engine_ready(
-                        action.model, action.instance_id, observed_s, ready_at_s=answer.ready_at_s, url=answer.url
+                        action.model, action.instance_id, observed_s, ready_at_s=answer.ready_at_s, url=answer.url,
+                        attached=answer.attached, asleep=answer.asleep,
                     )
             elif isinstance(action, SleepEngine):
                 await self.backend.sleep(action, now_s)

@@ -135,7 +135,7 @@ class VirtualLifecycle:
     def _observe_ready(self, action: StartEngine | WakeEngine, answer: EngineAnswer, called_s: float) -> None:
         def ready(t: float) -> list[Action]:
             return self.core.on_engine_ready(action.model, action.instance_id, t, ready_at_s=answer.ready_at_s,
-                                             url=answer.url)
+                                             url=answer.url, attached=answer.attached, asleep=answer.asleep)
 
         self._at(self._observed_s(called_s, answer.ready_at_s), ready)
 

@@ -18,6 +18,7 @@ import httpx
 from restorelens.clock import Clock, WallClock
 from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.readiness import ReadinessCheck
 
 __all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "VllmSleepBackend", "poll_health"]
 
@@ -62,8 +63,10 @@ class VllmSleepBackend:
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         wake_timeout_s: float = DEFAULT_WAKE_TIMEOUT_S,
         client: httpx.AsyncClient | None = None,
+        readiness: ReadinessCheck | None = None,
     ) -> None:
         self.urls = dict(urls)
+        self.readiness = readiness or ReadinessCheck()
         self.clock = clock or WallClock()
         self.poll_interval_s = poll_interval_s
         self.start_timeout_s = start_timeout_s
