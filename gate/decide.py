@@ -5,8 +5,10 @@ routes and, once asked, what admission said; they only carry out the answer (sen
 or hand the status and headers to the virtual client). So a 503 or a 429 carries the same status,
 headers and error type live and in virtual time, by construction:
 
-- ``NotReady`` (a lifecycle-managed model that cannot serve yet): its status (503 in AIBrix's
-  table), ``Retry-After`` in whole seconds when the lifecycle gives one;
+- ``NotReady`` (a lifecycle-managed model that cannot serve yet): ``Hold`` when the lifecycle
+  allows holding it and the shell may (its first ask); else its status (503 in AIBrix's table),
+  ``Retry-After`` in whole seconds when the lifecycle gives one, and the precise
+  ``x-restorelens-retry-after-ms`` when it predicts one;
 - ``UnknownModel``: 400 behind a lifecycle (AIBrix's gateway answers 400 for a model it does not
   manage), 404 from a plain proxy;
 - ``Routed`` and not yet admitted: ``Admit`` (the shell asks ``Admission``, which may queue);
@@ -26,7 +28,7 @@ from .policies import AdmissionPolicy
 from .retry_hint import retry_after_header
 from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 
-__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Respond", "decide", "preempted",
+__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Hold", "Respond", "decide", "preempted",
            "static_route"]
 
 RETRY_AFTER = "retry-after"
@@ -50,6 +52,13 @@ class Forward:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """Keep the request open until the model serves or ``until_s``, then decide again (without holding)."""
+
+    until_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Respond:
     """Answer without forwarding: an OpenAI-style JSON error with these headers (lower-case names)."""
 
@@ -59,7 +68,7 @@ class Respond:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Answer = Admit | Forward | Respond
+Answer = Admit | Forward | Hold | Respond
 
 
 def decide(
@@ -70,14 +79,22 @@ def decide(
     traffic_class: str,
     policy: AdmissionPolicy,
     lifecycle: bool,
+    may_hold: bool = True,
 ) -> Answer:
     """What the gate does with a request for ``model`` that routes to ``route``.
 
     ``admitted`` is admission's answer, read only for a ``Routed`` request. ``lifecycle`` says
     whether a lifecycle router fronts models here (it decides the unknown-model status).
+    ``may_hold``: False once the request was held (a hold happens once).
     """
     if isinstance(route, NotReady):
-        headers = () if route.retry_after_s is None else ((RETRY_AFTER, str(route.retry_after_s)),)
+        if may_hold and route.hold_until_s is not None:
+            return Hold(route.hold_until_s)
+        headers: tuple[tuple[str, str], ...] = ()
+        if route.retry_after_ms is not None:
+            headers += ((RETRY_AFTER_MS, str(route.retry_after_ms)),)
+        if route.retry_after_s is not None:
+            headers += ((RETRY_AFTER, str(route.retry_after_s)),)
         message = route.message or f"model {model!r} is not ready ({route.phase}/{route.reason})"
         return Respond(route.status_code, message, "not_ready", headers)
     if isinstance(route, UnknownModel):

@@ -23,6 +23,7 @@ from .admission import Grant, Rejection
 from .lenders import LoanCheck, Preemption
 from .restoration import LendingPeriod, RestorationEpisode
 from .retry_hint import retry_after_header
+from .routing import NotReady
 
 __all__ = ["GateSpans"]
 
@@ -93,14 +94,32 @@ class GateSpans:
                 span.set_attribute(S.ATTR_HTTP_RETRY_AFTER, [header])
                 span.set_attribute(S.ATTR_RETRY_AFTER_S, float(header))
 
-    def not_ready(self, span: Span, phase: str, reason: str, status_code: int, retry_after_s: int | None) -> None:
+    def not_ready(self, span: Span, route: NotReady) -> None:
+        """The lifecycle's answer to a model that cannot serve: the 503, its hint and where the hint came from."""
         span.set_attribute(S.ATTR_GATE_DECISION, "not_ready")
-        span.set_attribute(S.ATTR_MODELCLAIM_PHASE, phase)
-        span.set_attribute(S.ATTR_MODELCLAIM_REASON, reason)
-        span.set_attribute(S.ATTR_HTTP_STATUS_CODE, status_code)
-        if retry_after_s is not None:
-            span.set_attribute(S.ATTR_HTTP_RETRY_AFTER, [str(retry_after_s)])
-            span.set_attribute(S.ATTR_RETRY_AFTER_S, float(retry_after_s))
+        span.set_attribute(S.ATTR_MODELCLAIM_PHASE, route.phase)
+        span.set_attribute(S.ATTR_MODELCLAIM_REASON, route.reason)
+        span.set_attribute(S.ATTR_HTTP_STATUS_CODE, route.status_code)
+        if route.retry_after_s is not None:
+            span.set_attribute(S.ATTR_HTTP_RETRY_AFTER, [str(route.retry_after_s)])
+            span.set_attribute(S.ATTR_RETRY_AFTER_S, float(route.retry_after_s))
+        self._hint(span, route)
+
+    def held(self, span: Span, route: NotReady, hold_s: float) -> None:
+        """The request was held ``hold_s`` while its model woke (then forwarded, or answered by ``not_ready``)."""
+        span.set_attribute(S.ATTR_GATE_HOLD_S, hold_s)
+        self._hint(span, route)
+
+    @staticmethod
+    def _hint(span: Span, route: NotReady) -> None:
+        if route.hint_mode is not None:
+            span.set_attribute(S.ATTR_MODELCLAIM_HINT_MODE, route.hint_mode)
+        if route.hint_source is not None:
+            span.set_attribute(S.ATTR_MODELCLAIM_HINT_SOURCE, route.hint_source)
+        if route.retry_after_ms is not None:
+            span.set_attribute(S.ATTR_GATE_RETRY_AFTER_MS, route.retry_after_ms)
+        if route.predicted_ready_in_s is not None:
+            span.set_attribute(S.ATTR_MODELCLAIM_PREDICTED_READY_IN_S, route.predicted_ready_in_s)
 
     def failed(self, span: Span, error_type: str, status_code: int) -> None:
         """The gate answered an error of its own (bad input, upstream unreachable or timed out)."""

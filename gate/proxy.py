@@ -1,7 +1,9 @@
 """The I/O shell around the admission core: one raw-ASGI endpoint per OpenAI inference path.
 
 Per request: read and parse the body (400 on bad JSON, before anything else), route by model (the
-static upstream table, or the ``ModelRouter`` for lifecycle-managed models), ask ``Admission`` for a
+static upstream table, or the ``ModelRouter`` for lifecycle-managed models; a model that wakes may
+have its request held until it serves, once, bounded by ``hold_s`` and ``queue_limit`` held at
+once), ask ``Admission`` for a
 grant (wait on a future while queued), forward through the pooled, instrumented httpx transport and
 stream the answer back chunk by chunk. A watcher on ``receive()`` notices a client disconnect while
 queued or streaming. The grant, the router's started/finished pair and the span are each closed in
@@ -29,7 +31,7 @@ from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission, Grant, Rejection, Waiter
-from .decide import RETRY_AFTER, Admit, Answer, Forward, Respond, decide, preempted, static_route
+from .decide import RETRY_AFTER, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
 from .lenders import CHARS_PER_TOKEN, request_size
 from .policies import RequestSize
 from .forwarding import UpstreamForwarder
@@ -141,6 +143,8 @@ class ProxyEndpoint:
         #: by the controller, with its preemptions; a hold-off ending), and the time it is set for.
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._deadline_s: float | None = None
+        #: Requests held while their model wakes; at most ``queue_limit`` at once, the rest answered 503.
+        self.held = 0
         self.forwarder = UpstreamForwarder(
             transport=transport, upstream=upstream, timeout=timeout, emitter=emitter, clock=clock, tracing=self.tracing
         )
@@ -185,10 +189,11 @@ class ProxyEndpoint:
         try:
             if early is not None:
                 raise early
-            upstream = self._route(model, traffic_class, span, now_s)
-            # Admission and forwarding run in this task; a watcher on receive() (after the body it
-            # only says disconnect) cancels it wherever it waits: queue, upstream, a slow stream.
+            # Holding, admission and forwarding run in this task; a watcher on receive() (after the
+            # body it only says disconnect) cancels it wherever it waits: hold, queue, upstream, a
+            # slow stream.
             watch = DisconnectWatch(receive)
+            upstream = await self._route(model, traffic_class, span, now_s)
             status = await self._serve(scope, send, payload, body, model, upstream, request_id, traffic_class, span, watch)
         except GateAnswer as answer:
             status = answer.status
@@ -282,21 +287,37 @@ class ProxyEndpoint:
             raise GateAnswer(400, "request body must be a JSON object", "invalid_request_error")
         return payload
 
-    def _route(self, model: Any, traffic_class: str, span: Span, now_s: float) -> str:
+    async def _route(self, model: Any, traffic_class: str, span: Span, now_s: float) -> str:
         if model is not None and not isinstance(model, str):
             raise GateAnswer(400, "'model' must be a string", "invalid_request_error")
         route: RouteAnswer
         if self.router is not None and model in self.router_models:
             route = self.router.route(model, now_s, trigger=span.get_span_context())
-            if isinstance(route, NotReady):
-                self.emitter.not_ready(span, route.phase, route.reason, route.status_code, route.retry_after_s)
         else:
             route = static_route(self.upstreams.pick(model), model)
-        answer = self._decide(route, None, model, traffic_class)
+        answer = self._decide(route, None, model, traffic_class, may_hold=self.held < self.settings.queue_limit)
+        if isinstance(answer, Hold):
+            assert self.router is not None and isinstance(route, NotReady)
+            route = await self._hold(model, route, answer, span)
+            answer = self._decide(route, None, model, traffic_class, may_hold=False)
+        if isinstance(route, NotReady):
+            self.emitter.not_ready(span, route)
         if isinstance(answer, Respond):
             raise _gate_answer(answer)
         assert isinstance(answer, Admit)
         return answer.upstream
+
+    async def _hold(self, model: str, route: NotReady, hold: Hold, span: Span) -> RouteAnswer:
+        """Keep the request open until its model serves or the hold ends; then where it goes now."""
+        assert self.router is not None
+        held_s = self.clock.now_s()
+        self.held += 1
+        try:
+            await self.router.wait_routable(model, hold.until_s - held_s)
+        finally:
+            self.held -= 1
+            self.emitter.held(span, route, self.clock.now_s() - held_s)
+        return self.router.route(model, self.clock.now_s(), trigger=span.get_span_context())
 
     def _arm_deadline(self) -> None:
         """Make sure ``expire`` runs at the core's next deadline, as the virtual loop's time source
@@ -361,9 +382,10 @@ class ProxyEndpoint:
         self.emitter.granted(span, decision, upstream=upstream)
         return decision, answer.priority
 
-    def _decide(self, route: RouteAnswer, admitted: Grant | Rejection | None, model: str | None, traffic_class: str) -> Answer:
+    def _decide(self, route: RouteAnswer, admitted: Grant | Rejection | None, model: str | None, traffic_class: str,
+                *, may_hold: bool = False) -> Answer:
         return decide(route, admitted, model=model, traffic_class=traffic_class, policy=self.admission.policy,
-                      lifecycle=self.router is not None)
+                      lifecycle=self.router is not None, may_hold=may_hold)
 
     async def _wait(self, waiter: Waiter) -> Grant | Rejection:
         """Park on a future until a release grants the waiter or its deadline passes."""

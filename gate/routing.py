@@ -1,8 +1,8 @@
 """The seam between the gate's proxy and the ModelClaim lifecycle driver.
 
 The proxy asks a ``ModelRouter`` where a model's requests go. A router answers ``Routed`` (forward to
-this engine), ``NotReady`` (answer 503, with Retry-After when the lifecycle gives one; the gate never
-holds the request) or ``UnknownModel`` (not this router's model). The lifecycle driver implements the
+this engine), ``NotReady`` (answer 503, with Retry-After when the lifecycle gives one, or hold the
+request until ``hold_until_s`` and ask again) or ``UnknownModel`` (not this router's model). The lifecycle driver implements the
 protocol; the proxy never imports the lifecycle's modules, so either side changes alone.
 """
 
@@ -26,13 +26,25 @@ class Routed:
 
 @dataclass(frozen=True, slots=True)
 class NotReady:
-    """Answer without forwarding: 503 with ``Retry-After: retry_after_s`` (omitted when None)."""
+    """Answer without forwarding: 503 with ``Retry-After: retry_after_s`` (omitted when None).
+
+    ``retry_after_ms``: the precise hint (``x-restorelens-retry-after-ms``), when the lifecycle
+    predicts one. ``hint_source`` (fixed / calibrated / prior), ``hint_mode`` and
+    ``predicted_ready_in_s`` (seconds until the model is predicted to serve) go on the span.
+    ``hold_until_s``: the shell may hold the request until then (or until the model serves) and
+    route it again, instead of answering now.
+    """
 
     phase: str
     reason: str
     retry_after_s: int | None
     status_code: int = 503
     message: str = ""
+    retry_after_ms: int | None = None
+    hint_source: str | None = None
+    hint_mode: str | None = None
+    predicted_ready_in_s: float | None = None
+    hold_until_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +67,9 @@ class ModelRouter(Protocol):
 
         ``trigger`` is the requesting ``gate.request`` span's context, for the wake span's link.
         """
+
+    async def wait_routable(self, model: str, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` (clock seconds) for ``model`` to serve; True when it does (a held request)."""
 
     def request_started(self, model: str, now_s: float) -> None:
         """A routed request began (the engine is busy; idle timers stop)."""

@@ -12,6 +12,10 @@ is clamped to it (one last attempt at the deadline); at the deadline the policy 
 
 Which answers are retried: 429, 502, 503 and 504 and transport failures (``status=None``), as
 OTLP/HTTP and most HTTP clients do. Every other status is final.
+
+``honour-hint-ms`` reads the gate's precise hint, ``x-restorelens-retry-after-ms`` (sent with
+429s and, in calibrated mode, with a waking model's 503s), and waits exactly that; without it, it
+waits the Retry-After as ``honour-retry-after`` does. Never earlier than the hint.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from typing import Protocol, runtime_checkable
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.retry_after import NO_HINT, RetryAfter, parse_retry_after
+from restorelens.protocol import RETRY_AFTER_MS_HEADER
 
 __all__ = [
     "POLICY_NAMES",
     "RETRYABLE_STATUSES",
     "ExponentialBackoff",
     "FixedInterval",
+    "HonourHintMs",
     "HonourRetryAfter",
     "RetryDecision",
     "RetryPolicy",
@@ -123,6 +129,9 @@ class _PolicyBase:
     def _wait_s(self, hint: RetryAfter, attempt: int, key: str) -> float:
         raise NotImplementedError
 
+    def _hint_of(self, headers: HeaderPairs | None, now_s: float) -> RetryAfter:
+        return retry_after_of(headers, now_s)
+
     def decide(
         self,
         status: int | None,
@@ -132,7 +141,7 @@ class _PolicyBase:
         first_attempt_s: float,
         key: str = "",
     ) -> RetryDecision:
-        hint = retry_after_of(headers, now_s)
+        hint = self._hint_of(headers, now_s)
         if status is not None and status not in RETRYABLE_STATUSES:
             return RetryDecision(False, 0.0, hint, STOP_FINAL)
         if attempt >= self.max_attempts:
@@ -201,7 +210,26 @@ class HonourRetryAfter(_PolicyBase):
         return self.fallback._wait_s(hint, attempt, key)
 
 
-POLICY_NAMES = ("honour-retry-after", "backoff", "fixed")
+@dataclass(frozen=True)
+class HonourHintMs(HonourRetryAfter):
+    """Wait exactly ``x-restorelens-retry-after-ms`` when the answer carries a valid one, else as
+    ``HonourRetryAfter``. ``RetryDecision.retry_after`` keeps the Retry-After header's text in
+    ``raw`` with the wait used in ``seconds``."""
+
+    name: str = field(default="honour-hint-ms", init=False)
+
+    def _hint_of(self, headers: HeaderPairs | None, now_s: float) -> RetryAfter:
+        hint = retry_after_of(headers, now_s)
+        lines = _header_lines(headers, RETRY_AFTER_MS_HEADER)
+        text = lines[0].strip() if len(lines) == 1 else ""
+        # At most 9 digits (under 12 days): a larger or malformed value is ignored, as RFC 9110
+        # says of an invalid Retry-After, and the Retry-After header decides.
+        if text.isdigit() and len(text) <= 9:
+            return RetryAfter(int(text) / 1000, hint.raw, hint.invalid)
+        return hint
+
+
+POLICY_NAMES = ("honour-retry-after", "honour-hint-ms", "backoff", "fixed")
 
 
 def make_policy(
@@ -218,6 +246,8 @@ def make_policy(
     backoff = ExponentialBackoff(max_attempts, deadline_s, base_s=base_s, cap_s=cap_s, seed=seed)
     if name == "honour-retry-after":
         return HonourRetryAfter(max_attempts, deadline_s, fallback=backoff)
+    if name == "honour-hint-ms":
+        return HonourHintMs(max_attempts, deadline_s, fallback=backoff)
     if name == "backoff":
         return backoff
     if name == "fixed":

@@ -75,6 +75,10 @@ ATTR_MODELCLAIM_FROM_POD = "modelclaim.from_pod"
 ATTR_MODELCLAIM_NEIGHBOUR = "modelclaim.neighbour"
 ATTR_MODELCLAIM_GPU_BYTES = "modelclaim.gpu_bytes"
 ATTR_MODELCLAIM_HOST_RAM_BYTES = "modelclaim.host_ram_bytes"
+ATTR_MODELCLAIM_HINT_MODE = "modelclaim.hint_mode"
+ATTR_MODELCLAIM_HINT_SOURCE = "modelclaim.hint_source"
+ATTR_MODELCLAIM_PREDICTED_READY_IN_S = "modelclaim.predicted_ready_in_s"
+ATTR_GATE_HOLD_S = "gate.hold_s"
 
 ATTR_RETRY_WAIT_S = "retry.wait_s"
 
@@ -157,6 +161,10 @@ GATE_DECISIONS = ("admitted", "rejected", "not_ready", "error")
 GATE_SLOTS = ("own", "borrowed")
 OUTCOMES = ("ok", "rejected", "gave_up", "error")
 WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
+#: How the gateway answers a model that cannot serve yet (``[modelclaim]`` retry_after_mode, hold_s).
+HINT_MODES = ("fixed", "calibrated", "hold")
+#: Where one 503's hint came from: the fixed table, the calibration, or the table as its prior.
+HINT_SOURCES = ("fixed", "calibrated", "prior")
 #: Why a budget-aware lender refused a loan, and why lending resumed (gate/lenders.py).
 LOAN_REASONS = ("drain_over_budget", "kv_wait_over_budget", "loans_not_drained", "hold_off", "drained_and_idle")
 
@@ -175,6 +183,8 @@ ATTRIBUTE_VALUES: dict[str, tuple[str, ...]] = {
     ATTR_OUTCOME: OUTCOMES,
     ATTR_MODELCLAIM_WAKE_PATH: WAKE_PATHS,
     ATTR_GATE_LOAN_REASON: LOAN_REASONS,
+    ATTR_MODELCLAIM_HINT_MODE: HINT_MODES,
+    ATTR_MODELCLAIM_HINT_SOURCE: HINT_SOURCES,
 }
 
 # --- attribute value types, as the typed-spans SQL layer casts them --------------------------------
@@ -220,6 +230,10 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_MODELCLAIM_NEIGHBOUR: STRING,
     ATTR_MODELCLAIM_GPU_BYTES: INT,
     ATTR_MODELCLAIM_HOST_RAM_BYTES: INT,
+    ATTR_MODELCLAIM_HINT_MODE: STRING,
+    ATTR_MODELCLAIM_HINT_SOURCE: STRING,
+    ATTR_MODELCLAIM_PREDICTED_READY_IN_S: DOUBLE,
+    ATTR_GATE_HOLD_S: DOUBLE,
     ATTR_RETRY_WAIT_S: DOUBLE,
     ATTR_ENGINE_SLEEP_LEVEL: INT,
     ATTR_ENGINE_WAKE_TAGS: STRING_ARRAY,

@@ -163,7 +163,7 @@ class VirtualModelClaimRun(VirtualWire):
         answer = decide(route, **options)
         if isinstance(answer, Respond):
             if isinstance(route, NotReady):
-                self.gate_spans.not_ready(gate_span, route.phase, route.reason, route.status_code, route.retry_after_s)
+                self.gate_spans.not_ready(gate_span, route)
             self.gate_spans.end_request(gate_span, arrival.request_id, now_s, answer.status)
             self._answer(flight, answer.status, list(answer.headers))
             return

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanContext
 __all__ = [
     "Action",
     "LifecycleListener",
+    "ServedAfterWake",
     "SleepEngine",
     "StartEngine",
     "StateInterval",
@@ -109,7 +110,20 @@ class WakeRecord:
     error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ServedAfterWake:
+    """The first request routed to a model after a wake: ``routed_s - ready_s`` is how long the
+    ready engine waited for its clients (their Retry-After overshoot, seen from the gateway)."""
+
+    model: str
+    path: str
+    ready_s: float
+    routed_s: float
+
+
 class LifecycleListener(Protocol):
     def on_state_interval(self, interval: StateInterval) -> None: ...
 
     def on_wake_finished(self, record: WakeRecord) -> None: ...
+
+    # Optional: ``on_served_after_wake(self, served: ServedAfterWake) -> None`` (called when present).

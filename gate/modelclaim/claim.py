@@ -97,6 +97,8 @@ class ClaimState:
     restart_at_s: float | None = None
     last_error: str = ""  # the engine's last failure, for the 503 and the status while restarting or Failed
     sleep_refused_idle_since_s: float | None = None  # idle sleep refused (host RAM) for this idle period
+    #: (wake path, engine ready time) of the last wake until a request is routed after it (a metric).
+    ready_unserved: tuple[str, float] | None = None
 
     # --- queries -------------------------------------------------------------------------------
 

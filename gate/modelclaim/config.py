@@ -4,6 +4,9 @@ Example::
 
     [modelclaim]
     retry_after = { not_ready_s = 10, waiting_for_room_s = 20, moving_s = 30 }
+    retry_after_mode = "calibrated"               # default "fixed": the table above, as AIBrix
+    calibration_path = "wakes.json"               # what calibrated hints learnt, kept across restarts
+    hold_s = 30                                   # optional: hold a request up to 30 s while its model wakes
     policy = { sleepAfterSeconds = 60, noWakeReserveWhileAsleep = true }
     host_ram_limits = { node-a = "64Gi" }        # optional; refuse level-1 sleep past it
 
@@ -17,6 +20,7 @@ Example::
     perGPU = { maximumFootprint = "10Gi", kvFloor = "4Gi" }
     weights = "8Gi"                               # host RAM a level-1 sleep takes
     engine_url = "http://127.0.0.1:8001"          # attach to a running engine (vLLM sleep API)
+    readiness = "auto"                            # what says it serves (restorelens/readiness.py)
     # or: command = ["python", "-m", "restorelens", "sim", "--port", "{port}"]   (process backend)
 
 Errors raise ``SettingError`` naming the key path (``modelclaim.claims[0].perGPU.kvFloor``): unknown
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import math
 import string
+from pathlib import Path
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,7 +47,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from restorelens.clock import Clock
 from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend
+from restorelens.gate.modelclaim.calibration import MAX_FILE_BYTES
 from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
 from restorelens.gate.modelclaim.policy import parse_pool_policy
@@ -52,7 +59,7 @@ from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend
 from restorelens.readiness import parse_readiness
 from restorelens.settings import http_url_problem, require_keys
 
-__all__ = ["build_core", "build_router", "check_table"]
+__all__ = ["build_core", "build_router", "check_table", "load_calibration"]
 
 ROOT = "modelclaim"
 TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_interval_s", "health_interval_s",
@@ -262,13 +269,18 @@ def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapp
     retry = _table(table.get("retry_after", {}), f"{ROOT}.retry_after")
     require_keys(retry, RETRY_KEYS, f"{ROOT}.retry_after")
     answers = AnswerTable(**{k: _whole_seconds(v, f"{ROOT}.retry_after.{k}") for k, v in retry.items()})
+    mode = table.get("retry_after_mode", FIXED)
+    if mode not in HINT_MODES:
+        raise SettingError(f"{ROOT}.retry_after_mode", f"must be one of {', '.join(HINT_MODES)}, got {mode!r}")
+    hold_s = None if "hold_s" not in table else _number(table["hold_s"], f"{ROOT}.hold_s", minimum=0.001)
+    hints = RetryHints(answers, mode, hold_s)
     nodes = {p.node_name for p in pods}
     limits = {}
     for node, value in _table(table.get("host_ram_limits", {}), f"{ROOT}.host_ram_limits").items():
         if node not in nodes:
             raise SettingError(f"{ROOT}.host_ram_limits.{node}", "no pod is on this node")
         limits[node] = _bytes(value, f"{ROOT}.host_ram_limits.{node}")
-    core = ModelClaimCore(pods, claims, policy, host_ram_limit_bytes=limits, answers=answers)
+    core = ModelClaimCore(pods, claims, policy, host_ram_limit_bytes=limits, hints=hints)
     return core, {c.model: raw for c, raw in zip(claims, raw_claims, strict=True)}
 
 
@@ -283,7 +295,7 @@ def build_router(
     core, backends, health_interval_s = _parse(table, clock)
     return ModelClaimRouter(
         core, BackendByModel(backends), clock=clock, tracer_provider=tracer_provider, admin_token=admin_token,
-        health_interval_s=health_interval_s,
+        health_interval_s=health_interval_s, calibration_path=_calibration_path(table),
     )
 
 
@@ -295,8 +307,38 @@ def check_table(table: Mapping[str, Any]) -> None:
     _parse(table, None)
 
 
+def _calibration_path(table: Mapping[str, Any]) -> Path | None:
+    if "calibration_path" not in table:
+        return None
+    return Path(_str(table["calibration_path"], f"{ROOT}.calibration_path"))
+
+
+def load_calibration(core: ModelClaimCore, path: Path) -> None:
+    """Take in what an earlier run learnt (``calibration_path``); a missing file is a first run."""
+    where = f"{ROOT}.calibration_path {path}"
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise SettingError(where, f"its directory {path.parent} does not exist") from None
+        return
+    except OSError as exc:
+        raise SettingError(where, f"cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SettingError(where, f"is larger than {MAX_FILE_BYTES} bytes: not a calibration file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SettingError(where, "is not UTF-8 text: not a calibration file") from None
+    core.calibration.load_json(text, str(path))
+
+
 def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCore, dict[str, EngineBackend], float]:
     core, raw_claims = build_core(table)
+    path = _calibration_path(table)
+    if path is not None:
+        load_calibration(core, path)
     options: dict[str, Any] = {"clock": clock}
     for key in ("poll_interval_s", "start_timeout_s"):
         if key in table:

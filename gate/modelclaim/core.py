@@ -31,8 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from opentelemetry.trace import SpanContext
 
 from restorelens.errors import RestorelensError
-from restorelens.gate.modelclaim.actions import Action, LifecycleListener, StopEngine
+from restorelens.gate.modelclaim.actions import Action, LifecycleListener, ServedAfterWake, StopEngine
+from restorelens.gate.modelclaim.calibration import WakeCalibration
 from restorelens.gate.modelclaim.claim import ClaimState, ClaimStatus
+from restorelens.gate.modelclaim.hints import RetryHints
 from restorelens.gate.modelclaim.engine_reports import RESTART_BACKOFF_S, engine_failed, engine_ready, engine_slept
 from restorelens.gate.modelclaim.phases import FAILED, PENDING, REASON_NOT_PLACED, SCHEDULING, AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, MemoryLedger, Pod, held_back_reason
@@ -69,14 +71,20 @@ class ModelClaimCore:
         sleep_level: int = 1,
         restart_backoff_s: Sequence[float] = RESTART_BACKOFF_S,
         wake_wait_limit_s: float = WAKE_WAIT_LIMIT_S,
+        hints: RetryHints | None = None,
+        calibration: WakeCalibration | None = None,
     ) -> None:
-        self.answers = answers or AnswerTable()
+        self.answers = answers or (hints.table if hints is not None else AnswerTable())
+        #: How a not-ready model is answered (the fixed table, or calibrated hints; hold or not).
+        self.hints = hints or RetryHints(self.answers)
+        #: What the lifecycle learnt from its wakes; a listener, so it sees every wake end.
+        self.calibration = calibration or WakeCalibration()
         self.state = LifecycleState(
             pods={pod.name: pod for pod in pods},
             policy=policy,
             ledger=MemoryLedger(pods, host_ram_limit_bytes),
             claims={spec.model: ClaimState(spec, held_back_reason(spec, pods)) for spec in claims},
-            listeners=list(listeners),
+            listeners=[self.calibration, *listeners],
             sleep_level=sleep_level,
             restart_backoff_s=tuple(restart_backoff_s),
             wake_wait_limit_s=wake_wait_limit_s,
@@ -135,11 +143,19 @@ class ModelClaimCore:
         actions = self._tick(now_s)
         if claim.routable:
             assert claim.instance is not None
+            if claim.ready_unserved is not None:
+                path, ready_s = claim.ready_unserved
+                claim.ready_unserved = None
+                served = ServedAfterWake(model, path, ready_s, now_s)
+                for listener in self.listeners:
+                    # Optional for listeners: only metrics want it.
+                    if (hook := getattr(listener, "on_served_after_wake", None)) is not None:
+                        hook(served)
             return Routed(claim.instance.url or ""), actions
         if not claim.out_of_service:
             claim.want_wake(now_s, trigger)
             actions += self._reconcile(now_s)
-        return self.answers.answer(model, claim.phase, claim.reason, error=claim.last_error), actions
+        return self.hints.answer(claim, now_s, self.calibration), actions
 
     def request_started(self, model: str, now_s: float) -> list[Action]:
         self._claims[model].inflight += 1

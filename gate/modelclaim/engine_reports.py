@@ -63,7 +63,10 @@ def engine_ready(
         inst.url = url
     claim.idle_since_s = now_s
     claim.sleep_refused_idle_since_s = None
-    claim.finish_wake(now_s, "ready", state.listeners, ready_s=ready_at_s if ready_at_s is not None else now_s)
+    ready_s = ready_at_s if ready_at_s is not None else now_s
+    if claim.wake is not None:
+        claim.ready_unserved = (claim.wake.path, ready_s)
+    claim.finish_wake(now_s, "ready", state.listeners, ready_s=ready_s)
     claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, state.listeners)
 
 

@@ -7,6 +7,9 @@ metric                                                  meaning
 ``restorelens_modelclaim_wakes_total{model,path,outcome}``  wakes (starts, moves) by path and outcome
 ``restorelens_modelclaim_wake_duration_seconds{path}``  first wanted -> readiness observed (ready wakes)
 ``restorelens_modelclaim_wake_observe_lag_seconds``     engine ready -> readiness observed
+``restorelens_modelclaim_wake_ready_seconds{model,path}``  wake wanted (the first 503) -> engine ready
+``restorelens_modelclaim_ready_to_first_request_seconds{model,path}``  engine ready -> first request
+                                                        routed to it (clients overshooting their hint)
 ``restorelens_modelclaim_gpu_memory_bytes{pod,gpu,kind}``  ``capacity`` and ``accounted`` per GPU
 ``restorelens_modelclaim_host_memory_bytes{node,kind}`` ``accounted`` (level-1 sleep weights), ``limit``
 ``restorelens_modelclaim_host_ram_refusals_total``      level-1 sleeps refused by the host-RAM limit
@@ -25,12 +28,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
+from restorelens.gate.modelclaim.actions import ServedAfterWake, StateInterval, WakeRecord
 from restorelens.gate.modelclaim.core import ModelClaimCore
 
-__all__ = ["WAKE_DURATION_BUCKETS_S", "ModelClaimMetrics"]
+__all__ = ["OVERSHOOT_BUCKETS_S", "WAKE_DURATION_BUCKETS_S", "ModelClaimMetrics"]
 
 WAKE_DURATION_BUCKETS_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Fine at the bottom, where calibrated hints and holds land, up to the fixed table's 30 s.
+OVERSHOOT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 
 
 class ModelClaimMetrics(Collector):
@@ -52,6 +57,15 @@ class ModelClaimMetrics(Collector):
             "restorelens_modelclaim_wake_observe_lag_seconds", "Engine ready -> readiness observed",
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0), registry=None,
         )
+        self.wake_ready = Histogram(
+            "restorelens_modelclaim_wake_ready_seconds", "Wake wanted (first 503) -> engine ready, by model and path",
+            ["model", "path"], buckets=WAKE_DURATION_BUCKETS_S, registry=None,
+        )
+        self.ready_to_first_request = Histogram(
+            "restorelens_modelclaim_ready_to_first_request_seconds",
+            "Engine ready -> the first request routed to it, by model and path",
+            ["model", "path"], buckets=OVERSHOOT_BUCKETS_S, registry=None,
+        )
 
     def register(self, registry: Any) -> None:
         registry.register(self)
@@ -65,6 +79,10 @@ class ModelClaimMetrics(Collector):
             self.wake_duration.labels(record.path).observe(record.observed_s - record.requested_s)
             if record.ready_s is not None:
                 self.observe_lag.observe(max(0.0, record.observed_s - record.ready_s))
+                self.wake_ready.labels(record.model, record.path).observe(max(0.0, record.ready_s - record.requested_s))
+
+    def on_served_after_wake(self, served: ServedAfterWake) -> None:
+        self.ready_to_first_request.labels(served.model, served.path).observe(max(0.0, served.routed_s - served.ready_s))
 
     def collect(self) -> Iterator[Metric]:
         phase = GaugeMetricFamily(
@@ -103,3 +121,5 @@ class ModelClaimMetrics(Collector):
         yield from self.wakes.collect()
         yield from self.wake_duration.collect()
         yield from self.observe_lag.collect()
+        yield from self.wake_ready.collect()
+        yield from self.ready_to_first_request.collect()

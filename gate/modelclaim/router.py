@@ -5,6 +5,11 @@ runs the sans-I/O core at the gate's ``now_s`` and hands the actions the core re
 tasks that drive the engine backend. A background task (``start``/``stop``) honours the core's
 deadlines (idle sleeps, restart backoff, room, give-ups) and checks Active engines are alive.
 
+A request the lifecycle lets the gate hold (``[modelclaim] hold_s``) waits in ``wait_routable``
+until a wake of its model ends. With ``calibration_path`` the router writes what the lifecycle
+learnt from its wakes there after each one, atomically (``modelclaim.calibration``), so hints stay
+calibrated across restarts.
+
 Times: the backend's answer carries the engine's ready time; the router's clock when it hands
 that answer to the core is the observed time. Both land on the ``modelclaim.wake`` span.
 
@@ -20,7 +25,9 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import os
 import threading
+from pathlib import Path
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -31,7 +38,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from restorelens.clock import Clock, WallClock
-from restorelens.gate.modelclaim.actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
+from restorelens.gate.modelclaim.actions import (
+    Action,
+    SleepEngine,
+    StartEngine,
+    StateInterval,
+    StopEngine,
+    WakeEngine,
+    WakeRecord,
+)
 from restorelens.gate.modelclaim.backends import EngineBackend
 from restorelens.gate.modelclaim.core import ClaimControlError, ModelClaimCore
 from restorelens.gate.modelclaim.metrics import ModelClaimMetrics
@@ -58,8 +73,14 @@ class ModelClaimRouter:
         tracer_provider: TracerProvider | None = None,
         admin_token: str | None = None,
         health_interval_s: float = 2.0,
+        calibration_path: Path | None = None,
     ) -> None:
         self.core = core
+        self.calibration_path = calibration_path
+        self._written_version = core.calibration.version
+        self._write_failed = False
+        #: Requests held for each model (``wait_routable``), released when a wake of it ends.
+        self._held: dict[str, set[asyncio.Future[None]]] = {}
         self.backend = backend
         self.clock = clock or WallClock()
         # Deadlines are clock seconds, asyncio waits real ones; a ScaledClock runs time_scale x the wall.
@@ -68,7 +89,7 @@ class ModelClaimRouter:
         self.health_interval_s = health_interval_s
         self._lock = threading.Lock()  # the prometheus scrape may run on another thread
         self.metrics = ModelClaimMetrics(core, self._lock)
-        core.listeners.extend([ModelClaimSpans(tracer_provider, core=core), self.metrics])
+        core.listeners.extend([ModelClaimSpans(tracer_provider, core=core), self.metrics, _WakeEnds(self)])
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued: list[Action] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -91,6 +112,19 @@ class ModelClaimRouter:
         with self._lock:
             actions = self.core.request_started(model, now_s)
         self._dispatch(actions)
+
+    async def wait_routable(self, model: str, timeout_s: float) -> bool:
+        with self._lock:
+            if self.core.claims_view()[model].routable:
+                return True
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.setdefault(model, set()).add(held)
+        try:
+            await asyncio.wait({held}, timeout=max(0.0, timeout_s) * self._real_s_per_clock_s)
+        finally:
+            self._held.get(model, set()).discard(held)
+        with self._lock:
+            return self.core.claims_view()[model].routable
 
     def request_finished(self, model: str, now_s: float) -> None:
         with self._lock:
@@ -131,6 +165,30 @@ class ModelClaimRouter:
 
     def register_metrics(self, registry: Any) -> None:
         self.metrics.register(registry)
+
+    # --- wake ends: held requests and the calibration file ---------------------------------------
+
+    def _wake_ended(self, record: WakeRecord) -> None:
+        for held in self._held.pop(record.model, set()):
+            if not held.done():
+                held.set_result(None)
+        self._persist_calibration()
+
+    def _persist_calibration(self) -> None:
+        """Write the calibration when it changed; a failed write is logged once and retried at the next wake."""
+        calibration = self.core.calibration
+        if self.calibration_path is None or calibration.version == self._written_version:
+            return
+        temporary = self.calibration_path.with_name(f".{self.calibration_path.name}.tmp")
+        try:
+            temporary.write_text(calibration.to_json())
+            os.replace(temporary, self.calibration_path)
+        except OSError as exc:
+            if not self._write_failed:
+                log.warning("modelclaim: cannot write the calibration to %s: %s", self.calibration_path, exc)
+            self._write_failed = True
+            return
+        self._written_version, self._write_failed = calibration.version, False
 
     def routes(self) -> Sequence[Any]:
         return [
@@ -278,6 +336,19 @@ class ModelClaimRouter:
                 with self._lock:
                     actions = self.core.on_engine_failed(model, instance_id, self.clock.now_s(), "engine not alive")
                 self._dispatch(actions)
+
+
+class _WakeEnds:
+    """The router's listener: a wake that ends releases the requests held for it."""
+
+    def __init__(self, router: ModelClaimRouter) -> None:
+        self.router = router
+
+    def on_state_interval(self, interval: StateInterval) -> None:
+        pass
+
+    def on_wake_finished(self, record: WakeRecord) -> None:
+        self.router._wake_ended(record)
 
 
 def _error(status: int, message: str, error_type: str) -> JSONResponse:

@@ -28,6 +28,10 @@ class ScriptedRouter:
         self.calls.append(("route", model, trigger is not None and trigger.is_valid))
         return self.answers.pop(0) if self.answers else UnknownModel(model)
 
+    async def wait_routable(self, model, timeout_s):
+        self.calls.append(("wait", model))
+        return False
+
     def request_started(self, model, now_s):
         self.calls.append(("started", model))
 

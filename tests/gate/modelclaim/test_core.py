@@ -46,7 +46,7 @@ def actions_of(life: VirtualLifecycle, kind: type, model: str) -> list[tuple[flo
 def test_sleeping_model_with_reserve_wakes_in_place_once_with_retry_after_10() -> None:
     life, rec = lifecycle([Pod("p1", (24 * GIB,))], [claim("a")], PoolPolicy(sleep_after_s=60))
     assert life.route("a", T0 + 1) == NotReady("Loading", "EngineStarting", 10, message=life.core.answers.answer(
-        "a", "Loading", "EngineStarting").message)
+        "a", "Loading", "EngineStarting").message, hint_source="fixed", hint_mode="fixed")
     assert life.route("a", T0 + 30) == Routed("inproc://a@p1")
     life.advance_to(T0 + 89)
     assert life.core.status("a").phase == "Active"
