@@ -33,7 +33,7 @@ SECTIONS = (
 )
 
 LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
-WAKE_METRICS = ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
+WAKE_METRICS = ("retry_after_s", "hint_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
                 "engine_schedule_s", "total_s")
 REQUEST_METRICS = ("ttft_s", "e2e_s", "attempts")
 ENGINE_METRICS = ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
@@ -48,7 +48,7 @@ _POLICY_COLUMNS = ("policy", "baseline")
 _TITLES = {
     "episode_counts": "Episodes (censored: never completed; clock_skew: a negative cross-service gap)",
     "lending_episodes": "Lending episodes: grant restored, borrowed work drained, engine scheduled (s)",
-    "wake_episodes": "Wake episodes: hint, ready, observed, overshoot, engine scheduled (s)",
+    "wake_episodes": "Wake episodes per hint mode and wake path: hint, ready, observed, overshoot, engine scheduled (s)",
     "requests": "Requests: client-observed latency (s)",
     "engine": "Engine: queue, schedule delay after the attempt started (point, lower and upper bound), "
               "TTFT, prefill, decode (s)",
@@ -85,7 +85,7 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
     return {
         "episode_counts": counts,
         "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
-        "wake_episodes": _stats(wakes, WAKE_METRICS, "wake_path", percentile),
+        "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path"], method=percentile),
         "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
         "engine": percentiles_of(analysis.engine_requests(), ENGINE_METRICS, ["engine", "traffic_class"],
                                  method=percentile),

@@ -36,6 +36,7 @@ final as (
         gate_wait_s,
         modelclaim_phase,
         modelclaim_reason,
+        gate_hold_s,
         engine_span_key is not null as reached_engine,
         engine_service_name,
         (engine_scheduled_ns - start_ns) / 1e9 as engine_schedule_s,

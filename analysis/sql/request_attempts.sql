@@ -78,6 +78,7 @@ joined as (
         gates.retry_after_s as gate_retry_after_s,
         gates.modelclaim_phase,
         gates.modelclaim_reason,
+        gates.hold_s as gate_hold_s,
         gates.upstream_first_byte_ns,
         coalesce(gates.engine_clock_skew, false) as engine_clock_skew,
         coalesce(gates.engine_span_key, direct.span_key) as engine_span_key,

@@ -1,5 +1,6 @@
 -- Typed `gate.request` SERVER spans: one request as the admission gate saw it (decision, slot,
--- wait, answer), with its grant and upstream-first-byte instants from the span's events.
+-- wait, answer), with its grant and upstream-first-byte instants from the span's events, and for
+-- a model that could not serve yet the lifecycle's hint (mode, source, prediction) and any hold.
 with
 
 source as (
@@ -42,7 +43,12 @@ typed as (
         try_cast("SpanAttributes"['restore.retry_after_s'] as double) as retry_after_attr_s,
         rl_retry_after_raw("SpanAttributes"['http.response.header.retry-after']) as retry_after_raw,
         "SpanAttributes"['modelclaim.phase'] as modelclaim_phase,
-        "SpanAttributes"['modelclaim.reason'] as modelclaim_reason
+        "SpanAttributes"['modelclaim.reason'] as modelclaim_reason,
+        "SpanAttributes"['modelclaim.hint_mode'] as hint_mode,
+        "SpanAttributes"['modelclaim.hint_source'] as hint_source,
+        try_cast("SpanAttributes"['gate.retry_after_ms'] as bigint) as gate_retry_after_ms,
+        try_cast("SpanAttributes"['modelclaim.predicted_ready_in_s'] as double) as predicted_ready_in_s,
+        try_cast("SpanAttributes"['gate.hold_s'] as double) as hold_s
 
     from source
 

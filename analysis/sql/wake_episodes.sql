@@ -1,11 +1,17 @@
 -- Wake episodes (docs/design.md, "Wake"): from t0, the start of the first attempt answered
 -- 503 for a not-ready model (the request the `modelclaim.wake` span links to):
---   retry_after_s     = the hint in that first 503
+--   retry_after_s     = the Retry-After in that first 503 (whole seconds)
+--   hint_s            = the precise hint (x-restorelens-retry-after-ms) when the gate sent one,
+--                       else retry_after_s; hint_mode / hint_source: how the gate answered
+--                       (fixed, calibrated, hold) and where that hint came from (fixed, calibrated, prior)
+--   hold_s            = how long the gate held the first attempt (hold mode) before answering it
 --   ready_s           = engine ready - t0;  observed_s = readiness observed - t0
---   hint_error_s      = retry_after_s - ready_s
---   overshoot_s       = start of the successful attempt - engine ready
+--   predicted_ready_s = when the gate predicted the model would serve, from t0 (calibrated hints)
+--   hint_error_s      = hint_s - ready_s
+--   overshoot_s       = the moment the successful attempt was let through - engine ready: its
+--                       start, plus its hold when the gate held it
 --   attempts          = attempts from the first 503 through the success (or the last one)
---   engine_schedule_s = engine scheduled the successful attempt - its start
+--   engine_schedule_s = engine scheduled the successful attempt - the moment it was let through
 --   total_s           = first token of the successful attempt - t0
 -- A wake that never became ready, or whose request was never served, is kept and censored.
 -- Gaps that causality says cannot be negative are listed when they are (clock skew). The
@@ -56,7 +62,13 @@ triggered as (
         coalesce(trigger_attempt.start_ns, trigger_gate.start_ns, wakes.start_ns) as t0_ns,
         coalesce(trigger_attempt.status_code, trigger_gate.status_code) as first_status,
         coalesce(trigger_attempt.retry_after_s, trigger_gate.retry_after_s) as retry_after_s,
-        trigger_gate.request_id as trigger_request_id
+        trigger_gate.request_id as trigger_request_id,
+        trigger_gate.start_ns as trigger_gate_ns,
+        trigger_gate.hint_mode,
+        trigger_gate.hint_source,
+        trigger_gate.gate_retry_after_ms,
+        trigger_gate.predicted_ready_in_s,
+        trigger_gate.hold_s
 
     from wakes
     left join gates as trigger_gate
@@ -77,6 +89,7 @@ successes as (
         triggered.span_key as wake_span_key,
         min(attempts.attempt_index) as attempt_index,
         arg_min_null(attempts.start_ns, attempts.attempt_index) as start_ns,
+        arg_min_null(attempts.gate_hold_s, attempts.attempt_index) as gate_hold_s,
         arg_min_null(attempts.engine_scheduled_ns, attempts.attempt_index) as engine_scheduled_ns,
         arg_min_null(attempts.engine_scheduled_lower_ns, attempts.attempt_index) as engine_scheduled_lower_ns,
         arg_min_null(attempts.engine_scheduled_upper_ns, attempts.attempt_index) as engine_scheduled_upper_ns,
@@ -103,7 +116,8 @@ joined as (
     select
         triggered.*,
         successes.attempt_index as success_attempt_index,
-        successes.start_ns as success_start_ns,
+        -- let through at its start, or when the gate's hold ended: seconds * 1e9 -> ns
+        successes.start_ns + coalesce(round(successes.gate_hold_s * 1e9), 0)::bigint as success_start_ns,
         successes.engine_scheduled_ns,
         successes.engine_scheduled_lower_ns,
         successes.engine_scheduled_upper_ns,
@@ -158,10 +172,16 @@ final as (
         make_timestamp_ns(t0_ns) as t0,
         first_status,
         retry_after_s,
+        hint_mode,
+        hint_source,
+        -- milliseconds / 1e3 -> seconds
+        coalesce(gate_retry_after_ms / 1e3, retry_after_s) as hint_s,
+        hold_s,
         -- all durations: nanosecond differences / 1e9 -> seconds
         (ready_ns - t0_ns) / 1e9 as ready_s,
         (observed_ns - t0_ns) / 1e9 as observed_s,
-        retry_after_s - (ready_ns - t0_ns) / 1e9 as hint_error_s,
+        (trigger_gate_ns - t0_ns) / 1e9 + predicted_ready_in_s as predicted_ready_s,
+        coalesce(gate_retry_after_ms / 1e3, retry_after_s) - (ready_ns - t0_ns) / 1e9 as hint_error_s,
         (success_start_ns - ready_ns) / 1e9 as overshoot_s,
         coalesce(success_attempt_index, attempt_count) - trigger_attempt_index + 1 as attempts,
         (engine_scheduled_ns - success_start_ns) / 1e9 as engine_schedule_s,

@@ -135,8 +135,9 @@ class Traces:
                      request_id: str | None = None, grant_s: float | None = None,
                      first_byte_s: float | None = None, retry_after_s: float | None = None,
                      wait_s: float | None = None, phase: str | None = None, reason: str | None = None,
-                     model: str | None = "tiny") -> str:
+                     model: str | None = "tiny", extra: dict[str, Any] | None = None) -> str:
         values = {
+            **(extra or {}),
             sc.ATTR_REQUEST_ID: request_id,
             sc.ATTR_GEN_AI_REQUEST_MODEL: model,
             sc.ATTR_GATE_POLICY: policy,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 from builders import Traces
 
+from restorelens import spans as sc
 from restorelens.analysis import Analysis
 
 
@@ -129,3 +130,57 @@ def test_a_client_clock_behind_the_lifecycle_gives_a_negative_overshoot_that_is_
     assert episode["clock_skew"] is True
     assert episode["negative_gaps"] == ["overshoot_s"]
     assert episode["censored"] is False
+
+
+def test_a_calibrated_hint_is_read_to_the_millisecond_with_its_source_and_prediction() -> None:
+    traces = Traces()
+    trace = traces.new_trace()
+    client = traces.client_request(trace, 0.0, 6.0, first_chunk_s=4.875, retry_policy="honour-hint-ms")
+    attempt = traces.attempt(trace, client, 0.0, 0.125, status=503, retry_after_header="5", retry_after_s=4.25,
+                             resend_count=None)
+    first = traces.gate_request(trace, attempt, 0.03125, 0.09375, status=503, decision="not_ready", retry_after_s=5.0,
+                                phase="Activating", reason="EngineSleeping", extra={
+                                    sc.ATTR_MODELCLAIM_HINT_MODE: "calibrated",
+                                    sc.ATTR_MODELCLAIM_HINT_SOURCE: "calibrated",
+                                    sc.ATTR_GATE_RETRY_AFTER_MS: 4219,
+                                    sc.ATTR_MODELCLAIM_PREDICTED_READY_IN_S: 4.125,
+                                })
+    retry = traces.attempt(trace, client, 4.28125, 6.0, status=200, resend_count=1)
+    traces.served_via_gate(trace, retry, 4.3125, 5.9, upstream_s=4.34375, engine_arrival_s=4.375,
+                           time_in_queue_s=0.0, ttft_s=0.5, e2e_s=1.5, policy="fcfs")
+    traces.model_wake(0.03125, 4.1875, link=(trace, first), wake_path="in-place", wake_called_s=0.03125,
+                      ready_s=4.1875, observed_s=4.1875)
+
+    episode = one(Analysis(traces.store()).wake_episodes())
+
+    assert (episode["hint_mode"], episode["hint_source"]) == ("calibrated", "calibrated")
+    assert episode["retry_after_s"] == 4.25  # the client's parse; the header said 5
+    assert episode["hint_s"] == 4.219
+    assert episode["hint_error_s"] == 4.219 - 4.1875
+    assert episode["predicted_ready_s"] == 0.03125 + 4.125  # the gate answered 0.03125 s after t0
+    assert episode["overshoot_s"] == 4.28125 - 4.1875
+    assert (episode["attempts"], episode["hold_s"]) == (2, None)
+
+
+def test_a_held_request_overshoots_from_the_moment_the_gate_let_it_through() -> None:
+    traces = Traces()
+    trace = traces.new_trace()
+    client = traces.client_request(trace, 0.0, 6.0, first_chunk_s=4.75, retry_policy="honour-hint-ms")
+    attempt = traces.attempt(trace, client, 0.0, 6.0, status=200, resend_count=None)
+    gate = traces.served_via_gate(trace, attempt, 0.03125, 5.9, upstream_s=4.25, engine_arrival_s=4.28125,
+                                  time_in_queue_s=0.0625, ttft_s=0.5, e2e_s=1.5, policy="fcfs", extra={
+                                      sc.ATTR_MODELCLAIM_HINT_MODE: "hold", sc.ATTR_MODELCLAIM_HINT_SOURCE: "calibrated",
+                                      sc.ATTR_GATE_HOLD_S: 4.1875})
+    traces.model_wake(0.03125, 4.21875, link=(trace, gate), wake_path="in-place", wake_called_s=0.03125,
+                      ready_s=4.1875, observed_s=4.21875)
+
+    episode = one(Analysis(traces.store()).wake_episodes())
+
+    assert (episode["hint_mode"], episode["hold_s"], episode["attempts"], episode["first_status"]) == (
+        "hold", 4.1875, 1, 200)
+    # let through at 0 + 4.1875 (the client's start plus the hold): 0 s after the engine was ready
+    assert episode["overshoot_s"] == 0.0
+    # engine scheduled at 4.28125 + 0.0625, measured from the moment the gate let it through
+    assert episode["engine_schedule_s"] == 4.34375 - 4.1875
+    assert episode["total_s"] == 4.78125
+    assert (episode["censored"], episode["clock_skew"], episode["negative_gaps"]) == (False, False, [])
