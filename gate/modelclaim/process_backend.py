@@ -4,14 +4,17 @@ Each claim has an ``EngineCommand``: an argv whose items may hold ``{host}``, ``
 ``{model}``; the backend picks a free loopback port per instance, appends the claim's
 ``engine_args`` as ``--flag value`` (an empty value is a bare flag), and starts the process in its
 own session so that stopping it also stops the workers it spawned. Readiness is polled on
-``GET /health``; the ready time is that first 200 answer. Sleep and wake go through vLLM's HTTP
-sleep API on the instance's URL (``VllmSleepBackend``). Every process it started is stopped by
-``stop``/``close``: SIGTERM to its process group, then SIGKILL after ``stop_timeout_s``; so is one
-whose start failed or timed out. An engine's stderr is drained from a pipe into a ring that keeps
-only its last ``stderr_tail_bytes`` (engines log for their whole life; only the end explains a
-failure). The port is picked by binding and closing a socket, so another program can take it before
-the engine binds: a start whose engine exits saying the address is in use is retried once on a new
-port.
+``GET /health``; the ready time is that first 200 answer, unless the claim's readiness check is
+``completion`` or a JSON check: then the check is repeated after it and the ready time is its first
+yes. (``auto`` needs no more than ``/health`` here: an engine this backend just started cannot be
+asleep.) The start is a cold start, never an attach. Sleep and wake go through vLLM's HTTP sleep
+API on the instance's URL (``VllmSleepBackend``), judged by the claim's check. Every process it
+started is stopped by ``stop``/``close``: SIGTERM to its process group, then SIGKILL after
+``stop_timeout_s``; so is one whose start failed or timed out. An engine's stderr is drained from a
+pipe into a ring that keeps only its last ``stderr_tail_bytes`` (engines log for their whole life;
+only the end explains a failure). The port is picked by binding and closing a socket, so another
+program can take it before the engine binds: a start whose engine exits saying the address is in
+use is retried once on a new port.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from restorelens.gate.modelclaim.vllm_backend import (
     VllmSleepBackend,
     poll_health,
 )
-from restorelens.readiness import ReadinessCheck
+from restorelens.readiness import AUTO, HEALTH, ReadinessCheck
 from restorelens.serving import bind_socket
 
 __all__ = ["EngineCommand", "ProcessBackend", "StderrTail"]
@@ -171,10 +174,7 @@ class ProcessBackend(VllmSleepBackend):
             proc = await self._spawn(key, command, command.render(host=LOOPBACK, port=port, model=action.model))
             self._instances[key] = url
             try:
-                ready_at_s = await poll_health(
-                    self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s,
-                    still_running=lambda: proc.returncode is None,
-                )
+                ready_at_s = await self._started(url, action.model, proc)
             except EngineOperationError as exc:
                 # A start that failed or timed out must not leave its engine running until shutdown.
                 exited = proc.returncode is not None
@@ -185,6 +185,19 @@ class ProcessBackend(VllmSleepBackend):
                 raise EngineOperationError(_failure_message(str(exc), tail)) from None
             return EngineAnswer(ready_at_s, url)
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _started(self, url: str, model: str, proc: asyncio.subprocess.Process) -> float:
+        """The ready time of the engine just spawned at ``url``: its first ``/health`` 200, or the
+        first yes of a readiness check that asks more than ``/health`` can say."""
+        deadline_s = self.clock.now_s() + self.start_timeout_s
+        running = lambda: proc.returncode is None  # noqa: E731
+        ready_at_s = await poll_health(self.client, url, self.clock, interval_s=self.poll_interval_s,
+                                       timeout_s=self.start_timeout_s, still_running=running)
+        if self.readiness.kind in (AUTO, HEALTH):
+            return ready_at_s
+        ready_at_s, _ = await self.await_ready(url, model, deadline_s=deadline_s, timeout_s=self.start_timeout_s,
+                                               when="after the start", still_running=running)
+        return ready_at_s
 
     async def _spawn(self, key: tuple[str, int], command: EngineCommand, argv: list[str]) -> asyncio.subprocess.Process:
         try:

@@ -2,12 +2,20 @@
 
 vLLM (with ``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``) and ``restorelens sim`` serve:
 ``POST /sleep?level=N``, ``POST /wake_up``, ``GET /is_sleeping`` -> ``{"is_sleeping": bool}`` and
-``GET /health``. ``start`` attaches: it polls ``/health`` until the engine answers 200. ``wake``
-calls ``/wake_up`` and then polls ``/is_sleeping`` until false; the ready time is the first moment
-the engine said it was awake (the ``/wake_up`` answer when that says ``awake``, else the first
-poll that saw it). ``stop`` does nothing: this backend does not own the engines' processes.
-"""
+``GET /health``. Both answer ``/health`` 200 while asleep, so ``/health`` says only that the engine
+runs; whether it can serve is the claim's readiness check (``restorelens.readiness``; ``auto``, the
+default, asks ``/is_sleeping``).
 
+``start`` attaches: it polls ``/health`` until the engine answers 200, then runs the readiness
+check. An engine the check finds asleep (or, for a check that cannot see sleep, that
+``/is_sleeping`` says is asleep) is reported attached and asleep, and the lifecycle keeps it
+Sleeping until a request wakes it; a ready one is reported attached; otherwise the check is
+repeated until it says one or the other, or ``start_timeout_s`` runs out. ``wake`` calls
+``/wake_up`` and then repeats the check until it says ready; the ready time is the first moment
+the engine said it was awake by that check (for ``auto``, the ``/wake_up`` answer when that says
+``awake``, else the first poll that saw it). ``alive`` is ``/health`` alone: a sleeping engine is
+alive. ``stop`` does nothing: this backend does not own the engines' processes.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +26,7 @@ import httpx
 from restorelens.clock import Clock, WallClock
 from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
-from restorelens.readiness import ReadinessCheck
+from restorelens.readiness import AUTO, ReadinessAnswer, ReadinessCheck, check_ready, sleep_state
 
 __all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "VllmSleepBackend", "poll_health"]
 
@@ -92,25 +100,55 @@ class VllmSleepBackend:
     async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
         url = self.url_for(action.model, action.pod)
         self._instances[(action.model, action.instance_id)] = url
-        ready_at_s = await poll_health(
-            self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s
+        deadline_s = self.clock.now_s() + self.start_timeout_s
+        await poll_health(self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s)
+        ready_at_s, answer = await self.await_ready(
+            url, action.model, deadline_s=deadline_s, timeout_s=self.start_timeout_s, when="of the attach",
+            asleep_answers=True,
         )
-        return EngineAnswer(ready_at_s, url)
+        return EngineAnswer(ready_at_s, url, attached=True, asleep=answer.asleep)
 
     async def wake(self, action: WakeEngine, now_s: float) -> EngineAnswer:
         url = self.instance_url(action.model, action.instance_id)
         response = await self._post(f"{url}/wake_up")
-        ready_at_s: float | None = None
-        if _json(response).get("status") == "awake":
-            ready_at_s = self.clock.now_s()
+        said_awake_s: float | None = None
+        if self.readiness.kind == AUTO and _json(response).get("status") == "awake":
+            # The simulator's /wake_up answers when the engine is awake: the moment auto's check
+            # (the sleep state) turned. Another check's ready moment is its own first yes.
+            said_awake_s = self.clock.now_s()
         deadline_s = self.clock.now_s() + self.wake_timeout_s
-        while await self.is_sleeping(url):
+        ready_at_s, _ = await self.await_ready(
+            url, action.model, deadline_s=deadline_s, timeout_s=self.wake_timeout_s, when="after /wake_up",
+            unreachable_fails=True,
+        )
+        return EngineAnswer(said_awake_s if said_awake_s is not None else ready_at_s, url)
+
+    async def await_ready(
+        self, url: str, model: str, *, deadline_s: float, timeout_s: float, when: str, asleep_answers: bool = False,
+        unreachable_fails: bool = False, still_running: Callable[[], bool] = lambda: True,
+    ) -> tuple[float, ReadinessAnswer]:
+        """Repeat the readiness check until it says ready (or, with ``asleep_answers``, asleep);
+        return the clock time of that answer and the answer. ``unreachable_fails``: an engine that
+        does not answer at all fails at once (it answered a moment ago: it is gone, not loading)."""
+        while True:
+            if not still_running():
+                raise EngineOperationError(f"{url}: the engine process exited before it was ready")
+            answer = await check_ready(self.client, url, self.readiness, model=model)
+            if unreachable_fails and not answer.reached:
+                raise EngineOperationError(f"{url}: {answer.detail} ({when})")
+            if not answer.ready and not answer.asleep and asleep_answers and self.readiness.kind != AUTO:
+                # The claim's check cannot see sleep (a sleeping engine just fails it): the sleep
+                # API can, and an engine found asleep is an answer, not a start that never ends.
+                state = await sleep_state(self.client, url)
+                answer = state if state is not None and state.asleep else answer
+            if answer.ready or (asleep_answers and answer.asleep):
+                return self.clock.now_s(), answer
             if self.clock.now_s() >= deadline_s:
-                raise EngineOperationError(f"{url}: still asleep {self.wake_timeout_s:g} s after /wake_up")
+                raise EngineOperationError(
+                    f"{url}: not ready {when} within {timeout_s:g} s by its readiness check "
+                    f"({self.readiness.describe()}); last: {answer.detail}"
+                )
             await asyncio.sleep(self.poll_interval_s)
-        if ready_at_s is None:
-            ready_at_s = self.clock.now_s()
-        return EngineAnswer(ready_at_s, url)
 
     async def sleep(self, action: SleepEngine, now_s: float) -> float:
         url = self.instance_url(action.model, action.instance_id)

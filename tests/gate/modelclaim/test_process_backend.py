@@ -10,12 +10,14 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from restorelens.gate.modelclaim.actions import StartEngine
 from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend, StderrTail
 from restorelens.gate.modelclaim.vllm_backend import EngineOperationError
+from restorelens.readiness import ReadinessCheck
 
 ENGINE = r"""
 import http.server, os, sys, time
@@ -58,7 +60,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 
 
-def _backend(tmp_path: Path, mode: str, **options: float) -> ProcessBackend:
+def _backend(tmp_path: Path, mode: str, **options: Any) -> ProcessBackend:
     script = tmp_path / "engine.py"
     script.write_text(ENGINE)
     command = EngineCommand((sys.executable, "-u", str(script), "{port}", mode, str(tmp_path)))
@@ -136,6 +138,37 @@ def test_a_start_that_lost_its_port_is_retried_once(tmp_path: Path) -> None:
             assert answer.url == backend.instance_url("m", 1)
             assert (tmp_path / "starts").read_text() == "2"
             assert await backend.alive("m", 1)
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_started_engine_is_a_cold_start_not_an_attach(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "ok", start_timeout_s=120)
+        try:
+            answer = await backend.start(_start(), 0.0)
+            # An attach nobody waited for is no wake; a process this backend started is one.
+            assert (answer.attached, answer.asleep) == (False, False)
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_started_engine_must_also_pass_the_claims_check(tmp_path: Path) -> None:
+    """The stand-in answers /health 200 but no completion (501): with a completion check it is not
+    ready, and its start fails and stops it as one that never got healthy."""
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "ok", start_timeout_s=0.5, stop_timeout_s=5, readiness=ReadinessCheck("completion"))
+        try:
+            with pytest.raises(EngineOperationError) as raised:
+                await backend.start(_start(), 0.0)
+            assert "not ready after the start within 0.5 s by its readiness check (a one-token completion -> 2xx); " \
+                   "last: POST /v1/completions answered 501" in str(raised.value)
+            with pytest.raises(ProcessLookupError):
+                os.kill(int((tmp_path / "pid").read_text()), 0)
         finally:
             await backend.close()
 
