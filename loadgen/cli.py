@@ -14,6 +14,10 @@ from restorelens.errors import SettingError
 __all__ = ["COMMANDS", "probe", "traces_endpoint"]
 
 POLICY_CHOICES = ("honour-retry-after", "backoff", "fixed")
+#: ``restorelens.readiness`` kinds a flag can name; a JSON check is given by --readiness-field.
+READINESS_CHOICES = ("auto", "health", "completion")
+#: The path each of them asks on the engine.
+CHECKED_PATHS = {"auto": "/is_sleeping", "health": "/health", "completion": "/v1/completions"}
 SERVICE_NAME = "restorelens-loadgen"
 
 
@@ -64,10 +68,62 @@ def _check_url(setting: str, url: str) -> str:
     return url
 
 
+def _equals_value(raw: str) -> Any:
+    """A --readiness-equals value: a JSON scalar when it reads as one (false, 0, "up"), else the text."""
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return raw
+    return value if isinstance(value, str | int | float | bool) else raw
+
+
+def _readiness(url: str | None, kind: str | None, field: str | None, equals: str | None) -> Any:
+    """The probe's readiness check (None without --readiness-url); a note on stderr when a URL's
+    path is not what the check asks."""
+    from restorelens.loadgen.probe import readiness_target
+    from restorelens.readiness import AUTO, JSON, ReadinessCheck
+
+    given = [name for name, value in (("--readiness", kind), ("--readiness-field", field),
+                                      ("--readiness-equals", equals)) if value is not None]
+    if url is None:
+        if given:
+            raise SettingError(given[0], "needs --readiness-url (the engine to check)")
+        return None
+    _check_url("--readiness-url", url)
+    if field is not None or equals is not None:
+        if kind is not None:
+            raise SettingError("--readiness-field", f"a JSON check replaces --readiness {kind}; give one of them")
+        if not field:
+            raise SettingError("--readiness-field", "give the JSON field to compare with --readiness-equals")
+        if equals is None:
+            raise SettingError("--readiness-equals", f"give the value of {field!r} that means ready (e.g. false)")
+        return ReadinessCheck(JSON, "/", field, _equals_value(equals))
+    check = ReadinessCheck(kind or AUTO)
+    _, _, suffix = readiness_target(url, check)
+    if suffix is not None and suffix != CHECKED_PATHS[check.kind]:
+        # Said, not silently changed: until the checks came, this URL was polled as given.
+        hint = " (--readiness health counts /health alone)" if suffix == "/health" else ""
+        click.echo(f"note: --readiness-url ends in {suffix}, read as the engine's base URL; the check is "
+                   f"{check.describe()}{hint}", err=True)
+    return check
+
+
 @click.command()
 @click.argument("url")
 @click.option("--model", "-m", required=True, help="Model name to request (the OpenAI 'model' field).")
-@click.option("--readiness-url", default=None, help="URL to poll until it answers 2xx (e.g. the engine's /health).")
+@click.option("--readiness-url", default=None,
+              help="The engine to poll alongside: its base URL (http://ENGINE; a URL ending in /health or "
+                   "/is_sleeping is read as its base), or with --readiness-field the full URL of a JSON answer.")
+@click.option("--readiness", "readiness_kind", type=click.Choice(READINESS_CHOICES), default=None,
+              help="What says ready [default: auto]: auto = GET /is_sleeping says false (an engine without it: "
+                   "/health 2xx, sleep state unknown); health = /health 2xx (vLLM says 200 while asleep); "
+                   "completion = a one-token completion for --model answers 2xx.")
+@click.option("--readiness-field", default=None, metavar="FIELD",
+              help="Instead: --readiness-url answers 200 with a JSON object whose FIELD equals --readiness-equals.")
+@click.option("--readiness-equals", default=None, metavar="VALUE",
+              help="The --readiness-field value that means ready: JSON (false, 0, \"up\"), else taken as a string.")
 @click.option("--policy", type=click.Choice(POLICY_CHOICES), default="honour-retry-after", show_default=True,
               help="Retry policy: wait the server's Retry-After, full-jitter backoff, or a fixed interval.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True, help="Attempts in all.")
@@ -90,15 +146,19 @@ def _check_url(setting: str, url: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the decomposition as one JSON object.")
 @click.option("--timeout-s", "--timeout", "timeout_s", cls=_OldNamesHidden, type=click.FloatRange(min=0, min_open=True),
               default=120.0, show_default=True, help="Per-attempt HTTP timeout in seconds.")
-def probe(url: str, model: str, readiness_url: str | None, policy: str, max_attempts: int, deadline_s: float,
+def probe(url: str, model: str, readiness_url: str | None, readiness_kind: str | None, readiness_field: str | None,
+          readiness_equals: str | None, policy: str, max_attempts: int, deadline_s: float,
           interval_s: float, poll_interval_s: float, path: str, max_tokens: int, prompt_chars: int, stream: bool,
           traffic_class: str, out: str | None, collector: str | None, as_json: bool, timeout_s: float) -> None:
     """Probe a gateway with one first request and print its wake decomposition.
 
     Sends one completion request for MODEL to URL (any OpenAI-compatible gateway: AIBrix, the
-    restorelens gate, vLLM), retries it per --policy, polls --readiness-url alongside, and prints:
-    the first status and its Retry-After, when readiness was reached and when the client observed
-    it, the overshoot (ready, but still waiting), the attempts, and the total time to first token.
+    restorelens gate, vLLM), retries it per --policy, runs the --readiness check against
+    --readiness-url alongside, and prints: the first status and its Retry-After, when readiness was
+    reached and when the client observed it, the overshoot (ready, but still waiting), the
+    attempts, and the total time to first token. vLLM answers /health 200 while asleep, so by
+    default readiness is the engine's own sleep state (GET /is_sleeping, which vLLM serves with
+    VLLM_SERVER_DEV_MODE=1).
     Exits 1 when the request did not succeed (outcome other than ok), so it can gate a CI step,
     and when spans could not be exported to --out or --collector.
     """
@@ -112,8 +172,7 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     from restorelens.loadgen.request import ClientRequest, RunLabels
 
     _check_url("URL", url)
-    if readiness_url:
-        _check_url("--readiness-url", readiness_url)
+    readiness = _readiness(readiness_url, readiness_kind, readiness_field, readiness_equals)
     provider, exported = _tracer_provider(out, collector)
     request_id = f"probe-{uuid.uuid4().hex[:12]}"
     request = ClientRequest(
@@ -124,7 +183,8 @@ def probe(url: str, model: str, readiness_url: str | None, policy: str, max_atte
     async def go() -> Any:
         async with TracedClient(url, policy=_policy(policy, max_attempts, deadline_s, interval_s, 0),
                                 tracer_provider=provider, timeout_s=timeout_s) as client:
-            return await run_probe(client, request, readiness_url=readiness_url, poll_interval_s=poll_interval_s)
+            return await run_probe(client, request, readiness_url=readiness_url, readiness=readiness,
+                                   poll_interval_s=poll_interval_s)
 
     try:
         report = asyncio.run(go())

@@ -5,8 +5,11 @@ request with the retrying traced client and, when given a readiness URL, polls i
 decomposes the wait (docs/analysis.md, wake episodes), from the client's side:
 
 - ``first_status`` / ``retry_after_s``: what the first answer said (``t0`` is when it was sent);
-- ``ready_s``: the first readiness poll that answered 2xx, after t0 (an upper bound on engine
-  readiness, within one poll interval; ``ready_after_s`` is the last poll that still said not ready);
+- ``ready_s``: the first readiness poll that said ready, after t0 (an upper bound on engine
+  readiness, within one poll interval; ``ready_after_s`` is the last poll that still said not ready).
+  What says ready is a ``restorelens.readiness`` check: by default the engine's own sleep state
+  (``GET /is_sleeping`` false), because vLLM answers ``/health`` 200 while asleep; ``readiness``
+  says which check answered, and whether the engine's sleep state was known;
 - ``observed_s``: when the client itself first got a success answer;
 - ``overshoot_s``: start of the successful attempt minus ``ready_s`` (ready, but the client was
   still waiting out its Retry-After);
@@ -26,10 +29,13 @@ import httpx
 from restorelens.clock import Clock
 from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.request import ClientRequest, RequestResult
+from restorelens.readiness import AUTO, JSON, ReadinessCheck, check_ready
 
-__all__ = ["ProbeReport", "ReadinessPoller", "decompose", "run_probe"]
+__all__ = ["ProbeReport", "ReadinessPoller", "decompose", "readiness_target", "run_probe"]
 
 DEFAULT_POLL_INTERVAL_S = 0.5
+#: Check paths a readiness URL may end in: the URL is then read as the engine's base URL.
+CHECK_PATHS = ("/health", "/is_sleeping", "/v1/completions")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,7 @@ class ProbeReport:
     attempts: int
     statuses: tuple[int | None, ...]
     total_s: float
+    readiness: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,35 +75,63 @@ class ProbeReport:
             f"hint error     {s(self.hint_error_s)}",
             f"attempts       {self.attempts} ({', '.join(str(x) if x is not None else 'failed' for x in self.statuses)})",
             f"total          {s(self.total_s)}",
-        ]
+        ] + ([f"readiness      {self.readiness}"] if self.readiness else [])
+
+
+def readiness_target(url: str, check: ReadinessCheck) -> tuple[str, ReadinessCheck, str | None]:
+    """The engine base URL and check a readiness URL means, and the check path it ended in, if any.
+
+    A JSON check's URL is the full URL of its answer (its path becomes the check's path). For the
+    other checks, a URL ending in ``/health``, ``/is_sleeping`` or ``/v1/completions`` is read as
+    the engine's base URL with that path: the check picks its own path, so ``http://ENGINE/health``
+    with ``auto`` asks ``/is_sleeping`` (the ``/health`` of a sleeping vLLM says 200).
+    """
+    parts = httpx.URL(url)
+    path = parts.raw_path.decode("ascii")
+    root = str(parts.copy_with(raw_path=b"/")).rstrip("/")
+    if check.kind == JSON:
+        return root, ReadinessCheck(JSON, path or "/", check.field, check.equals), None
+    bare = path.split("?", 1)[0].rstrip("/")
+    for suffix in CHECK_PATHS:
+        if bare.endswith(suffix):
+            return root + bare[: -len(suffix)], check, suffix
+    return root + bare, check, None
 
 
 class ReadinessPoller:
-    """Poll ``url`` until it answers 2xx; records the last not-ready and the first ready time."""
+    """Run ``check`` against the engine at ``url`` until it says ready; records the last not-ready
+    and the first ready time. ``url`` is a base URL (``readiness_target`` makes one); ``model`` is
+    what a ``completion`` check asks for."""
 
-    def __init__(self, url: str, clock: Clock, sleep: Callable[[float], Awaitable[Any]], interval_s: float) -> None:
+    def __init__(
+        self, url: str, clock: Clock, sleep: Callable[[float], Awaitable[Any]], interval_s: float,
+        check: ReadinessCheck | None = None, model: str | None = None,
+    ) -> None:
         self.url, self.clock, self.sleep, self.interval_s = url, clock, sleep, interval_s
+        self.check, self.model = check or ReadinessCheck(AUTO), model
         self.ready_at_s: float | None = None
         self.not_ready_at_s: float | None = None
+        self.ready_detail: str | None = None
 
     async def run(self, http: httpx.AsyncClient) -> None:
         while self.ready_at_s is None:
             sent_s = self.clock.now_s()
-            try:
-                response = await http.get(self.url)
-                ok = response.is_success
-            except httpx.HTTPError:
-                ok = False
-            if ok:
+            answer = await check_ready(http, self.url, self.check, model=self.model)
+            if answer.ready:
                 # Readiness was reached between the last negative poll and this one's send.
                 self.ready_at_s = sent_s
+                self.ready_detail = answer.detail
             else:
                 self.not_ready_at_s = sent_s
                 await self.sleep(self.interval_s)
 
 
-def decompose(result: RequestResult, ready_at_s: float | None = None, not_ready_at_s: float | None = None) -> ProbeReport:
-    """The wake decomposition of one probed request (absolute times in, times after t0 out)."""
+def decompose(
+    result: RequestResult, ready_at_s: float | None = None, not_ready_at_s: float | None = None,
+    readiness: str | None = None,
+) -> ProbeReport:
+    """The wake decomposition of one probed request (absolute times in, times after t0 out);
+    ``readiness`` says what said ready."""
     first = result.attempts[0]
     t0 = first.start_s
     success = next((a for a in result.attempts if a.status is not None and 200 <= a.status < 300), None)
@@ -117,6 +152,7 @@ def decompose(result: RequestResult, ready_at_s: float | None = None, not_ready_
         attempts=len(result.attempts),
         statuses=result.statuses,
         total_s=end_s - t0,
+        readiness=readiness,
     )
 
 
@@ -125,15 +161,18 @@ async def run_probe(
     request: ClientRequest,
     *,
     readiness_url: str | None = None,
+    readiness: ReadinessCheck | None = None,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     clock: Clock | None = None,
     sleep: Callable[[float], Awaitable[Any]] | None = None,
 ) -> ProbeReport:
-    """Send ``request`` through ``client`` while polling ``readiness_url``; decompose the wait."""
+    """Send ``request`` through ``client`` while running ``readiness`` (default ``auto``) against
+    ``readiness_url`` (read by ``readiness_target``); decompose the wait."""
     clock = clock or client.clock
-    poller = ReadinessPoller(readiness_url, clock, sleep or client.sleep, poll_interval_s) if readiness_url else None
-    if poller is None:
+    if readiness_url is None:
         return decompose(await client.request(request))
+    base_url, check, _ = readiness_target(readiness_url, readiness or ReadinessCheck(AUTO))
+    poller = ReadinessPoller(base_url, clock, sleep or client.sleep, poll_interval_s, check, request.model)
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
         polling = asyncio.ensure_future(poller.run(http))
         try:
@@ -144,4 +183,5 @@ async def run_probe(
         finally:
             polling.cancel()
             await asyncio.gather(polling, return_exceptions=True)
-    return decompose(result, poller.ready_at_s, poller.not_ready_at_s)
+    said = f"{check.describe()}; ready when {poller.ready_detail}" if poller.ready_detail else check.describe()
+    return decompose(result, poller.ready_at_s, poller.not_ready_at_s, said)

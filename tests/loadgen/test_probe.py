@@ -16,6 +16,7 @@ from restorelens.loadgen.probe import decompose, run_probe
 from restorelens.loadgen.request import AttemptRecord, ClientRequest, RequestResult
 from restorelens.loadgen.retry import HonourRetryAfter
 from restorelens.loadgen.retry_after import RetryAfter
+from restorelens.readiness import ReadinessCheck
 from restorelens.spans import SPAN_CLIENT_REQUEST, SPAN_HTTP_POST
 
 
@@ -43,10 +44,11 @@ def test_decompose_without_readiness_or_success() -> None:
 
 class SleepingModel:
     """Stand-in gateway (until the real gate runs here): a model that is ready ``wake_s`` after the
-    first request; before that, 503 + Retry-After; ``/health`` says the same."""
+    first request; before that, 503 + Retry-After; ``/health`` says the same. ``like_vllm``: its
+    ``/health`` says 200 throughout and ``/is_sleeping`` tells whether it can serve, as vLLM's do."""
 
-    def __init__(self, clock: ScaledClock, wake_s: float, retry_after: str) -> None:
-        self.clock, self.wake_s, self.retry_after = clock, wake_s, retry_after
+    def __init__(self, clock: ScaledClock, wake_s: float, retry_after: str, like_vllm: bool = False) -> None:
+        self.clock, self.wake_s, self.retry_after, self.like_vllm = clock, wake_s, retry_after, like_vllm
         self.woken_at_s: float | None = None
 
     def ready(self) -> bool:
@@ -62,9 +64,13 @@ class SleepingModel:
             return JSONResponse({"choices": [{"text": "x"}]})
 
         async def health(request: Request) -> Response:
-            return Response(status_code=200 if self.ready() else 503)
+            return Response(status_code=200 if self.ready() or self.like_vllm else 503)
 
-        return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)])
+        async def is_sleeping(request: Request) -> Response:
+            return JSONResponse({"is_sleeping": not self.ready()})
+
+        routes = [Route("/v1/completions", completions, methods=["POST"]), Route("/health", health)]
+        return Starlette(routes=routes + ([Route("/is_sleeping", is_sleeping)] if self.like_vllm else []))
 
 
 def test_probe_polls_readiness_and_measures_the_overshoot(serve_asgi, tracer_provider, span_exporter) -> None:
@@ -138,3 +144,71 @@ def test_duration_flags_carry_their_unit_and_the_old_names_still_work(scripted_g
         assert report["outcome"] == "gave_up" and report["statuses"] in ([503], [503, 503])
     bad = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--timeout-s", "0"])
     assert bad.exit_code == 2 and "--timeout-s" in bad.output
+
+
+def probe_a_waking_engine(serve_asgi, tracer_provider, readiness: ReadinessCheck | None):  # noqa: ANN001, ANN201
+    """The probe against a vLLM-like model whose 2-s wake starts at the first request; the client
+    comes back after the 3-s hint. 5x faster than real time."""
+    clock = ScaledClock(time_scale=5.0, start_s=0.0)
+    url = serve_asgi(SleepingModel(clock, wake_s=2.0, retry_after="3", like_vllm=True).app()).url
+
+    async def go():
+        async with TracedClient(url, policy=HonourRetryAfter(), tracer_provider=tracer_provider, clock=clock, sleep=clock.sleep) as client:
+            request = ClientRequest("probe-1", "tiny", "x" * 40, 4, stream=False)
+            return await run_probe(client, request, readiness_url=f"{url}/health", readiness=readiness,
+                                   poll_interval_s=0.25, sleep=clock.sleep)
+
+    return asyncio.run(go())
+
+
+def test_the_probe_counts_ready_only_when_the_check_says_so(serve_asgi, tracer_provider) -> None:  # noqa: ANN001
+    # The default check reads the URL ending in /health as the engine's base and asks /is_sleeping.
+    report = probe_a_waking_engine(serve_asgi, tracer_provider, None)
+    assert report.outcome == "ok" and report.statuses == (503, 200)
+    assert report.ready_after_s is not None and report.ready_s > 1.0  # protocol seconds, of a 2-s wake
+    assert report.readiness == ("GET /is_sleeping -> is_sleeping == false (else /health); "
+                                "ready when GET /is_sleeping: is_sleeping false")
+    assert f"readiness      {report.readiness}" in report.lines()
+    # what --readiness-url http://ENGINE/health used to report: ready at the first poll, before the
+    # 2-s wake could have ended
+    naive = probe_a_waking_engine(serve_asgi, tracer_provider, ReadinessCheck("health"))
+    assert naive.ready_after_s is None and naive.ready_s < 2.0
+
+
+def test_probe_cli_takes_a_json_readiness_check(scripted_gateway, serve_asgi) -> None:  # noqa: ANN001
+    _, url = scripted_gateway((200, {}))
+
+    async def state(request: Request) -> Response:
+        return JSONResponse({"sleeping": False, "load": "1"})
+
+    engine = serve_asgi(Starlette(routes=[Route("/state", state)])).url
+    for field, equals, ready in (("sleeping", "false", True), ("sleeping", "true", False), ("load", "1", False),
+                                 ("load", '"1"', True)):
+        # "false" is JSON's false; 1 is a number, not the string the engine sent
+        result = CliRunner().invoke(cli, ["probe", url, "--model", "tiny", "--json", "--no-stream", "--readiness-url",
+                                          f"{engine}/state", "--readiness-field", field, "--readiness-equals", equals,
+                                          "--poll-interval-s", "0.05"])
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert (report["ready_s"] is not None) is ready, (field, equals, report)
+        assert report["readiness"].startswith(f"GET /state -> {field} == ")
+
+
+def test_probe_cli_refuses_readiness_options_that_do_not_fit_in_one_line() -> None:
+    base = ["probe", "http://127.0.0.1:9", "--model", "m"]
+    engine = ["--readiness-url", "http://127.0.0.1:9/state"]
+    for options, message in (
+        (["--readiness", "health"], "setting --readiness: needs --readiness-url (the engine to check)"),
+        (["--readiness-field", "up"], "setting --readiness-field: needs --readiness-url"),
+        (engine + ["--readiness-field", "up"], "setting --readiness-equals: give the value of 'up' that means ready"),
+        (engine + ["--readiness-equals", "1"], "setting --readiness-field: give the JSON field to compare"),
+        (engine + ["--readiness", "completion", "--readiness-field", "up", "--readiness-equals", "1"],
+         "setting --readiness-field: a JSON check replaces --readiness completion; give one of them"),
+        (["--readiness-url", "127.0.0.1:9/health"], "setting --readiness-url: '127.0.0.1:9/health' is not an http(s) URL"),
+    ):
+        result = CliRunner().invoke(cli, base + options)
+        assert result.exit_code == 1, (options, result.output)
+        assert message in result.output and "Traceback" not in result.output, (options, result.output)
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    bad = CliRunner().invoke(cli, base + ["--readiness", "json"])
+    assert bad.exit_code == 2 and "--readiness" in bad.output  # json is --readiness-field's
