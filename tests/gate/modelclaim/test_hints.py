@@ -1,0 +1,146 @@
+"""The hint a waking model's 503 carries, and whether the request may be held: sans-I/O, virtual time."""
+
+from __future__ import annotations
+
+import pytest
+
+from restorelens.errors import SettingError
+from restorelens.gate.modelclaim.actions import WakeRecord
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.calibration import WakeCalibration
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.hints import HINT_MARGIN_S, MIN_HINT_S, RetryHints
+from restorelens.gate.modelclaim.phases import AnswerTable
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.virtual import VirtualLifecycle
+from restorelens.gate.routing import NotReady, Routed
+
+GIB = 2**30
+WAKE_S = 4.1424  # the engine's wake, as the llama-8b-h20 preset models it
+
+
+def lifecycle(mode: str = "calibrated", hold_s: float | None = None,
+              calibration: WakeCalibration | None = None) -> VirtualLifecycle:
+    core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
+                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), mode, hold_s),
+                          calibration=calibration)
+    backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=30.0, wake_s=WAKE_S, sleep_s=0.5))
+    life = VirtualLifecycle(core, backend)
+    life.start(0.0)
+    life.advance_to(30.0)
+    return life
+
+
+def sleep_then_ask(life: VirtualLifecycle, at_s: float) -> NotReady:
+    """Put the model to sleep well before ``at_s`` and ask for it at ``at_s``: the wake's first answer."""
+    life.sleep("m", at_s - 100.0)
+    life.advance_to(at_s - 50.0)
+    answer = life.route("m", at_s)
+    assert isinstance(answer, NotReady)
+    return answer
+
+
+def served_at(life: VirtualLifecycle, after_s: float) -> float:
+    """When the wake in progress lets requests through (the lifecycle observes the ready engine)."""
+    t = after_s
+    while not isinstance(life.route("m", t), Routed):
+        t = life.next_event_s() or t + 1.0
+        life.advance_to(t)
+    return t
+
+
+def test_fixed_mode_answers_the_table_and_says_so() -> None:
+    answer = sleep_then_ask(lifecycle("fixed"), 200.0)
+    assert (answer.retry_after_s, answer.retry_after_ms, answer.hint_source, answer.hint_mode) == (10, None, "fixed", "fixed")
+    assert answer.hold_until_s is None
+
+
+def test_calibrated_hints_start_from_the_table_and_converge_on_the_observed_wake() -> None:
+    life = lifecycle()
+    first = sleep_then_ask(life, 200.0)
+    assert (first.retry_after_s, first.retry_after_ms, first.hint_source) == (10, 10_000, "prior")
+    took_s = served_at(life, 200.0) - 200.0
+    for cycle in range(1, 4):
+        at_s = 200.0 + 300.0 * cycle
+        answer = sleep_then_ask(life, at_s)
+        assert answer.hint_source == "calibrated"
+        # What the earlier wakes took, plus the margin, in ms; Retry-After rounded up to whole seconds.
+        assert answer.retry_after_ms == pytest.approx((took_s + HINT_MARGIN_S) * 1000, abs=1)
+        assert answer.retry_after_s == 5
+        assert answer.predicted_ready_in_s == pytest.approx(took_s)
+        assert served_at(life, at_s) - at_s == pytest.approx(took_s)
+    assert took_s == pytest.approx(WAKE_S)
+
+
+def test_a_later_request_is_told_only_what_remains_and_an_overdue_wake_a_short_wait() -> None:
+    life = lifecycle()
+    sleep_then_ask(life, 200.0)
+    served_at(life, 200.0)
+    sleep_then_ask(life, 500.0)
+    second = life.route("m", 502.0)
+    assert isinstance(second, NotReady)
+    assert second.retry_after_ms == pytest.approx((WAKE_S - 2.0 + HINT_MARGIN_S) * 1000, abs=1)
+    assert second.retry_after_s == 3
+    # A wake running past its prediction: come back soon, not at once.
+    calibration = WakeCalibration()
+    calibration.observe("m", "in-place", 1.0)  # as if past wakes took 1 s: this one, 4 s in, is late
+    late = life.core.hints.answer(life.core.claims_view()["m"], 504.0, calibration)
+    assert (late.retry_after_ms, late.retry_after_s) == (MIN_HINT_S * 1000, 1)
+
+
+def test_a_wake_is_held_only_when_predicted_within_hold_s() -> None:
+    life = lifecycle(hold_s=30.0)
+    first = sleep_then_ask(life, 200.0)
+    assert first.hold_until_s == 230.0 and first.hint_mode == "hold"  # the prior, 10 s, fits in 30 s
+    short = lifecycle(hold_s=5.0)
+    answer = sleep_then_ask(short, 200.0)
+    assert answer.hold_until_s is None and answer.retry_after_ms == 10_000  # 10 s > 5 s: the hint at once
+    served_at(short, 200.0)
+    calibrated = sleep_then_ask(short, 500.0)
+    assert calibrated.hold_until_s == 505.0  # now predicted at 4.19 s <= 5 s
+
+
+def test_no_hint_and_no_hold_for_a_model_only_an_operator_can_bring_back() -> None:
+    life = lifecycle(hold_s=30.0)
+    life.fail("m", 40.0)
+    for t in (42.0, 46.0, 54.0, 70.0, 102.0, 166.0):
+        life.advance_to(t)
+        life.fail("m", t + 0.5)
+    answer = life.route("m", 300.0)
+    assert isinstance(answer, NotReady) and answer.phase == "Failed"
+    assert (answer.retry_after_s, answer.retry_after_ms, answer.hold_until_s) == (None, None, None)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(SettingError, match="retry_after_mode"):
+        RetryHints(AnswerTable(), "clever")
+    with pytest.raises(SettingError, match="hold_s"):
+        RetryHints(AnswerTable(), "fixed", 0.0)
+
+
+def test_the_calibration_learns_from_ready_wakes_only_and_round_trips_through_json() -> None:
+    calibration = WakeCalibration(quantile=0.9, window=3)
+    for duration_s, outcome in ((4.0, "ready"), (9.0, "failed"), (5.0, "ready"), (6.0, "ready"), (7.0, "ready")):
+        calibration.on_wake_finished(WakeRecord("m", "in-place", "p1", 100.0, 100.0 + duration_s, outcome,
+                                                observed_s=100.0 + duration_s if outcome == "ready" else None))
+    assert calibration.seen("m", "in-place") == 3  # the window keeps the last three ready wakes
+    assert calibration.predict_s("m", "in-place") == 7.0
+    assert calibration.predict_s("m", "move") is None
+    restored = WakeCalibration(window=3)
+    restored.load_json(calibration.to_json(), "wakes.json")
+    assert restored.predict_s("m", "in-place") == 7.0 and restored.seen("m", "in-place") == 3
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("{not json", "wakes.json:1"),
+    ('{"version": 2, "wakes": {}}', "version-1"),
+    ('{"version": 1, "wakes": {"m": {"in-place": [1, -2]}}}', "wakes.m.in-place"),
+    ('{"version": 1, "wakes": []}', "wakes"),
+])
+def test_a_file_that_is_no_calibration_is_refused_naming_where(text: str, where: str) -> None:
+    calibration = WakeCalibration()
+    calibration.observe("m", "in-place", 4.0)
+    with pytest.raises(SettingError, match=where):
+        calibration.load_json(text, "wakes.json")
+    assert calibration.predict_s("m", "in-place") == 4.0  # nothing already learnt is lost

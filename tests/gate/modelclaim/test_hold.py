@@ -1,0 +1,149 @@
+"""Hold instead of 503, through the running gate (real uvicorn, real httpx): a request for a waking
+model is held and forwarded once the wake ends; a wake predicted longer than ``hold_s`` is answered
+at once; a client that leaves while held frees its place; at most ``queue_limit`` are held at once.
+
+The lifecycle's engines are in-process stand-ins with chosen wake times (so the test controls
+how long a wake lasts); the requests they route go to one real simulator over HTTP.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from restorelens import spans as S
+from restorelens.gate.app import create_gate_app
+from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
+from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.hints import RetryHints
+from restorelens.gate.modelclaim.phases import AnswerTable
+from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
+from restorelens.gate.modelclaim.policy import PoolPolicy
+from restorelens.gate.modelclaim.router import ModelClaimRouter
+from restorelens.gate.settings import GateSettings
+from restorelens.sim.app import create_app
+
+GIB = 2**30
+TOKEN = "test-admin-token-456"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def clients():  # noqa: ANN201
+    opened: list[httpx.Client] = []
+    yield opened
+    for client in opened:
+        client.close()
+
+
+def gate_with(serve_asgi, tracer_provider, clients, *, wake_s: float, hold_s: float,  # noqa: ANN001, ANN202
+              queue_limit: int = 256):
+    sim = serve_asgi(create_app("tiny-cpu", model_name="m"))
+    core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
+                          PoolPolicy(sleep_after_s=3600),
+                          hints=RetryHints(AnswerTable(), "calibrated", hold_s))
+    backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=0.0, wake_s=wake_s, sleep_s=0.0),
+                               url_template=sim.url)
+    router = ModelClaimRouter(core, backend, admin_token=TOKEN, health_interval_s=3600,
+                              tracer_provider=tracer_provider)
+    app = create_gate_app(GateSettings(admin_token=TOKEN, modelclaim={}, queue_limit=queue_limit), router=router,
+                          tracer_provider=tracer_provider)
+    server = serve_asgi(app)
+    client = httpx.Client(base_url=server.url, timeout=30.0)
+    clients.append(client)
+    phase = lambda: client.get("/modelclaim/status").json()["models"][0]["phase"]  # noqa: E731
+    wait_for(lambda: phase() == "Active", "the model to start")
+    assert client.post("/modelclaim/models/m/sleep", headers=AUTH).status_code == 202
+    wait_for(lambda: phase() == "Sleeping" and router.core.claims_view()["m"].op is None, "the model to sleep")
+    return client, router
+
+
+def ask(client: httpx.Client, **options) -> httpx.Response:  # noqa: ANN003
+    return client.post("/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 2}, **options)
+
+
+def gate_spans(exporter) -> list:  # noqa: ANN001
+    return [s for s in exporter.get_finished_spans() if s.name == S.SPAN_GATE_REQUEST]
+
+
+def test_a_held_request_is_forwarded_once_the_wake_ends(serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=0.4, hold_s=30.0)
+
+    response = ask(client)
+
+    assert response.status_code == 200 and "retry-after" not in response.headers
+    spans = gate_spans(span_exporter)
+    assert len(spans) == 1, [(s.name, dict(s.attributes)) for s in spans]
+    (gate,) = spans
+    (wake,) = [s for s in span_exporter.get_finished_spans() if s.name == S.SPAN_MODELCLAIM_WAKE and s.links]
+    observed_ns = {e.name: e.timestamp for e in wake.events}[S.EVENT_READY_OBSERVED]
+    held_s = gate.attributes[S.ATTR_GATE_HOLD_S]
+    # Let through no earlier than the lifecycle saw the engine ready, and only because of it: the
+    # hold ended long before its 30 s.
+    assert gate.start_time + held_s * 1e9 >= observed_ns - 1e6
+    assert 0.3 < held_s < 30.0
+    assert gate.attributes[S.ATTR_GATE_DECISION] == "admitted"
+    assert (gate.attributes[S.ATTR_MODELCLAIM_HINT_MODE], gate.attributes[S.ATTR_MODELCLAIM_HINT_SOURCE]) == (
+        "hold", "prior")  # no wake of this model was seen yet: the table's 10 s <= 30 s, so held
+    assert [link.context.span_id for link in wake.links] == [gate.context.span_id]  # the held request woke it
+
+
+def test_a_wake_predicted_longer_than_the_hold_is_answered_at_once(serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=5.0)
+
+    response = ask(client)
+
+    # The prior (the table's 10 s for a wake) is longer than the 5 s hold: no hold, the hint now.
+    assert response.status_code == 503
+    assert (response.headers["retry-after"], response.headers["x-restorelens-retry-after-ms"]) == ("10", "10000")
+    (gate,) = gate_spans(span_exporter)
+    assert S.ATTR_GATE_HOLD_S not in gate.attributes
+    assert gate.attributes[S.ATTR_GATE_DECISION] == "not_ready"
+
+
+def test_a_client_that_leaves_while_held_frees_its_place(serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    client, router = gate_with(serve_asgi, tracer_provider, clients, wake_s=3.0, hold_s=30.0, queue_limit=1)
+
+    def impatient() -> None:
+        try:
+            ask(client, timeout=0.3)
+        except httpx.TimeoutException:
+            pass
+
+    leaver = threading.Thread(target=impatient)
+    leaver.start()
+    leaver.join()
+    wait_for(lambda: any(s.attributes.get(S.ATTR_ERROR_TYPE) == "client_disconnected"
+                         for s in gate_spans(span_exporter)), "the gate to see the client leave")
+    (gone,) = gate_spans(span_exporter)
+    assert gone.attributes[S.ATTR_GATE_HOLD_S] < 3.0
+    # Its place is free again: the next request is held (queue_limit 1) and served after the wake.
+    response = ask(client)
+    assert response.status_code == 200
+    assert router.core.status("m").phase == "Active"
+
+
+def test_no_more_than_queue_limit_requests_are_held_at_once(serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    client, router = gate_with(serve_asgi, tracer_provider, clients, wake_s=2.0, hold_s=30.0, queue_limit=1)
+    answers: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: answers.append(ask(client)))
+    first.start()
+    wait_for(lambda: bool(router._held.get("m")), "the first request to be held")
+    second = ask(client)
+    first.join()
+
+    held = [s for s in gate_spans(span_exporter) if S.ATTR_GATE_HOLD_S in s.attributes]
+    assert len(held) == 1 and answers[0].status_code == 200
+    assert second.status_code == 503 and "x-restorelens-retry-after-ms" in second.headers
