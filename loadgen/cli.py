@@ -10,10 +10,10 @@ from typing import Any
 import click
 
 from restorelens.errors import SettingError
+from restorelens.loadgen.retry import POLICY_NAMES
 
 __all__ = ["COMMANDS", "probe", "traces_endpoint"]
 
-POLICY_CHOICES = ("honour-retry-after", "backoff", "fixed")
 #: ``restorelens.readiness`` kinds a flag can name; a JSON check is given by --readiness-field.
 READINESS_CHOICES = ("auto", "health", "completion")
 #: The path each of them asks on the engine.
@@ -124,8 +124,9 @@ def _readiness(url: str | None, kind: str | None, field: str | None, equals: str
               help="Instead: --readiness-url answers 200 with a JSON object whose FIELD equals --readiness-equals.")
 @click.option("--readiness-equals", default=None, metavar="VALUE",
               help="The --readiness-field value that means ready: JSON (false, 0, \"up\"), else taken as a string.")
-@click.option("--policy", type=click.Choice(POLICY_CHOICES), default="honour-retry-after", show_default=True,
-              help="Retry policy: wait the server's Retry-After, full-jitter backoff, or a fixed interval.")
+@click.option("--policy", type=click.Choice(POLICY_NAMES), default="honour-retry-after", show_default=True,
+              help="Retry policy: wait the server's Retry-After; wait the gate's precise "
+                   "x-restorelens-retry-after-ms (else Retry-After); full-jitter backoff; or a fixed interval.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True, help="Attempts in all.")
 @click.option("--deadline-s", "--deadline", "deadline_s", cls=_OldNamesHidden, type=click.FloatRange(min=0, min_open=True),
               default=300.0, show_default=True, help="No attempt starts later than this many seconds after the first.")
