@@ -98,7 +98,7 @@ class ModelClaimScenario:
     retry_policy: str = "honour-retry-after"
     max_attempts: int = 10
     deadline_s: float = 300.0
-    #: The lifecycle's readiness polling (virtual time: observed at the first poll after ready).
+    #: The lifecycle's readiness polling (virtual time: a start observed at the first poll after ready).
     poll_interval_s: float = 0.5
     #: Idle sleep of an Active engine; None: never (allowed only without the wake reserve).
     sleep_after_s: float | None = 600.0
@@ -190,22 +190,21 @@ def expected_wake(scenario: ModelClaimScenario) -> ExpectedWake:
 
     The wake is wanted at 0 s. In place: the engine wakes at once. Make room: the neighbour
     sleeps first (its level-1 offload), then the engine wakes. Move and cold start: a new engine
-    loads (its cold start). Readiness is observed at the first poll at or after it; the client
-    retries every Retry-After until an attempt starts at or after that observation.
+    loads (its cold start). A wake is observed at its ready time (the wake call answers once the
+    engine is awake), a start at the first readiness poll at or after it; the client retries
+    every Retry-After until an attempt starts at or after that observation.
     """
     from restorelens.sim import get_preset
 
     wake = get_preset(_claim(scenario, scenario.model).preset)
     if scenario.wake_path in ("move", "cold-start"):
         ready_s = wake.cold_start_s
+        observed_s = math.ceil(ready_s / scenario.poll_interval_s - 1e-9) * scenario.poll_interval_s
     else:
-        ready_s = wake.wake_s(weights_discarded=False) + wake.kv_cache_realloc_s
+        ready_s = observed_s = wake.wake_s(weights_discarded=False) + wake.kv_cache_realloc_s
         if scenario.wake_path == "make-room":
             neighbour = get_preset(_claim(scenario, NEIGHBOUR_MODEL).preset)
-            slept_s = neighbour.level1_offload_s()
-            ready_s += slept_s
-    called_s = slept_s if scenario.wake_path == "make-room" else 0.0
-    observed_s = called_s + math.ceil((ready_s - called_s) / scenario.poll_interval_s - 1e-9) * scenario.poll_interval_s
+            ready_s = observed_s = ready_s + neighbour.level1_offload_s()
     hint = scenario.expected_retry_after_s
     attempts = math.ceil(observed_s / hint - 1e-9) + 1
     return ExpectedWake(scenario.wake_path, float(hint), ready_s, observed_s, attempts, (attempts - 1) * hint - ready_s)

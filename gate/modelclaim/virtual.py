@@ -7,9 +7,14 @@ its clock and calls ``route`` / ``request_started`` / ``request_finished`` at th
 happen, and ``sleep`` / ``wake`` / ``restart`` for an operator's control calls
 (``experiments.modelclaim.virtual`` drives it so).
 
-Readiness observation: with ``poll_interval_s=None`` the lifecycle learns readiness from the
-backend's answer (observed = ready). With a poll interval it learns it at the first poll at or
-after the ready time (polls every ``poll_interval_s`` from the call), as a live poller would.
+Readiness observation, as the live backends see it:
+
+- a wake (``WakeEngine``) is observed at its ready time: vLLM's ``POST /wake_up`` (and the
+  simulator's) answers once the engine is awake, and the live backend takes the ready time from
+  that answer;
+- a start (``StartEngine``: a cold start, a move) is observed at the first poll at or after the
+  ready time (polls every ``poll_interval_s`` from the call), as a live ``/health`` poller sees a
+  loading engine; with ``poll_interval_s=None``, at the ready time too.
 """
 
 from __future__ import annotations
@@ -137,7 +142,11 @@ class VirtualLifecycle:
             return self.core.on_engine_ready(action.model, action.instance_id, t, ready_at_s=answer.ready_at_s,
                                              url=answer.url, attached=answer.attached, asleep=answer.asleep)
 
-        self._at(self._observed_s(called_s, answer.ready_at_s), ready)
+        if isinstance(action, WakeEngine):  # the wake call's own answer says awake
+            observed_s = max(called_s, answer.ready_at_s)
+        else:
+            observed_s = self._observed_s(called_s, answer.ready_at_s)
+        self._at(observed_s, ready)
 
     def _report_slept(self, action: SleepEngine, done_s: float) -> None:
         def slept(t: float) -> list[Action]:

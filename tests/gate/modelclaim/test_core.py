@@ -64,13 +64,18 @@ def test_sleeping_model_with_reserve_wakes_in_place_once_with_retry_after_10() -
         "in-place", T0 + 100, T0 + 100, T0 + 104, T0 + 104)
 
 
-def test_readiness_observed_by_polling_lags_the_ready_time() -> None:
-    life, rec = lifecycle([Pod("p1", (24 * GIB,))], [claim("a")], PoolPolicy(sleep_after_s=60), poll_interval_s=1.5)
-    life.advance_to(T0 + 200)
+def test_a_start_is_observed_at_the_next_poll_and_a_wake_at_its_ready_time() -> None:
+    # As the live sleep-API backend sees them: a loading engine by polling (every 7 s here, from
+    # the start call at T0), a wake by the answer of its own /wake_up call.
+    life, rec = lifecycle([Pod("p1", (24 * GIB,))], [claim("a")], PoolPolicy(sleep_after_s=60), poll_interval_s=7.0)
+    assert isinstance(life.route("a", T0 + 34.9), NotReady)  # ready at 30, not yet observed
+    assert isinstance(life.route("a", T0 + 35), Routed)
+    life.advance_to(T0 + 200)  # idle-slept at 95
     life.route("a", T0 + 200)
-    assert isinstance(life.route("a", T0 + 204.2), NotReady)  # ready at 204, not yet observed
-    assert isinstance(life.route("a", T0 + 204.5), Routed)
-    assert (rec.wakes[-1].ready_s, rec.wakes[-1].observed_s) == (T0 + 204, T0 + 204.5)
+    assert isinstance(life.route("a", T0 + 203.9), NotReady)
+    assert isinstance(life.route("a", T0 + 204), Routed)
+    assert [(w.path, w.ready_s, w.observed_s) for w in rec.wakes] == [
+        ("cold-start", T0 + 30, T0 + 35), ("in-place", T0 + 204, T0 + 204)]
 
 
 def two_models_one_gpu(*pods: Pod, a_pods: tuple[str, ...] = ("p1",)) -> tuple[VirtualLifecycle, Recorder]:
