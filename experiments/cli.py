@@ -54,8 +54,11 @@ def demo(no_dashboard: bool, db: str | None, time_scale: float, seed: int) -> No
 @click.command()
 @click.argument("scenario")
 @click.option("--virtual", is_flag=True, help="Run in virtual time (a discrete-event loop; no servers, no waiting).")
-@click.option("--arm", default=None, help="Gate policy arm: fcfs, priority, static, lend (alias moflux). Default: lend.")
+@click.option("--arm", default=None, help="Gate policy arm: fcfs, priority, static, lend (alias moflux). Default: lend. "
+                                         "ModelClaim scenarios: fixed (default), calibrated, hold.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload seed (the same seed replays the same load).")
+@click.option("--cycles", type=click.IntRange(min=1), default=None,
+              help="ModelClaim scenarios: sleep -> wake cycles of the run.  [default: 10]")
 @click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
               help="Live runs: speed-up over real time (10 runs a 105-s protocol in ~10.5 s).")
 @click.option("--out", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -63,8 +66,8 @@ def demo(no_dashboard: bool, db: str | None, time_scale: float, seed: int) -> No
 @click.option("--collector", default=None, help="Send spans to this OTLP/HTTP endpoint (e.g. http://127.0.0.1:4318).")
 @click.option("--run-id", default=None, help="Label for this run (restore.run_id); random by default.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as one JSON object.")
-def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: float, out: str | None,
-        collector: str | None, run_id: str | None, as_json: bool) -> None:
+def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | None, time_scale: float,
+        out: str | None, collector: str | None, run_id: str | None, as_json: bool) -> None:
     """Play SCENARIO (e.g. moflux-balanced, moflux-long-context) and record its spans.
 
     Live (default): the simulator and the gate run on loopback and the client drives them in real
@@ -77,7 +80,7 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, time_scale: fl
     from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
     from restorelens.experiments.scenarios import get_scenario
 
-    chosen = get_scenario(scenario, arm)
+    chosen = with_cycles(get_scenario(scenario, arm), cycles)
     if bool(out) == bool(collector):
         raise SettingError("--out/--collector", "give exactly one: --out FILE or --collector URL")
     if collector:
@@ -198,6 +201,17 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     (out / "summary.md").write_text(markdown)
     click.echo(markdown, nl=False)
     click.echo(f"{len(matrix)} runs, {loaded.loaded} spans: {db}, {out / 'summary.json'}, {out / 'summary.md'}", err=True)
+
+
+def with_cycles(scenario: Any, cycles: int | None) -> Any:
+    """``scenario`` with ``cycles`` sleep -> wake cycles (``--cycles``: ModelClaim scenarios only)."""
+    if cycles is None:
+        return scenario
+    if scenario.kind != "modelclaim":
+        raise SettingError("--cycles", "only the ModelClaim scenarios repeat a sleep -> wake cycle")
+    from dataclasses import replace
+
+    return replace(scenario, cycles=cycles)
 
 
 def _replays(scenarios: tuple[str, ...], replay_db: str | None, runs: tuple[str, ...], engine: str | None,

@@ -76,16 +76,15 @@ def collector(db: Path) -> Iterator[str]:
 def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
                    on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
     """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
-    from restorelens.experiments.record import SAMPLE_SCENARIOS, sample_run_name
+    from restorelens.experiments.record import SAMPLE_SCENARIOS, sample_run_name, sample_scenario
     from restorelens.experiments.runner import RunTelemetry, run_live
-    from restorelens.experiments.scenarios import get_scenario
 
     summaries = []
     with RunTelemetry("otlp", endpoint=endpoint) as telemetry:
         for name, arm in SAMPLE_SCENARIOS:
             run_name = sample_run_name(name, arm)
             on_progress(run_name, 0.0)
-            report = run_live(get_scenario(name, arm), seed, telemetry.providers, f"demo-{run_name}",
+            report = run_live(sample_scenario(name, arm), seed, telemetry.providers, f"demo-{run_name}",
                               time_scale=time_scale)
             summaries.append(report.summary())
             on_progress(run_name, PROTOCOL_S.get(name, 0.0))

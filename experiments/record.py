@@ -11,11 +11,13 @@ and every regeneration.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from restorelens.errors import RestorelensError
 
-__all__ = ["SAMPLE_SCENARIOS", "record_samples", "sample_file_name", "sample_run_name"]
+__all__ = ["SAMPLE_SCENARIOS", "record_samples", "sample_file_name", "sample_run_name", "sample_scenario"]
 
 #: (scenario, arm) pairs the demo plays and the sample traces hold. Each Poisson MoFlux workload
 #: runs under the lending arm and its baseline, static floors without lending (MoFlux's
@@ -34,6 +36,15 @@ SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
 )
 
 
+def sample_scenario(name: str, arm: str | None) -> Any:
+    """The scenario as the demo and the samples play it: a wake scenario with one sleep -> wake
+    cycle (each path once; ``restorelens experiment`` repeats it for a calibration's history)."""
+    from restorelens.experiments.scenarios import get_scenario
+
+    scenario = get_scenario(name, arm)
+    return replace(scenario, cycles=1) if scenario.kind == "modelclaim" else scenario
+
+
 def sample_run_name(scenario: str, arm: str | None) -> str:
     """The scenario with its arm, if it has one: a file's stem and a run id's tail."""
     return f"{scenario}-{arm}" if arm else scenario
@@ -46,7 +57,6 @@ def sample_file_name(scenario: str, arm: str | None) -> str:
 def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
     """Write every sample scenario's spans into ``folder``; returns the files written."""
     from restorelens.experiments.runner import RunTelemetry, run_virtual
-    from restorelens.experiments.scenarios import get_scenario
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -54,7 +64,7 @@ def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
         path = folder / sample_file_name(name, arm)
         path.unlink(missing_ok=True)
         with RunTelemetry("file", path=path, batch=False, id_seed=seed * 1000 + index) as telemetry:
-            run_virtual(get_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{sample_run_name(name, arm)}")
+            run_virtual(sample_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{sample_run_name(name, arm)}")
         telemetry.raise_if_spans_dropped()
         written.append(path)
     return written

@@ -170,6 +170,7 @@ class RunReport:
         hint = first.attempts[0].retry_after.seconds if first.attempts else None
         return {
             "scenario": self.scenario,
+            "arm": self.arm,
             "seed": self.seed,
             "mode": self.mode if x == 1 else f"{self.mode} (x{x:g})",
             "run_id": self.run_id,

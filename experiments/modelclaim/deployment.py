@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from restorelens.experiments.modelclaim.scenarios import NEIGHBOUR_MODEL, ModelClaimScenario
@@ -23,14 +24,19 @@ __all__ = ["SetupDirector", "deployment_table"]
 ACTIVE, SLEEPING = "Active", "Sleeping"
 
 
-def deployment_table(scenario: ModelClaimScenario) -> dict[str, Any]:
-    """The scenario's ``[modelclaim]`` table (byte quantities as integers)."""
+def deployment_table(scenario: ModelClaimScenario, calibration_path: Path | None = None) -> dict[str, Any]:
+    """The scenario's ``[modelclaim]`` table (byte quantities as integers), with its arm's hint
+    settings (``retry_after_mode``, ``hold_s``) and, when given, where the lifecycle keeps what it
+    learnt from its wakes across restarts (``calibration_path``)."""
     policy: dict[str, Any] = {}
     if scenario.sleep_after_s is not None:
         policy["sleepAfterSeconds"] = scenario.sleep_after_s
     if not scenario.setup.wake_reserve:
         policy["noWakeReserveWhileAsleep"] = True
+    kept = {} if calibration_path is None else {"calibration_path": str(calibration_path)}
     return {
+        **scenario.hint_settings(),
+        **kept,
         "policy": policy,
         "poll_interval_s": scenario.poll_interval_s,
         "pods": [{"name": pod, "gpus": [scenario.gpu_bytes]} for pod in scenario.pods],

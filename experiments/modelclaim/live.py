@@ -9,6 +9,11 @@ process backend would, without a Python start-up per engine. The setup (sleep th
 neighbour take its room) goes through ``GET /modelclaim/status`` and the bearer-token control
 endpoint; the client is the ``TracedClient``.
 
+Cycles: each of the scenario's ``cycles`` starts a new gate, lifecycle router and engines (a
+restarted gate), sets the deployment up and plays the requests; the routers share one
+``calibration_path`` file (in a temporary folder of the run), so a calibrated lifecycle reads what
+the previous cycles learnt, as a restarted gate does.
+
 Time: ``time_scale`` X runs everything X times faster. Client, gate and lifecycle share a
 ``ScaledClock``, so their spans, the Retry-After they exchange (10 s waits 10/X real seconds) and
 the lifecycle's stamps are protocol seconds. The simulator divides its modelled durations by X
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -108,6 +115,9 @@ class DeferredStartRouter:
     def request_finished(self, model: str, now_s: float) -> None:
         self.inner.request_finished(model, now_s)
 
+    async def wait_routable(self, model: str, timeout_s: float) -> bool:
+        return await self.inner.wait_routable(model, timeout_s)
+
     def register_metrics(self, registry: Any) -> None:
         self.inner.register_metrics(registry)
 
@@ -162,10 +172,10 @@ async def _set_up(gate_url: str, token: str, scenario: ModelClaimScenario, clock
     return t0_s
 
 
-async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: ModelClaimScenario, labels: RunLabels,
-                providers: ServiceProviders, clock: ScaledClock, on_t0: Any,
+async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: ModelClaimScenario, cycle: int,
+                labels: RunLabels, providers: ServiceProviders, clock: ScaledClock, on_t0: Any,
                 started: list[Any]) -> tuple[float, list[RequestResult]]:
-    """Start the gate, set the deployment up, then send the scenario's requests; returns t0 and results.
+    """Start the gate, set the deployment up, then send the cycle's requests; returns t0 and results.
 
     The client exists before the gate starts, so a scenario that starts with the lifecycle
     (cold start) sends its first request right after the gate's lifespan started the lifecycle.
@@ -186,27 +196,26 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
             await clock.sleep(t0_s + arrival.at_s - clock.now_s())
             return await client.request(modelclaim_client_request(scenario, arrival, labels))
 
-        return t0_s, list(await asyncio.gather(*(one(a) for a in scenario.arrivals)))
+        return t0_s, list(await asyncio.gather(*(one(a) for a in scenario.arrivals_of(cycle))))
 
 
-def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
-                        time_scale: float = 1.0) -> Any:
-    from restorelens.experiments.runner import RunReport
+def _play_cycle(scenario: ModelClaimScenario, cycle: int, seed: int, providers: ServiceProviders, clock: ScaledClock,
+                labels: RunLabels, calibration_path: Path) -> tuple[float, list[RequestResult]]:
+    """One sleep -> wake cycle on a fresh gate, lifecycle router and engines; returns its t0 and results."""
     from restorelens.gate.app import create_gate_app
-    from restorelens.gate.modelclaim.config import build_core
+    from restorelens.gate.modelclaim.config import build_core, load_calibration
     from restorelens.gate.modelclaim.router import ModelClaimRouter
     from restorelens.gate.modelclaim.spans import ModelClaimSpans
     from restorelens.gate.settings import GateSettings
     from restorelens.serving import ServerThread
 
-    timeline = ProtocolTimeline(providers, time_scale)
-    clock, providers = timeline.clock, timeline.providers
-    table = deployment_table(scenario)
+    table = deployment_table(scenario, calibration_path)
     token = secrets.token_urlsafe(24)
     core, _ = build_core(table)
+    load_calibration(core, calibration_path)  # what the previous cycles' gates learnt, as a restarted gate reads it
     backend = SimServerBackend(scenario, clock=clock, tracer_provider=providers.engine, seed=seed)
-    router = DeferredStartRouter(
-        ModelClaimRouter(core, backend, clock=clock, tracer_provider=providers.gate, admin_token=token))
+    router = DeferredStartRouter(ModelClaimRouter(core, backend, clock=clock, tracer_provider=providers.gate,
+                                                  admin_token=token, calibration_path=calibration_path))
     # Lifecycle spans are recorded from t0 on (as in virtual time): the setup's own cold starts are
     # the deployment's history, not wake episodes of the scenario.
     spans = [listener for listener in core.listeners if isinstance(listener, ModelClaimSpans)]
@@ -214,16 +223,34 @@ def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: Serv
         listener.core = core
         core.listeners.remove(listener)
     settings = GateSettings(policy="fcfs", modelclaim=table, admin_token=token)
-    labels = RunLabels(scenario.name, scenario.workload_name, seed, run_id)
     gate = ServerThread(create_gate_app(settings, tracer_provider=providers.gate, router=router, clock=clock))
     started: list[Any] = []
     try:
-        t0_s, results = asyncio.run(_play(gate, router, token, scenario, labels, providers, clock,
-                                          lambda: core.listeners.extend(spans), started))
+        return asyncio.run(_play(gate, router, token, scenario, cycle, labels, providers, clock,
+                                 lambda: core.listeners.extend(spans), started))
     finally:
         for server in started:
             server.stop()  # the lifespan stops the router, which stops every engine it started
+
+
+def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
+                        time_scale: float = 1.0) -> Any:
+    from restorelens.experiments.runner import RunReport
+
+    timeline = ProtocolTimeline(providers, time_scale)
+    clock, providers = timeline.clock, timeline.providers
+    labels = RunLabels(scenario.name, scenario.workload_name, seed, run_id)
+    t0s: list[float] = []
+    results: list[RequestResult] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="restorelens-wakes-") as folder:
+            calibration_path = Path(folder) / "calibration.json"
+            for cycle in range(1, scenario.cycles + 1):
+                t0_s, played = _play_cycle(scenario, cycle, seed, providers, clock, labels, calibration_path)
+                t0s.append(t0_s)
+                results += played
+    finally:
         timeline.close()
     ordered = tuple(sorted(results, key=lambda r: r.start_s))
-    return RunReport(scenario.name, scenario.arm, seed, "live", run_id, max(r.end_s for r in ordered) - t0_s, ordered,
-                     time_scale=time_scale, t0_s=t0_s)
+    return RunReport(scenario.name, scenario.arm, seed, "live", run_id, max(r.end_s for r in ordered) - t0s[0],
+                     ordered, time_scale=time_scale, t0_s=t0s[0])

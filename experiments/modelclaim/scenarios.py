@@ -15,20 +15,44 @@ takes, and which Retry-After the gateway answers, follow from that state:
 Both runners (``modelclaim.virtual``, ``modelclaim.live``) build the same lifecycle core from this.
 ``expected_wake`` derives the decomposition the scenario must show from the engine presets, so
 tests assert the analysis against numbers that are not read back from the run.
+
+Arms (issue #20, ``MODELCLAIM_ARMS``): how the gateway answers a waking model and how the client
+reads the answer. Each arm's name is the ``modelclaim.hint_mode`` its gate puts on ``gate.request``:
+
+| arm | ``[modelclaim]`` | client policy |
+|---|---|---|
+| ``fixed`` (default) | the fixed Retry-After table (AIBrix) | ``honour-retry-after`` |
+| ``calibrated`` | ``retry_after_mode = "calibrated"`` | ``honour-hint-ms`` |
+| ``hold`` | ``retry_after_mode = "calibrated"``, ``hold_s = 30`` | ``honour-hint-ms`` |
+
+Cycles: a run repeats the sleep -> wake cycle ``cycles`` times (default 10), so a calibrated
+lifecycle has history within the run. A cycle is the whole scenario once: a fresh deployment
+(a restarted gate and lifecycle, new engines) brought into the scenario's starting state, then
+its requests. Only what the lifecycle learnt from its wakes (``WakeCalibration``) carries over to
+the next cycle: handed over in virtual time, through the ``calibration_path`` file live, as a
+restarted gate reads it. Cycles follow one another on the run's timeline, never overlapping, and
+carry the run's labels; cycle ``k`` > 1 suffixes its request ids with ``-c{k}``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.workloads import Arrival
-from restorelens.spans import ARRIVAL_PHASE_WAKE
+from restorelens.spans import ARRIVAL_PHASE_WAKE, HINT_MODES
 
 __all__ = [
+    "CALIBRATED",
+    "DEFAULT_CYCLES",
+    "FIXED",
+    "HOLD",
+    "HOLD_S",
     "ClaimShape",
     "ExpectedWake",
+    "MODELCLAIM_ARMS",
     "MODELCLAIM_SCENARIOS",
     "ModelClaimScenario",
     "ModelClaimSetup",
@@ -48,6 +72,13 @@ WAKE_PHASE = ARRIVAL_PHASE_WAKE
 WAKE_MODEL = "llama-3-8b"
 NEIGHBOUR_MODEL = "qwen2.5-1.5b"
 GPU_BYTES = 24 * GIB
+#: The arms, named as the hint modes their gates put on ``gate.request`` (``modelclaim.hint_mode``).
+MODELCLAIM_ARMS = HINT_MODES
+FIXED, CALIBRATED, HOLD = MODELCLAIM_ARMS
+#: Sleep -> wake cycles per run: enough for a calibration to have history within the run.
+DEFAULT_CYCLES = 10
+#: The hold arm's ``[modelclaim] hold_s``: a request is held when its model should serve within it.
+HOLD_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +126,6 @@ class ModelClaimScenario:
     claims: tuple[ClaimShape, ...] = (WAKE_CLAIM,)
     pods: tuple[str, ...] = ("pod-1",)
     gpu_bytes: int = GPU_BYTES
-    retry_policy: str = "honour-retry-after"
     max_attempts: int = 10
     deadline_s: float = 300.0
     #: The lifecycle's readiness polling (virtual time: a start observed at the first poll after ready).
@@ -103,19 +133,54 @@ class ModelClaimScenario:
     #: Idle sleep of an Active engine; None: never (allowed only without the wake reserve).
     sleep_after_s: float | None = 600.0
     stream: bool = True
-    arm: str = "lifecycle"
+    arm: str = FIXED
+    #: Sleep -> wake cycles of one run (see the module doc).
+    cycles: int = DEFAULT_CYCLES
+    #: The hold arm's ``hold_s``.
+    hold_s: float = HOLD_S
     labels: dict[str, str] = field(default_factory=dict)
 
     kind = "modelclaim"
+
+    def __post_init__(self) -> None:
+        if self.arm not in MODELCLAIM_ARMS:
+            raise SettingError("--arm", _unknown_arm(self.arm))
+        if isinstance(self.cycles, bool) or not isinstance(self.cycles, int) or self.cycles < 1:
+            raise SettingError("--cycles", f"a run has at least one sleep -> wake cycle, got {self.cycles!r}")
 
     @property
     def workload_name(self) -> str:
         return WAKE_WORKLOAD
 
+    @property
+    def retry_policy(self) -> str:
+        """The client's policy: the Retry-After of the fixed table, else the gate's precise hint."""
+        return "honour-retry-after" if self.arm == FIXED else "honour-hint-ms"
+
+    def hint_settings(self) -> dict[str, Any]:
+        """The arm's keys of the ``[modelclaim]`` table (``retry_after_mode``, ``hold_s``)."""
+        settings: dict[str, Any] = {"retry_after_mode": "fixed" if self.arm == FIXED else "calibrated"}
+        if self.arm == HOLD:
+            settings["hold_s"] = self.hold_s
+        return settings
+
     def with_arm(self, arm: str | None) -> ModelClaimScenario:
-        if arm not in (None, "lifecycle"):
-            raise SettingError("--arm", f"ModelClaim scenarios have no arms (got {arm!r})")
-        return self
+        """This scenario under ``arm`` (None: as it is, ``fixed`` by default)."""
+        if arm is None:
+            return self
+        if arm not in MODELCLAIM_ARMS:
+            raise SettingError("--arm", _unknown_arm(arm))
+        return replace(self, arm=arm)
+
+    def arrivals_of(self, cycle: int) -> tuple[Arrival, ...]:
+        """Cycle ``cycle``'s requests (1-based): the scenario's, their ids suffixed ``-c{cycle}`` after the first."""
+        if cycle == 1:
+            return self.arrivals
+        return tuple(replace(a, request_id=f"{a.request_id}-c{cycle}") for a in self.arrivals)
+
+
+def _unknown_arm(arm: object) -> str:
+    return f"unknown arm {arm!r} for the ModelClaim scenarios; choose one of {', '.join(MODELCLAIM_ARMS)}"
 
 
 def _arrivals(name: str) -> tuple[Arrival, ...]:
@@ -157,16 +222,28 @@ class ExpectedWake:
     """The decomposition a scenario must show (seconds after the first request; docs/analysis.md, wake episodes)."""
 
     wake_path: str
+    #: The first answer's Retry-After (whole seconds), and its precise hint (the fixed table's
+    #: value, or ``x-restorelens-retry-after-ms`` / 1000 of a calibrated gate): for a held first
+    #: attempt, the hint it was held with.
     retry_after_s: float
     ready_s: float
     observed_s: float
     attempts: int
+    #: From the engine's readiness to the moment the gate let the successful attempt through: its
+    #: start, or the end of its hold.
     overshoot_s: float
+    hint_s: float = math.nan
+    #: How long the gate held the first attempt (the hold arm), else None.
+    held_s: float | None = None
     #: Exact in virtual time. Live, each time value is off by the real HTTP round trips and
     #: scheduling delays, magnified by the scale: more of them than a MoFlux request meets (the
     #: lifecycle's wake call and health polls cross loopback too), so up to ~0.5 real seconds on a
     #: busy 2-core machine (0.3 s was exceeded once with three CPU hogs beside the test).
     live_slack_real_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.hint_s):
+            object.__setattr__(self, "hint_s", self.retry_after_s)
 
     def live_tolerance_s(self, time_scale: float = 1.0, round_trip_s: float = 0.0) -> float:
         """Protocol seconds a live value may be off (at least 1 s: the lifecycle's 0.5-s readiness
@@ -178,36 +255,65 @@ class ExpectedWake:
 
     @property
     def hint_error_s(self) -> float:
-        return self.retry_after_s - self.ready_s
+        return self.hint_s - self.ready_s
 
     @property
     def success_s(self) -> float:
         return self.ready_s + self.overshoot_s
 
 
-def expected_wake(scenario: ModelClaimScenario) -> ExpectedWake:
-    """What the lifecycle and an honouring client must do, from the presets' modelled durations.
+def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> ExpectedWake:
+    """What the lifecycle, the gate and the scenario's client must do, from the presets' modelled durations.
 
     The wake is wanted at 0 s. In place: the engine wakes at once. Make room: the neighbour
     sleeps first (its level-1 offload), then the engine wakes. Move and cold start: a new engine
     loads (its cold start). A wake is observed at its ready time (the wake call answers once the
-    engine is awake), a start at the first readiness poll at or after it; the client retries
-    every Retry-After until an attempt starts at or after that observation.
+    engine is awake), a start at the first readiness poll at or after it.
+
+    The client comes back when each answer says, until an attempt starts at or after that
+    observation. The fixed arm answers the table's Retry-After. ``seen``: a wake of this path
+    was seen before (a run's later cycles), so a calibrated gate predicts this one as lasting as
+    long as that one (wanted -> observed) and hints what is left of it plus ``HINT_MARGIN_S``, in
+    whole milliseconds; before, its hint is the table's (the prior). The hold arm holds an
+    attempt whose hint is at most ``hold_s`` until the model serves or ``hold_s`` ends (then 503
+    with a fresh hint); an attempt after a hold may be held again.
     """
+    from restorelens.gate.modelclaim.hints import HINT_MARGIN_S, MIN_HINT_S
     from restorelens.sim import get_preset
 
     wake = get_preset(_claim(scenario, scenario.model).preset)
+    called_s = 0.0
     if scenario.wake_path in ("move", "cold-start"):
         ready_s = wake.cold_start_s
-        observed_s = math.ceil(ready_s / scenario.poll_interval_s - 1e-9) * scenario.poll_interval_s
+        polls = math.ceil(ready_s / scenario.poll_interval_s - 1e-9)
+        observed_s = polls * scenario.poll_interval_s
     else:
-        ready_s = observed_s = wake.wake_s(weights_discarded=False) + wake.kv_cache_realloc_s
         if scenario.wake_path == "make-room":
-            neighbour = get_preset(_claim(scenario, NEIGHBOUR_MODEL).preset)
-            ready_s = observed_s = ready_s + neighbour.level1_offload_s()
-    hint = scenario.expected_retry_after_s
-    attempts = math.ceil(observed_s / hint - 1e-9) + 1
-    return ExpectedWake(scenario.wake_path, float(hint), ready_s, observed_s, attempts, (attempts - 1) * hint - ready_s)
+            called_s = get_preset(_claim(scenario, NEIGHBOUR_MODEL).preset).level1_offload_s()
+        ready_s = observed_s = called_s + wake.wake_s(weights_discarded=False) + wake.kv_cache_realloc_s
+
+    def hint_s(at_s: float) -> float:
+        if scenario.arm == FIXED or not seen:
+            return float(scenario.expected_retry_after_s)
+        wait_s = max(MIN_HINT_S, observed_s - at_s + HINT_MARGIN_S)
+        return math.ceil(wait_s * 1000 - 1e-6) / 1000
+
+    first_hint_s = hint_s(0.0)
+    at_s, attempts, held_s = 0.0, 0, None
+    while at_s < observed_s:
+        attempts += 1
+        wait_s = hint_s(at_s)
+        if scenario.arm == HOLD and wait_s <= scenario.hold_s:
+            held = min(observed_s, at_s + scenario.hold_s) - at_s
+            held_s = held if held_s is None else held_s
+            at_s += held
+            if at_s >= observed_s:
+                return ExpectedWake(scenario.wake_path, float(math.ceil(first_hint_s)), ready_s, observed_s, attempts,
+                                    at_s - ready_s, first_hint_s, held_s)
+            wait_s = hint_s(at_s)
+        at_s += wait_s
+    return ExpectedWake(scenario.wake_path, float(math.ceil(first_hint_s)), ready_s, observed_s, attempts + 1,
+                        at_s - ready_s, first_hint_s, held_s)
 
 
 def _claim(scenario: ModelClaimScenario, model: str) -> ClaimShape:

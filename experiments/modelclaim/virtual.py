@@ -8,15 +8,23 @@ with zero network delay (what it shares with the MoFlux runner is ``experiments.
 and emits the live chain's spans with virtual times:
 
 - each attempt opens the client's ``POST`` and the gate's ``gate.request``; the gate asks the
-  lifecycle first (as the proxy does): not ready -> 503 with the answer table's Retry-After, the
-  phase and reason on ``gate.request``, and the lifecycle wants a wake linked to that span;
+  lifecycle first (as the proxy does): not ready -> 503 with the arm's hint (the fixed table's
+  Retry-After, or the calibrated one with ``x-restorelens-retry-after-ms``), the phase, reason and
+  hint on ``gate.request``, and the lifecycle wants a wake linked to that span;
+- the hold arm: a ``Hold`` keeps the attempt open, as the proxy's ``_hold`` does, until a wake of
+  the model ends (a lifecycle listener) or the hold's ``until_s``, whichever comes first; then the
+  gate routes again and decides without holding (forwarded, or 503 with a fresh hint), with
+  ``gate.hold_s`` on the span;
 - routed -> admission grant -> the engine of the routed URL accepts it (headers at once, closing
   both ``POST`` spans) -> first token -> finish (``llm_request``, release, ``request_finished``);
 - the lifecycle's ``modelclaim.state`` / ``modelclaim.wake`` spans come from ``ModelClaimSpans``.
 
-The deployment is set up first (``SetupDirector``: cold starts, the sleep, a neighbour placed);
-lifecycle spans are recorded from t0 on, so the state intervals in progress at t0 appear whole
-but the setup's own cold starts do not show up as wake episodes.
+A run plays the scenario's ``cycles`` one after another on one virtual clock. Each cycle deploys
+afresh (a restarted gate and lifecycle, new engines), carrying over only the lifecycle's
+calibration (as JSON: what a restarted gate reads from its ``calibration_path``), and is set up
+first (``SetupDirector``: cold starts, the sleep, a neighbour placed); lifecycle spans are recorded
+from the cycle's t0 on, so the state intervals in progress at t0 appear whole but the setup's own
+cold starts do not show up as wake episodes.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from restorelens.clock import VirtualClock
+from restorelens.clock import VirtualClock, to_ns
 from restorelens.experiments.event_loop import EventLoop, TimeSource
 from restorelens.experiments.modelclaim.deployment import SetupDirector, deployment_table
 from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
@@ -52,6 +60,28 @@ def modelclaim_client_request(scenario: ModelClaimScenario, arrival: Arrival, la
     )
 
 
+@dataclass(eq=False)
+class _Held:
+    """An attempt the gate holds while its model wakes."""
+
+    flight: Flight
+    route: Any  # the NotReady it was held on
+    since_s: float
+
+
+class _WakeEnds:
+    """The run's lifecycle listener: a wake of the scenario's model that ends releases the held attempts."""
+
+    def __init__(self, run: VirtualModelClaimRun) -> None:
+        self.run = run
+
+    def on_state_interval(self, interval: Any) -> None:
+        pass
+
+    def on_wake_finished(self, record: Any) -> None:
+        self.run.wake_ended(record.model, record.end_s)
+
+
 @dataclass
 class VirtualModelClaimRun(VirtualWire):
     scenario: ModelClaimScenario
@@ -61,32 +91,44 @@ class VirtualModelClaimRun(VirtualWire):
     results: list[RequestResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from restorelens.gate import Admission, GateSpans
-        from restorelens.gate.modelclaim.backends import InProcessBackend
-        from restorelens.gate.modelclaim.config import build_core
-        from restorelens.gate.modelclaim.virtual import VirtualLifecycle
-
         self.clock = VirtualClock()
         self.table = deployment_table(self.scenario)
-        self.core, _ = build_core(self.table)
-        self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
-        self.backend = InProcessBackend(self._new_engine)
-        self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)
-        self.gate_spans = GateSpans(self.providers.gate, policy_name="fcfs")
-        from restorelens.gate.settings import GateSettings
-
-        settings = GateSettings(policy="fcfs", modelclaim=self.table)
-        self.admission = Admission(settings.build_policy(), wait_timeout_s=settings.wait_timeout_s,
-                                   queue_limit=settings.queue_limit, listeners=[self.gate_spans])
         self.policy = make_policy(self.scenario.retry_policy, max_attempts=self.scenario.max_attempts,
                                   deadline_s=self.scenario.deadline_s, seed=self.seed)
         self.labels = RunLabels(self.scenario.name, self.scenario.workload_name, self.seed, self.run_id)
         self._tracers(self.providers)
+        #: When each cycle's first request went out.
+        self.cycle_t0s: list[float] = []
+        self._deploy(None)
+        self.t0_s = self.clock.now_s()
+
+    def _deploy(self, learnt: str | None) -> None:
+        """A fresh deployment from the clock's now: gate and lifecycle (re)started, no engine yet.
+        ``learnt``: the previous cycle's calibration (``WakeCalibration.to_json``)."""
+        from restorelens.gate import Admission, GateSpans
+        from restorelens.gate.modelclaim.backends import InProcessBackend
+        from restorelens.gate.modelclaim.config import build_core
+        from restorelens.gate.modelclaim.virtual import VirtualLifecycle
+        from restorelens.gate.settings import GateSettings
+
+        self.core, _ = build_core(self.table)
+        if learnt is not None:
+            self.core.calibration.load_json(learnt, "the previous cycle's calibration")
+        self.core.listeners.append(_WakeEnds(self))
+        self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
+        self.backend = InProcessBackend(self._new_engine)
+        self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)
+        self.gate_spans = GateSpans(self.providers.gate, policy_name="fcfs")
+        settings = GateSettings(policy="fcfs", modelclaim=self.table)
+        #: At most this many attempts held at once, as the proxy's ``queue_limit``.
+        self.hold_limit = settings.queue_limit
+        self.held: list[_Held] = []
+        self.admission = Admission(settings.build_policy(), wait_timeout_s=settings.wait_timeout_s,
+                                   queue_limit=settings.queue_limit, listeners=[self.gate_spans])
         self.loop = EventLoop(self.clock, [
             TimeSource("lifecycle", self.lifecycle.next_event_s, self.lifecycle.advance_to),
             TimeSource("engines", self._engines_next_s, self._engines_due),
         ])
-        self.t0_s = self.clock.now_s()
 
     def _new_engine(self, model: str, pod: str) -> Any:
         from restorelens.sim import EngineCore, get_preset
@@ -99,25 +141,34 @@ class VirtualModelClaimRun(VirtualWire):
     # --- driving -------------------------------------------------------------------------------
 
     def run(self) -> list[RequestResult]:
+        for cycle in range(1, self.scenario.cycles + 1):
+            if cycle > 1:
+                self._deploy(self.core.calibration.to_json())
+            self._play_cycle(cycle)
+        self.t0_s = self.cycle_t0s[0]
+        return self.results
+
+    def _play_cycle(self, cycle: int) -> None:
         from restorelens.gate.modelclaim.spans import ModelClaimSpans
 
-        self.t0_s = self._set_up()
-        self.clock.advance_to(self.t0_s)
+        t0_s = self._set_up()
+        self.cycle_t0s.append(t0_s)
+        self.clock.advance_to(t0_s)
         self.core.listeners.append(ModelClaimSpans(self.providers.gate, core=self.core))
         if self.scenario.setup.model_state == "not-started":
-            self.lifecycle.start(self.t0_s)
-        for arrival in self.scenario.arrivals:
-            self.loop.at(self.t0_s + arrival.at_s, lambda a=arrival: self._arrive(a))
-        arrivals = len(self.scenario.arrivals)
-        end_s = self.loop.run(stop=lambda: len(self.results) == arrivals)
+            self.lifecycle.start(t0_s)
+        arrivals = self.scenario.arrivals_of(cycle)
+        for arrival in arrivals:
+            self.loop.at(t0_s + arrival.at_s, lambda a=arrival: self._arrive(a))
+        done = len(self.results) + len(arrivals)
+        end_s = self.loop.run(stop=lambda: len(self.results) == done)
         for action in self.core.shutdown(end_s):
             self.backend.perform_stop(action, end_s)  # type: ignore[arg-type]
         self.admission.close(end_s)
         self.gate_spans.flush(*self.admission.unfinished(), end_s)
-        return self.results
 
     def _set_up(self) -> float:
-        """Play the lifecycle alone from the virtual epoch until the scenario's state; returns t0."""
+        """Play the lifecycle alone from the clock's now until the scenario's state; returns t0."""
         director = SetupDirector(self.scenario)
         start_s = self.clock.now_s()
         if self.scenario.setup.model_state != "not-started":
@@ -149,28 +200,66 @@ class VirtualModelClaimRun(VirtualWire):
     def _arrive(self, arrival: Arrival) -> None:
         self._arrive_as(arrival, modelclaim_client_request(self.scenario, arrival, self.labels), self.policy)
 
+    # --- the gate ------------------------------------------------------------------------------
+
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
-        from restorelens.gate import Grant
-        from restorelens.gate.decide import Admit, Forward, Respond, decide
-        from restorelens.gate.routing import NotReady
+        from restorelens.gate.decide import Hold
 
         now_s = self.clock.now_s()
         flight = self._open_attempt(arrival, loop, request_span, self.scenario.model)
-        gate_span = flight.gate_span
-        route = self.lifecycle.route(self.scenario.model, now_s, trigger=gate_span.get_span_context())
-        options = {"model": self.scenario.model, "traffic_class": arrival.traffic_class,
-                   "policy": self.admission.policy, "lifecycle": True}
-        answer = decide(route, **options)
+        route = self.lifecycle.route(self.scenario.model, now_s, trigger=flight.gate_span.get_span_context())
+        answer = self._decide(route, arrival, may_hold=len(self.held) < self.hold_limit)
+        if isinstance(answer, Hold):
+            held = _Held(flight, route, now_s)
+            self.held.append(held)
+            self.loop.at(answer.until_s, lambda: self._release(held))
+            return
+        self._carry_out(flight, route, answer)
+
+    def wake_ended(self, model: str, at_s: float) -> None:
+        """A wake of ``model`` ended at ``at_s`` (ready or not): its held attempts are routed again then."""
+        if model == self.scenario.model and self.held:
+            held = list(self.held)
+            self.loop.at(at_s, lambda: [self._release(h) for h in held])
+
+    def _release(self, held: _Held) -> None:
+        """The hold of ``held`` ends (its model's wake ended, or the hold's time is up): route it again
+        and decide, without holding it a second time."""
+        if held not in self.held:
+            return  # released already
+        self.held.remove(held)
+        now_s = self.clock.now_s()
+        flight = held.flight
+        # From the spans' nanosecond stamps: attempt start + hold is then the forward's very nanosecond
+        # (a difference of epoch-sized floats is off by a few hundred).
+        self.gate_spans.held(flight.gate_span, held.route, (to_ns(now_s) - to_ns(held.since_s)) / 1e9)
+        route = self.lifecycle.route(self.scenario.model, now_s, trigger=flight.gate_span.get_span_context())
+        self._carry_out(flight, route, self._decide(route, flight.arrival, may_hold=False))
+
+    def _decide(self, route: Any, arrival: Arrival, admitted: Any = None, *, may_hold: bool = False) -> Any:
+        from restorelens.gate.decide import decide
+
+        return decide(route, admitted, model=self.scenario.model, traffic_class=arrival.traffic_class,
+                      policy=self.admission.policy, lifecycle=True, may_hold=may_hold)
+
+    def _carry_out(self, flight: Flight, route: Any, answer: Any) -> None:
+        """What the gate does with the attempt once decided: answer it, or admit and forward it."""
+        from restorelens.gate import Grant
+        from restorelens.gate.decide import Admit, Forward, Respond
+        from restorelens.gate.routing import NotReady
+
+        now_s = self.clock.now_s()
+        arrival, gate_span = flight.arrival, flight.gate_span
+        if isinstance(route, NotReady):
+            self.gate_spans.not_ready(gate_span, route)
         if isinstance(answer, Respond):
-            if isinstance(route, NotReady):
-                self.gate_spans.not_ready(gate_span, route)
             self.gate_spans.end_request(gate_span, arrival.request_id, now_s, answer.status)
             self._answer(flight, answer.status, list(answer.headers))
             return
         assert isinstance(answer, Admit)
         admitted = self.admission.request(arrival.request_id, arrival.traffic_class, now_s)
         assert isinstance(admitted, Grant), "the fcfs policy without a cap grants at once"
-        forward = decide(route, admitted, **options)
+        forward = self._decide(route, arrival, admitted)
         assert isinstance(forward, Forward)
         flight.grant = admitted
         self.gate_spans.granted(gate_span, admitted)

@@ -56,7 +56,8 @@ def test_counting_exporter_counts_failed_batches_and_names_the_destination(tmp_p
 def test_run_exits_1_when_the_collector_refuses_the_spans(serve_asgi: Callable[..., ServerThread]) -> None:
     app = refusing_collector()
     url = serve_asgi(app).url
-    result = CliRunner().invoke(cli, ["run", "modelclaim-in-place", "--virtual", "--collector", url, "--json"])
+    result = CliRunner().invoke(cli, ["run", "modelclaim-in-place", "--virtual", "--cycles", "1", "--collector", url,
+                                      "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["outcomes"] == {"interactive:ok": 2}  # the run itself went well
     assert f"could not be exported to {url}/v1/traces" in result.stderr and app.state.received

@@ -6,6 +6,8 @@ scenario's live tolerance: the real HTTP round trips, magnified five times, are 
 The tolerance grows with the loopback round trip measured around the live run, so a busy machine
 widens it; the statuses and attempt counts are compared exactly (each scenario's retries are at
 least 5 protocol seconds, 1 real second at x5, from the ready instant, so they cannot flip).
+Those runs play one sleep -> wake cycle. A calibrated run of two cycles (two gates, one after the
+other) shows the second gate hinting from what the first learnt, through the run's calibration file.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
 TIME_SCALE = 5.0
 
 
-def shortened(name: str) -> ModelClaimScenario:
+def shortened(name: str, cycles: int = 1) -> ModelClaimScenario:
     """The scenario with its setup's idle stretch cut to 2 s (the wake does not depend on how long
-    the model slept), so the run stays short at a low scale."""
+    the model slept), so the run stays short at a low scale, and ``cycles`` sleep -> wake cycles."""
     scenario = MODELCLAIM_SCENARIOS[name]
-    return dataclasses.replace(scenario, setup=dataclasses.replace(scenario.setup, asleep_for_s=2.0))
+    return dataclasses.replace(scenario, setup=dataclasses.replace(scenario.setup, asleep_for_s=2.0), cycles=cycles)
 
 
 def run(tmp_path: Path, scenario: ModelClaimScenario, live: bool) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -69,3 +71,23 @@ def test_live_run_matches_virtual_and_decomposes_within_tolerance(
     assert 0 <= live_wake["engine_schedule_s"] < tolerance, (tolerance, live_wake)
     # the tolerance still tells protocol seconds from wall seconds: a 5x-compressed ready would be off
     assert expected.ready_s * (1 - 1 / TIME_SCALE) > tolerance
+
+
+def test_live_calibrated_hints_carry_over_a_restart_through_the_calibration_file(tmp_path: Path) -> None:
+    # Two cycles: the second gate and lifecycle start afresh and read what the first learnt from
+    # the run's calibration_path. x20 keeps it to a few seconds; the bound below is 0.15 real
+    # seconds, many loopback round trips, and the fixed table's overshoot is twice it.
+    scenario = shortened("modelclaim-in-place", cycles=2).with_arm("calibrated")
+    out = tmp_path / "calibrated.jsonl"
+    with RunTelemetry("file", path=out) as telemetry:
+        run_live(scenario, 0, telemetry.providers, "live", time_scale=20.0)
+    db = tmp_path / "calibrated.duckdb"
+    assert load_paths([out], db).rejected == 0
+    with Analysis.open(db) as analysis:
+        first, second = analysis.wake_episodes().sort("t0").iter_rows(named=True)
+    fixed = expected_wake(scenario)  # the first wake's hint is the table's: nothing learnt yet
+    assert (first["hint_mode"], first["hint_source"], first["hint_s"], first["attempts"]) == (
+        "calibrated", "prior", 10.0, fixed.attempts)
+    assert (second["hint_mode"], second["hint_source"]) == ("calibrated", "calibrated")
+    assert second["hint_s"] < 0.5 * fixed.hint_s and second["attempts"] <= 3 and second["served"]
+    assert second["overshoot_s"] < 0.5 * fixed.overshoot_s, second

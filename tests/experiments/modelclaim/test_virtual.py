@@ -2,7 +2,8 @@
 
 Each scenario runs through ``restorelens run SCENARIO --virtual --out FILE`` (the CLI), the file is
 loaded with the collector's loader into a DuckDB store, and ``Analysis.wake_episodes()`` must give
-exactly what ``expected_wake`` derives from the engine presets (not read back from the run).
+exactly what ``expected_wake`` derives from the engine presets (not read back from the run), for
+every sleep -> wake cycle of the run (the default arm, ``fixed``: the same wake each time).
 """
 
 from __future__ import annotations
@@ -41,50 +42,57 @@ def run_to_store(tmp_path: Path, name: str, *extra: str) -> tuple[Path, dict]:
 def test_each_path_decomposes_exactly_as_the_scenario_defines(tmp_path: Path, name: str) -> None:
     scenario = MODELCLAIM_SCENARIOS[name]
     expected = expected_wake(scenario)
-    db, summary = run_to_store(tmp_path, name)
+    db, summary = run_to_store(tmp_path, name, "--cycles", "2")
     with Analysis.open(db) as analysis:
         wakes = analysis.wake_episodes()
         attempts = analysis.attempts()
-    assert wakes.height == 1, wakes
-    wake = wakes.row(0, named=True)
-    assert wake["wake_path"] == scenario.wake_path
-    assert wake["first_status"] == 503
-    assert wake["attempts"] == expected.attempts
-    for column, value in (("retry_after_s", expected.retry_after_s), ("ready_s", expected.ready_s),
-                          ("observed_s", expected.observed_s), ("hint_error_s", expected.hint_error_s),
-                          ("overshoot_s", expected.overshoot_s), ("engine_schedule_s", 0.0)):
-        assert wake[column] == pytest.approx(value, abs=EXACT), column
+        requests = analysis.requests()
+    assert wakes.height == 2, wakes
+    assert summary["arm"] == "fixed"
     # total: first token of the successful attempt, which the client also saw as its first chunk
-    assert wake["total_s"] == pytest.approx(summary["first_token_s"], abs=1e-3)
+    assert wakes.row(0, named=True)["total_s"] == pytest.approx(summary["first_token_s"], abs=1e-3)
     assert summary["success_attempt_s"] == pytest.approx(expected.success_s, abs=EXACT)
-    assert wake["served"] and not wake["censored"] and not wake["clock_skew"]
-    assert wake["request_id"] == f"{name}-first"
+    for wake, request_id in zip(wakes.iter_rows(named=True), (f"{name}-first", f"{name}-first-c2"), strict=True):
+        assert wake["wake_path"] == scenario.wake_path
+        assert wake["first_status"] == 503
+        assert wake["attempts"] == expected.attempts
+        for column, value in (("retry_after_s", expected.retry_after_s), ("ready_s", expected.ready_s),
+                              ("observed_s", expected.observed_s), ("hint_error_s", expected.hint_error_s),
+                              ("overshoot_s", expected.overshoot_s), ("engine_schedule_s", 0.0)):
+            assert wake[column] == pytest.approx(value, abs=EXACT), column
+        assert wake["served"] and not wake["censored"] and not wake["clock_skew"]
+        assert wake["request_id"] == request_id and wake["run_id"] == "r1"
 
-    first = attempts.filter(attempts["request_id"] == f"{name}-first").sort("attempt_index")
-    statuses = first["status_code"].to_list()
-    assert statuses == [503] * (expected.attempts - 1) + [200]
-    assert first["resend_count"].to_list()[1:] == list(range(1, expected.attempts))
-    refused = first.filter(first["status_code"] == 503)
-    assert set(refused["decision"].to_list()) == {"not_ready"}
-    assert refused["retry_after_s"].to_list()[0] == scenario.expected_retry_after_s
-    assert refused["modelclaim_phase"].null_count() == 0 and refused["modelclaim_reason"].null_count() == 0
-    last = first.row(-1, named=True)
-    assert last["decision"] == "admitted" and last["reached_engine"]
-    # the wake links to the gate.request of the very first attempt
-    assert wake["trigger_span_id"] == first.row(0, named=True)["gate_span_id"]
+        first = attempts.filter(attempts["request_id"] == request_id).sort("attempt_index")
+        statuses = first["status_code"].to_list()
+        assert statuses == [503] * (expected.attempts - 1) + [200]
+        assert first["resend_count"].to_list()[1:] == list(range(1, expected.attempts))
+        refused = first.filter(first["status_code"] == 503)
+        assert set(refused["decision"].to_list()) == {"not_ready"}
+        assert refused["retry_after_s"].to_list()[0] == scenario.expected_retry_after_s
+        assert refused["modelclaim_phase"].null_count() == 0 and refused["modelclaim_reason"].null_count() == 0
+        last = first.row(-1, named=True)
+        assert last["decision"] == "admitted" and last["reached_engine"]
+        # the wake links to the gate.request of the very first attempt
+        assert wake["trigger_span_id"] == first.row(0, named=True)["gate_span_id"]
+    # the second cycle (a fresh deployment, set up again) begins once the first one ended (a cold start
+    # at once), in the same run
+    cycle2 = requests["request_id"].str.ends_with("-c2")
+    assert requests.filter(~cycle2)["end"].max() <= requests.filter(cycle2)["start"].min()
+    assert cycle2.sum() == 2 and set(requests["run_id"]) == {"r1"}
 
 
 def test_paths_show_their_own_phases_and_neighbour_or_origin(tmp_path: Path) -> None:
     (tmp_path / "room").mkdir()
     (tmp_path / "move").mkdir()
-    db, _ = run_to_store(tmp_path / "room", "modelclaim-make-room")
+    db, _ = run_to_store(tmp_path / "room", "modelclaim-make-room", "--cycles", "1")
     with Analysis.open(db) as analysis:
         wake = analysis.wake_episodes().row(0, named=True)
         attempts = analysis.attempts()
     first = attempts.filter(attempts["request_id"] == "modelclaim-make-room-first")
     assert wake["neighbour"] == "qwen2.5-1.5b"
     assert first.sort("attempt_index").row(0, named=True)["modelclaim_reason"] == "WaitingForRoom"
-    db, _ = run_to_store(tmp_path / "move", "modelclaim-move")
+    db, _ = run_to_store(tmp_path / "move", "modelclaim-move", "--cycles", "1")
     with Analysis.open(db) as analysis:
         wake = analysis.wake_episodes().row(0, named=True)
         reasons = analysis.attempts()["modelclaim_reason"].drop_nulls().unique().to_list()
