@@ -124,9 +124,12 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--replay-class", "replay_classes", multiple=True, metavar="VALUE=CLASS",
               help="With --replay: play requests recorded with class VALUE as CLASS (interactive or batch), "
                    "e.g. gold=interactive (repeatable). Any other value, or none: interactive.")
-@click.option("--arms", default="fcfs,priority,static,lend", show_default=True,
+@click.option("--arms", default=None,
               help="Comma-separated arms: the study's fcfs, priority, static and lend; restorelens's "
-                   "lend-budget, lend-priority and lend-preempt.")
+                   "lend-budget, lend-priority and lend-preempt. ModelClaim scenarios: fixed, calibrated, hold.  "
+                   "[default: fcfs,priority,static,lend; ModelClaim: fixed]")
+@click.option("--cycles", type=click.IntRange(min=1), default=None,
+              help="ModelClaim scenarios: sleep -> wake cycles per run.  [default: 10]")
 @click.option("--seeds", default=None,
               help="Seeds: a range (1-5), a list (1,3,7) or both.  [default: 1-5; with --replay: 1, as a "
                    "replay's load does not vary with the seed]")
@@ -144,8 +147,9 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="Folder for runs/*.jsonl, spans.duckdb, summary.json and summary.md (a store there must not exist).")
 def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: tuple[str, ...],
                replay_engine: str | None, replay_labels: tuple[str, ...], replay_config: str | None,
-               replay_classes: tuple[str, ...], arms: str, seeds: str | None, restore_budget_s: float,
-               queue_s: str | None, live: bool, time_scale: float, workers: int | None, out_dir: str) -> None:
+               replay_classes: tuple[str, ...], arms: str | None, cycles: int | None, seeds: str | None,
+               restore_budget_s: float, queue_s: str | None, live: bool, time_scale: float, workers: int | None,
+               out_dir: str) -> None:
     """Play every SCENARIO x arm x seed and print the MoFlux study's table.
 
     Virtual time by default, the runs in parallel across cores. Every run's spans are written to
@@ -156,6 +160,11 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     to OUT/summary.md; OUT/summary.json holds the same figures and each arm's frontier point
     (interactive SLO goodput, batch borrow goodput). --replay DB plays each run recorded in a span
     store instead of named scenarios.
+
+    The ModelClaim wake scenarios (modelclaim-in-place, -make-room, -move, -cold-start) have their
+    own arms (fixed, calibrated, hold) and table: per scenario x arm, the wakes' overshoot, attempts
+    and time to first token, over all wakes, after each run's first and for the first alone, then
+    issue #20's goals.
     """
     import json
     import sys
@@ -166,14 +175,16 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
 
     from restorelens.analysis import Analysis
     from restorelens.collector import load_paths
-    from restorelens.experiments.matrix import Matrix, parse_arms, parse_queue, parse_seeds, play
-    from restorelens.experiments.study import score
+    from restorelens.experiments.matrix import (Matrix, default_arms, parse_arms, parse_queue, parse_seeds, play,
+                                                scenario_kind)
 
     replays = _replays(scenarios, replay_db, replay_runs, replay_engine, replay_labels, replay_config, replay_classes)
     names = tuple(replay.name for replay in replays) if replay_db else tuple(dict.fromkeys(scenarios))
-    matrix = Matrix(names, parse_arms(arms), parse_seeds(seeds or ("1" if replay_db else "1-5")), restore_budget_s,
+    kind = scenario_kind(names)
+    matrix = Matrix(names, parse_arms(arms, kind) if arms is not None else default_arms(kind),
+                    parse_seeds(seeds or ("1" if replay_db else "1-5")), restore_budget_s,
                     {replay.name: replay.scenario() for replay in replays},
-                    parse_queue(queue_s) if queue_s is not None else ())
+                    parse_queue(queue_s) if queue_s is not None else (), cycles)
     out = Path(out_dir)
     db = out / "spans.duckdb"
     if db.exists():
@@ -191,9 +202,12 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     if loaded.errors:
         raise RestorelensError(f"{db}: spans of the runs could not be loaded: {loaded.errors[0]}")
     with Analysis.open(db) as analysis:
-        table = score(analysis, matrix.workload_scenarios(), matrix.arms)
-    summary = {**table.to_json(), "restore_budget_s": restore_budget_s,
-               "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
+        table = _score(analysis, matrix)
+    if matrix.kind == "modelclaim":
+        summary = {**table.to_json(), "cycles": matrix.scenario(next(matrix.cells())).cycles}
+    else:
+        summary = {**table.to_json(), "restore_budget_s": restore_budget_s,
+                   "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
     if replay_db:
         summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -201,6 +215,17 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     (out / "summary.md").write_text(markdown)
     click.echo(markdown, nl=False)
     click.echo(f"{len(matrix)} runs, {loaded.loaded} spans: {db}, {out / 'summary.json'}, {out / 'summary.md'}", err=True)
+
+
+def _score(analysis: Any, matrix: Any) -> Any:
+    """The matrix's table: the MoFlux study's, or the wake table of the ModelClaim scenarios."""
+    if matrix.kind == "modelclaim":
+        from restorelens.experiments.modelclaim.summary import score_wakes
+
+        return score_wakes(analysis, {cell.run_id: (cell.scenario, cell.arm) for cell in matrix.cells()}, matrix.arms)
+    from restorelens.experiments.study import score
+
+    return score(analysis, matrix.workload_scenarios(), matrix.arms)
 
 
 def with_cycles(scenario: Any, cycles: int | None) -> Any:

@@ -7,7 +7,10 @@ loopback servers (they share the machine's ports and time). The files are then l
 ``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
 
 A scenario is a named MoFlux one (``experiments.scenarios``) or a recorded run replayed
-(``experiments.replay``); every cell's scenario carries the matrix's restoration budget.
+(``experiments.replay``); every cell's scenario carries the matrix's restoration budget. A matrix
+of ModelClaim wake scenarios (``experiments.modelclaim.scenarios``) has their arms instead (fixed,
+calibrated, hold) and, when given, its runs' number of sleep -> wake cycles; ``experiments.modelclaim.summary``
+scores it. The two kinds do not mix in one matrix: their arms differ.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.scenarios import ARMS, SCENARIOS
 
 __all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix",
-           "checked_budget", "parse_arms", "parse_queue", "parse_seeds", "play"]
+           "checked_budget", "default_arms", "parse_arms", "parse_queue", "parse_seeds", "play", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
@@ -62,14 +65,29 @@ class Matrix:
     replays: Mapping[str, Any] = field(default_factory=dict)
     #: Every gated cell's queue per traffic class (``--queue-s``; ``MofluxScenario.queue_s``).
     queue_s: tuple[tuple[str, float], ...] = ()
+    #: ModelClaim scenarios: sleep -> wake cycles per run (``--cycles``); None: the scenario's own.
+    cycles: int | None = None
 
     def __post_init__(self) -> None:
+        from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
+
         checked_budget(self.restore_budget_s)
         if not self.scenarios:
             raise SettingError("SCENARIO", "name at least one scenario, or give --replay DB")
         for name in self.scenarios:
-            if name not in SCENARIOS and name not in self.replays:
-                raise SettingError("SCENARIO", f"{name!r} is no MoFlux scenario; choose from {', '.join(SCENARIOS)}")
+            if name not in SCENARIOS and name not in self.replays and name not in MODELCLAIM_SCENARIOS:
+                raise SettingError("SCENARIO", f"unknown scenario {name!r}; choose from "
+                                               f"{', '.join([*SCENARIOS, *MODELCLAIM_SCENARIOS])}")
+        wakes = scenario_kind(self.scenarios) == "modelclaim"
+        if self.cycles is not None and not wakes:
+            raise SettingError("--cycles", "only the ModelClaim scenarios repeat a sleep -> wake cycle")
+        if self.queue_s and wakes:
+            raise SettingError("--queue-s", "queues the MoFlux scenarios' gated arms; the ModelClaim ones have none")
+
+    @property
+    def kind(self) -> str:
+        """``modelclaim`` for a matrix of wake scenarios, else ``moflux`` (MoFlux and replays)."""
+        return scenario_kind(self.scenarios)
 
     def cells(self) -> Iterator[Cell]:
         for scenario in self.scenarios:
@@ -84,6 +102,9 @@ class Matrix:
         """The scenario ``cell`` plays: its arm, and the matrix's restoration budget."""
         from restorelens.experiments.scenarios import get_scenario
 
+        if self.kind == "modelclaim":
+            scenario = get_scenario(cell.scenario, cell.arm)
+            return scenario if self.cycles is None else replace(scenario, cycles=self.cycles)
         replayed = self.replays.get(cell.scenario)
         scenario = replayed.with_arm(cell.arm) if replayed is not None else get_scenario(cell.scenario, cell.arm)
         return replace(scenario, restore_budget_s=self.restore_budget_s, queue_s=self.queue_s)
@@ -140,12 +161,36 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def parse_arms(text: str) -> tuple[str, ...]:
+def parse_arms(text: str, kind: str = "moflux") -> tuple[str, ...]:
+    """``"lend,static"`` -> the arms in order, each once; ``kind`` ``modelclaim``: the wake
+    scenarios' arms (fixed, calibrated, hold) instead of MoFlux's."""
+    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_ARMS
+
+    valid = MODELCLAIM_ARMS if kind == "modelclaim" else tuple(ARMS)
     arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
-    unknown = [a for a in arms if a not in ARMS]
+    unknown = [a for a in arms if a not in valid]
     if not arms or unknown:
-        raise SettingError("--arms", f"unknown arm {', '.join(unknown) or '(none)'}; choose from {', '.join(ARMS)}")
+        raise SettingError("--arms", f"unknown arm {', '.join(unknown) or '(none)'}; choose from {', '.join(valid)}")
     return arms
+
+
+def scenario_kind(names: Sequence[str]) -> str:
+    """``modelclaim`` when every scenario named is a wake scenario, ``moflux`` when none is; a
+    ``SettingError`` for a mix (their arms differ)."""
+    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
+
+    wakes = [name in MODELCLAIM_SCENARIOS for name in names]
+    if any(wakes) and not all(wakes):
+        raise SettingError("SCENARIO", "play the ModelClaim and the MoFlux scenarios in separate experiments: "
+                                       "their arms differ")
+    return "modelclaim" if wakes and all(wakes) else "moflux"
+
+
+def default_arms(kind: str) -> tuple[str, ...]:
+    """The arms played when none are given: the study's four, or ``fixed`` (AIBrix's table) for wakes."""
+    from restorelens.experiments.modelclaim.scenarios import FIXED
+
+    return (FIXED,) if kind == "modelclaim" else DEFAULT_ARMS
 
 
 def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: float = 1.0,
@@ -216,6 +261,7 @@ def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
     return json.dumps({
         "restore_budget_s": matrix.restore_budget_s,
         "queue_s": matrix.queue_s,
+        "cycles": matrix.cycles,
         "replays": [scenario_to_json(matrix.replays[name]) for name in needed],
         "runs": [[cell.scenario, cell.arm, cell.seed, str(path)] for cell, path in chunk],
     })
@@ -232,7 +278,7 @@ def _cells_of_job(job: str) -> list[tuple[Any, Cell, Path]]:
     matrix = Matrix(tuple(dict.fromkeys(cell.scenario for cell, _ in cells)),
                     tuple(dict.fromkeys(cell.arm for cell, _ in cells)),
                     tuple(dict.fromkeys(cell.seed for cell, _ in cells)), data["restore_budget_s"], replays,
-                    tuple((name, float(wait_s)) for name, wait_s in data["queue_s"]))
+                    tuple((name, float(wait_s)) for name, wait_s in data["queue_s"]), data["cycles"])
     return [(matrix.scenario(cell), cell, path) for cell, path in cells]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from restorelens.analysis.views import nearest_rank
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN
 
-__all__ = ["FRONTIER_AXES", "GATES", "Gate", "StudyTable", "score"]
+__all__ = ["FRONTIER_AXES", "GATES", "Gate", "StudyTable", "score", "table_cell"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +78,18 @@ class StudyTable:
 
     def to_markdown(self) -> str:
         lines = ["| " + " | ".join(RUN_COLUMNS) + " |", "|" + "---|" * len(RUN_COLUMNS)]
-        lines += ["| " + " | ".join(_cell(run[c]) for c in RUN_COLUMNS) + " |" for run in self.runs]
+        lines += ["| " + " | ".join(table_cell(run[c]) for c in RUN_COLUMNS) + " |" for run in self.runs]
         lines += ["", "| scenario | gate | per seed | median | holds |", "|---|---|---|---|---|"]
         for gate in self.gates:
-            per_seed = ", ".join(f"{seed}: {_cell(v)}" for seed, v in gate["per_seed"].items())
+            per_seed = ", ".join(f"{seed}: {table_cell(v)}" for seed, v in gate["per_seed"].items())
             verdict = "n/a" if gate["holds"] is None else ("yes" if gate["holds"] else "**no**")
             lines.append(f"| {gate['scenario']} | {gate['gate']}: {gate['label']} | {per_seed} | "
-                         f"{_cell(gate['median'])} | {verdict} |")
+                         f"{table_cell(gate['median'])} | {verdict} |")
         lines += ["", "| scenario | arm | seeds | interactive SLO goodput, median | batch borrow goodput, median |",
                   "|---|---|---|---|---|"]
         frontier = self.frontier()
-        lines += [f"| {m['scenario']} | {m['arm']} | {m['seeds']} | {_cell(m[FRONTIER_AXES[0]])} | "
-                  f"{_cell(m[FRONTIER_AXES[1]])} |" for m in frontier["medians"]]
+        lines += [f"| {m['scenario']} | {m['arm']} | {m['seeds']} | {table_cell(m[FRONTIER_AXES[0]])} | "
+                  f"{table_cell(m[FRONTIER_AXES[1]])} |" for m in frontier["medians"]]
         if frontier["dominance"]:
             lines += ["", "| scenario | arm | dominates every study arm (both medians ≥ the best of fcfs, priority, "
                       "static, lend) |", "|---|---|---|"]
@@ -119,7 +119,8 @@ def _dominance(medians: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return verdicts
 
 
-def _cell(value: Any) -> str:
+def table_cell(value: Any) -> str:
+    """A value in a markdown table: — for none, floats to 3 decimals."""
     if value is None:
         return "—"
     if isinstance(value, float):

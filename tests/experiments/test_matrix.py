@@ -31,8 +31,8 @@ def test_arms_and_scenarios_are_checked() -> None:
     assert parse_arms("lend, static,lend") == ("lend", "static")
     with pytest.raises(SettingError, match="--arms.*greedy"):
         parse_arms("lend,greedy")
-    with pytest.raises(SettingError, match="SCENARIO.*modelclaim-move"):
-        Matrix(("modelclaim-move",))
+    with pytest.raises(SettingError, match="SCENARIO.*moflux-nope"):
+        Matrix(("moflux-nope",))
     assert len(Matrix(("moflux-balanced", "moflux-fixed-burst"))) == 2 * 4 * 5
 
 
