@@ -239,6 +239,7 @@ def create_gate_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.spans = emitter
+    app.state.begin_drain = proxy.begin_drain  # the server's shutdown answers held requests first
     return app
 
 

@@ -105,9 +105,12 @@ class GateSpans:
             span.set_attribute(S.ATTR_RETRY_AFTER_S, float(route.retry_after_s))
         self._hint(span, route)
 
-    def held(self, span: Span, route: NotReady, hold_s: float) -> None:
-        """The request was held ``hold_s`` while its model woke (then forwarded, or answered by ``not_ready``)."""
+    def held(self, span: Span, route: NotReady, hold_s: float, released_s: float | None = None) -> None:
+        """The request was held ``hold_s`` while its model woke, until ``released_s`` (then forwarded,
+        or answered by ``not_ready``)."""
         span.set_attribute(S.ATTR_GATE_HOLD_S, hold_s)
+        if released_s is not None:
+            span.add_event(S.EVENT_HOLD_RELEASED, timestamp=to_ns(released_s))
         self._hint(span, route)
 
     @staticmethod

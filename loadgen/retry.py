@@ -224,7 +224,7 @@ class HonourHintMs(HonourRetryAfter):
         text = lines[0].strip() if len(lines) == 1 else ""
         # At most 9 digits (under 12 days): a larger or malformed value is ignored, as RFC 9110
         # says of an invalid Retry-After, and the Retry-After header decides.
-        if text.isdigit() and len(text) <= 9:
+        if text.isascii() and text.isdigit() and len(text) <= 9:
             return RetryAfter(int(text) / 1000, hint.raw, hint.invalid)
         return hint
 

@@ -144,7 +144,7 @@ async def _ask(
 def _json_object(data: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
-    except ValueError:  # UnicodeDecodeError included
+    except (ValueError, RecursionError):  # UnicodeDecodeError included; a body of nested brackets
         return None
     return value if isinstance(value, dict) else None
 

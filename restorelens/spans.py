@@ -153,6 +153,7 @@ EVENT_ROOM_FOUND = "room.found"
 EVENT_ENGINE_WAKE_CALLED = "engine.wake_called"
 EVENT_ENGINE_READY = "engine.ready"
 EVENT_READY_OBSERVED = "ready.observed"
+EVENT_HOLD_RELEASED = "hold.released"
 
 # --- closed value sets of string attributes ---------------------------------------------------
 

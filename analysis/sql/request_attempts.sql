@@ -79,6 +79,7 @@ joined as (
         gates.modelclaim_phase,
         gates.modelclaim_reason,
         gates.hold_s as gate_hold_s,
+        gates.hold_released_ns as gate_hold_released_ns,
         gates.upstream_first_byte_ns,
         coalesce(gates.engine_clock_skew, false) as engine_clock_skew,
         coalesce(gates.engine_span_key, direct.span_key) as engine_span_key,

@@ -30,6 +30,7 @@ typed as (
         -- list positions are 1-based and null when the event is absent, so the instant is null too
         epoch_ns("Events.Timestamp"[list_position("Events.Name", 'grant.acquired')]) as grant_ns,
         epoch_ns("Events.Timestamp"[list_position("Events.Name", 'upstream.first_byte')]) as upstream_first_byte_ns,
+        epoch_ns("Events.Timestamp"[list_position("Events.Name", 'hold.released')]) as hold_released_ns,
 
         "SpanAttributes"['restore.request_id'] as request_id,
         "SpanAttributes"['restore.run_id'] as run_id,

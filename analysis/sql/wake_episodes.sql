@@ -9,7 +9,8 @@
 --   predicted_ready_s = when the gate predicted the model would serve, from t0 (calibrated hints)
 --   hint_error_s      = hint_s - ready_s
 --   overshoot_s       = the moment the successful attempt was let through - engine ready: its
---                       start, plus its hold when the gate held it
+--                       start, or when the gate held it, the gate's `hold.released` (else the
+--                       gate's start of it plus its hold)
 --   attempts          = attempts from the first 503 through the success (or the last one)
 --   engine_schedule_s = engine scheduled the successful attempt - the moment it was let through
 --   total_s           = first token of the successful attempt - t0
@@ -89,7 +90,12 @@ successes as (
         triggered.span_key as wake_span_key,
         min(attempts.attempt_index) as attempt_index,
         arg_min_null(attempts.start_ns, attempts.attempt_index) as start_ns,
-        arg_min_null(attempts.gate_hold_s, attempts.attempt_index) as gate_hold_s,
+        -- when a held attempt was let through: the gate's hold.released, else the gate's start of
+        -- it plus its hold (seconds * 1e9 -> ns); null when it was not held
+        arg_min_null(
+            coalesce(attempts.gate_hold_released_ns, attempts.gate_start_ns + round(attempts.gate_hold_s * 1e9)::bigint),
+            attempts.attempt_index
+        ) as let_through_ns,
         arg_min_null(attempts.engine_scheduled_ns, attempts.attempt_index) as engine_scheduled_ns,
         arg_min_null(attempts.engine_scheduled_lower_ns, attempts.attempt_index) as engine_scheduled_lower_ns,
         arg_min_null(attempts.engine_scheduled_upper_ns, attempts.attempt_index) as engine_scheduled_upper_ns,
@@ -116,8 +122,8 @@ joined as (
     select
         triggered.*,
         successes.attempt_index as success_attempt_index,
-        -- let through at its start, or when the gate's hold ended: seconds * 1e9 -> ns
-        successes.start_ns + coalesce(round(successes.gate_hold_s * 1e9), 0)::bigint as success_start_ns,
+        -- let through at its start, or when the gate stopped holding it
+        coalesce(successes.let_through_ns, successes.start_ns) as success_start_ns,
         successes.engine_scheduled_ns,
         successes.engine_scheduled_lower_ns,
         successes.engine_scheduled_upper_ns,

@@ -102,6 +102,8 @@ class WakeRecord:
     outcome: str
     room_found_s: float | None = None
     wake_called_s: float | None = None
+    #: When the path that ended it began (``WakeInProgress.path_started_s``).
+    path_started_s: float | None = None
     ready_s: float | None = None
     observed_s: float | None = None
     from_pod: str | None = None

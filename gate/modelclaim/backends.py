@@ -56,6 +56,9 @@ class EngineBackend(Protocol):
     async def alive(self, model: str, instance_id: int) -> bool:
         """Whether the instance still runs (crash detection)."""
 
+    async def asleep(self, model: str, instance_id: int) -> bool:
+        """Whether the running instance says it sleeps (put to sleep by someone other than the lifecycle)."""
+
     async def close(self) -> None:
         """Release everything (processes, HTTP clients)."""
 
@@ -156,6 +159,9 @@ class InProcessBackend:
         key = (model, instance_id)
         return key in self.engines and key not in self.stopped and key not in self.crashed
 
+    async def asleep(self, model: str, instance_id: int) -> bool:
+        return False  # in-process engines sleep only when the lifecycle says so
+
     async def close(self) -> None:
         self.engines.clear()
 
@@ -183,6 +189,9 @@ class BackendByModel:
 
     async def alive(self, model: str, instance_id: int) -> bool:
         return await self._for(model).alive(model, instance_id)
+
+    async def asleep(self, model: str, instance_id: int) -> bool:
+        return await self._for(model).asleep(model, instance_id)
 
     async def close(self) -> None:
         for backend in {id(b): b for b in self.backends.values()}.values():

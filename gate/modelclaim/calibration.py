@@ -1,10 +1,12 @@
 """What the lifecycle learns from its own wakes: how long each model takes to serve again, per wake path.
 
 Sans-I/O. ``WakeCalibration`` is a lifecycle listener: every wake that ends ready adds its
-duration — from the moment the wake was wanted (the first request's 503) to the moment the
-lifecycle began routing (``observed_s``) — to a window of the last ``window`` wakes of that model
-and wake path. Routing, not the engine's own ready instant, is what a returning client meets, so
-that is the time a hint must cover.
+duration — from the moment its wake path began (``path_started_s``: the start or wake called, or
+the first neighbour's sleep for make-room) to the moment the lifecycle began routing
+(``observed_s``) — to a window of the last ``window`` wakes of that model and wake path. Routing,
+not the engine's own ready instant, is what a returning client meets, so that is the time a hint
+must cover. Time before the path began (waiting for room, a restart's backoff, an attach) is no
+part of the path's duration: it varies with the deployment, not with the wake.
 
 ``predict_s`` is a high quantile (nearest rank, ``quantile``) of that window once ``min_wakes`` were
 seen, else None (the caller falls back to its prior, the fixed Retry-After table).
@@ -69,8 +71,8 @@ class WakeCalibration:
         pass
 
     def on_wake_finished(self, record: WakeRecord) -> None:
-        if record.outcome == "ready" and record.observed_s is not None:
-            self.observe(record.model, record.path, record.observed_s - record.requested_s)
+        if record.outcome == "ready" and record.observed_s is not None and record.path_started_s is not None:
+            self.observe(record.model, record.path, record.observed_s - record.path_started_s)
 
     # --- persistence as text -------------------------------------------------------------------
 
@@ -84,6 +86,8 @@ class WakeCalibration:
         """Take in what ``to_json`` wrote; ``SettingError`` naming ``where`` (and the line) when it is not that."""
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise SettingError(where, "is not a calibration file (JSON nested too deep)") from None
         except ValueError as exc:
             line = getattr(exc, "lineno", 1)
             raise SettingError(f"{where}:{line}", f"is not a calibration file (invalid JSON: {exc})") from None

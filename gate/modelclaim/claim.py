@@ -60,6 +60,10 @@ class WakeInProgress:
     from_pod: str | None = None
     neighbours: list[str] = field(default_factory=list)
     waiting_on: str | None = None  # the neighbour being slept to make room
+    #: When the wake path under way began (the start or wake called, or the first neighbour's sleep
+    #: for make-room): what a wake's duration is predicted and learnt from, so that time spent
+    #: waiting for room, out a restart's backoff or on an attach does not count as the wake.
+    path_started_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,7 @@ class ClaimState:
             outcome=outcome,
             room_found_s=wake.room_found_s,
             wake_called_s=wake.wake_called_s,
+            path_started_s=wake.path_started_s,
             ready_s=ready_s,
             observed_s=now_s if outcome == "ready" else None,
             from_pod=wake.from_pod,

@@ -35,7 +35,13 @@ from restorelens.gate.modelclaim.actions import Action, LifecycleListener, Serve
 from restorelens.gate.modelclaim.calibration import WakeCalibration
 from restorelens.gate.modelclaim.claim import ClaimState, ClaimStatus
 from restorelens.gate.modelclaim.hints import RetryHints
-from restorelens.gate.modelclaim.engine_reports import RESTART_BACKOFF_S, engine_failed, engine_ready, engine_slept
+from restorelens.gate.modelclaim.engine_reports import (
+    RESTART_BACKOFF_S,
+    engine_failed,
+    engine_found_asleep,
+    engine_ready,
+    engine_slept,
+)
 from restorelens.gate.modelclaim.phases import FAILED, PENDING, REASON_NOT_PLACED, SCHEDULING, AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, MemoryLedger, Pod, held_back_reason
 from restorelens.gate.modelclaim.policy import PoolPolicy
@@ -188,6 +194,11 @@ class ModelClaimCore:
 
     def on_engine_slept(self, model: str, instance_id: int, now_s: float) -> list[Action]:
         engine_slept(self.state, self._claims[model], instance_id)
+        return self._tick(now_s)
+
+    def on_engine_found_asleep(self, model: str, instance_id: int, now_s: float) -> list[Action]:
+        """An Active instance says it sleeps though the lifecycle did not sleep it: mark it Sleeping."""
+        engine_found_asleep(self.state, self._claims[model], instance_id, now_s)
         return self._tick(now_s)
 
     def on_engine_failed(self, model: str, instance_id: int, now_s: float, error: str = "") -> list[Action]:

@@ -34,7 +34,7 @@ from restorelens.gate.modelclaim.phases import (
 if TYPE_CHECKING:
     from restorelens.gate.modelclaim.state import LifecycleState
 
-__all__ = ["RESTART_BACKOFF_S", "engine_failed", "engine_ready", "engine_slept"]
+__all__ = ["RESTART_BACKOFF_S", "engine_failed", "engine_found_asleep", "engine_ready", "engine_slept"]
 
 RESTART_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0)
 
@@ -64,10 +64,19 @@ def engine_ready(
     claim.idle_since_s = now_s
     claim.sleep_refused_idle_since_s = None
     ready_s = ready_at_s if ready_at_s is not None else now_s
-    if claim.wake is not None:
+    if claim.wake is not None and claim.wake.triggers:  # a wake a request waited for (a metric)
         claim.ready_unserved = (claim.wake.path, ready_s)
     claim.finish_wake(now_s, "ready", state.listeners, ready_s=ready_s)
     claim.set_state(ACTIVE, MODEL_CLAIM_ACTIVE, now_s, state.listeners)
+
+
+def engine_found_asleep(state: LifecycleState, claim: ClaimState, instance_id: int, now_s: float) -> None:
+    """An Active instance says it sleeps (someone else slept it, or it restarted asleep): the claim
+    is Sleeping, so that a request wakes it instead of meeting the engine's own 503 forever."""
+    inst = claim.current_instance(instance_id)
+    if inst is None or not claim.routable:
+        return
+    _attached_asleep(state, claim, now_s)
 
 
 def _attached_asleep(state: LifecycleState, claim: ClaimState, now_s: float) -> None:
@@ -84,8 +93,9 @@ def _attached_asleep(state: LifecycleState, claim: ClaimState, now_s: float) -> 
         state.ledger.charge(claim.spec.model, inst.gpus, claim.spec.sleeping_footprint_bytes)
     claim.set_state(SLEEPING, REASON_ENGINE_SLEEPING, now_s, state.listeners)
     if claim.wake is not None:
-        # A request arrived while attaching: its wake goes on as a wake of a sleeping engine.
-        claim.wake.room_found_s = claim.wake.wake_called_s = None
+        # A request arrived while attaching: its wake goes on as a wake of a sleeping engine, from
+        # now (the attach was no part of it).
+        claim.wake.room_found_s = claim.wake.wake_called_s = claim.wake.path_started_s = None
 
 
 def engine_slept(state: LifecycleState, claim: ClaimState, instance_id: int) -> None:

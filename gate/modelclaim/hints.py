@@ -5,7 +5,7 @@ Sans-I/O. ``RetryHints.answer`` turns a claim's state into the ``NotReady`` the 
 - ``fixed`` (the default, AIBrix's behaviour): the fixed table (``phases.AnswerTable``), whole
   seconds in ``Retry-After``; source ``fixed``.
 - ``calibrated``: the predicted remaining time of *this* wake — what ``WakeCalibration`` learnt for
-  the model and the wake path in progress, minus the time the wake has already run, plus
+  the model and the wake path in progress, minus the time that path has already run, plus
   ``HINT_MARGIN_S`` — in ``x-restorelens-retry-after-ms`` and, rounded up to whole seconds as RFC
   9110 requires, in ``Retry-After``; source ``calibrated``. Until a wake of that model and path was
   seen, or when the path is not known yet (a wake still waiting for room, a restart after a
@@ -60,6 +60,8 @@ def planned_path(claim: ClaimState) -> str | None:
     wake = claim.wake
     if wake is None or claim.reason == REASON_ENGINE_FAILED:
         return None  # a restart after a failure: its backoff is no wake the lifecycle can predict
+    if wake.path_started_s is None:
+        return None  # still waiting for room, or attaching: no path under way yet
     if claim.op in (OP_STARTING, OP_WAKING):
         return wake.path
     if wake.neighbours:
@@ -98,9 +100,9 @@ class RetryHints:
             wait_s = float(base.retry_after_s)
             ready_in_s = None
         else:
-            assert claim.wake is not None
+            assert claim.wake is not None and claim.wake.path_started_s is not None
             source = CALIBRATED
-            ready_in_s = max(0.0, predicted_s - (now_s - claim.wake.requested_s))
+            ready_in_s = max(0.0, predicted_s - (now_s - claim.wake.path_started_s))
             wait_s = max(self.min_hint_s, ready_in_s + self.margin_s)
         hold_until_s = now_s + self.hold_s if self.hold_s is not None and wait_s <= self.hold_s else None
         if self.mode == FIXED:

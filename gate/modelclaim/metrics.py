@@ -7,7 +7,7 @@ metric                                                  meaning
 ``restorelens_modelclaim_wakes_total{model,path,outcome}``  wakes (starts, moves) by path and outcome
 ``restorelens_modelclaim_wake_duration_seconds{path}``  first wanted -> readiness observed (ready wakes)
 ``restorelens_modelclaim_wake_observe_lag_seconds``     engine ready -> readiness observed
-``restorelens_modelclaim_wake_ready_seconds{model,path}``  wake wanted (the first 503) -> engine ready
+``restorelens_modelclaim_wake_ready_seconds{model,path}``  the first 503 -> engine ready (wakes a request asked for)
 ``restorelens_modelclaim_ready_to_first_request_seconds{model,path}``  engine ready -> first request
                                                         routed to it (clients overshooting their hint)
 ``restorelens_modelclaim_gpu_memory_bytes{pod,gpu,kind}``  ``capacity`` and ``accounted`` per GPU
@@ -79,7 +79,9 @@ class ModelClaimMetrics(Collector):
             self.wake_duration.labels(record.path).observe(record.observed_s - record.requested_s)
             if record.ready_s is not None:
                 self.observe_lag.observe(max(0.0, record.observed_s - record.ready_s))
-                self.wake_ready.labels(record.model, record.path).observe(max(0.0, record.ready_s - record.requested_s))
+                if record.triggers:  # a wake a request asked for: from its first 503
+                    self.wake_ready.labels(record.model, record.path).observe(
+                        max(0.0, record.ready_s - record.requested_s))
 
     def on_served_after_wake(self, served: ServedAfterWake) -> None:
         self.ready_to_first_request.labels(served.model, served.path).observe(max(0.0, served.routed_s - served.ready_s))

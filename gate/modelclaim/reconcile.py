@@ -168,7 +168,7 @@ def _start_instance(
     wake = claim.wake or WakeInProgress(requested_s=now_s)
     claim.wake = wake
     wake.path, wake.pod = path, pod
-    wake.room_found_s = wake.wake_called_s = now_s
+    wake.room_found_s = wake.wake_called_s = wake.path_started_s = now_s
     actions.append(StartEngine(model, inst.id, pod, tuple(s.index for s in gpus)))
     reason = REASON_MOVING if path == "move" else REASON_ENGINE_STARTING
     claim.set_state(LOADING, reason, now_s, state.listeners, pod=pod)
@@ -201,6 +201,8 @@ def _wake_in_place(state: LifecycleState, claim: ClaimState, now_s: float, actio
     assert inst is not None and wake is not None
     state.ledger.charge(model, inst.gpus, claim.spec.per_gpu_bytes)
     wake.path = "make-room" if wake.neighbours else "in-place"
+    if not wake.neighbours or wake.path_started_s is None:
+        wake.path_started_s = now_s
     wake.pod = inst.pod
     if wake.room_found_s is None:
         wake.room_found_s = now_s
@@ -219,6 +221,8 @@ def _sleep_neighbour(
     if action is None:
         return False
     actions.append(action)
+    if not wake.neighbours:
+        wake.path_started_s = now_s
     wake.waiting_on = neighbour
     wake.neighbours.append(neighbour)
     claim.set_state(SLEEPING, REASON_WAITING_FOR_ROOM, now_s, state.listeners)

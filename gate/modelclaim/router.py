@@ -3,7 +3,8 @@
 The gate calls ``route`` / ``request_started`` / ``request_finished`` on its event loop; each call
 runs the sans-I/O core at the gate's ``now_s`` and hands the actions the core returns to asyncio
 tasks that drive the engine backend. A background task (``start``/``stop``) honours the core's
-deadlines (idle sleeps, restart backoff, room, give-ups) and checks Active engines are alive.
+deadlines (idle sleeps, restart backoff, room, give-ups) and checks Active engines are alive and
+awake (an engine slept behind the lifecycle's back becomes Sleeping, and the next request wakes it).
 
 A request the lifecycle lets the gate hold (``[modelclaim] hold_s``) waits in ``wait_routable``
 until a wake of its model ends. With ``calibration_path`` the router writes what the lifecycle
@@ -79,6 +80,8 @@ class ModelClaimRouter:
         self.calibration_path = calibration_path
         self._written_version = core.calibration.version
         self._write_failed = False
+        self._writing: asyncio.Future[None] | None = None
+        self._write_again = False
         #: Requests held for each model (``wait_routable``), released when a wake of it ends.
         self._held: dict[str, set[asyncio.Future[None]]] = {}
         self.backend = backend
@@ -161,7 +164,11 @@ class ModelClaimRouter:
             with contextlib.suppress(Exception):
                 await self.backend.stop(action, self.clock.now_s())  # type: ignore[arg-type]
         await self.backend.close()
+        if self._writing is not None:
+            with contextlib.suppress(Exception):
+                await self._writing  # the last wake's calibration reaches the file before the gate exits
         self._loop = None
+        self._persist_calibration()  # a change that waited for that write
 
     def register_metrics(self, registry: Any) -> None:
         self.metrics.register(registry)
@@ -175,20 +182,36 @@ class ModelClaimRouter:
         self._persist_calibration()
 
     def _persist_calibration(self) -> None:
-        """Write the calibration when it changed; a failed write is logged once and retried at the next wake."""
+        """Write the calibration when it changed, off the event loop (a slow disk must not stall
+        requests); writes never overlap, and the last one written is the newest."""
         calibration = self.core.calibration
         if self.calibration_path is None or calibration.version == self._written_version:
             return
-        temporary = self.calibration_path.with_name(f".{self.calibration_path.name}.tmp")
-        try:
-            temporary.write_text(calibration.to_json())
-            os.replace(temporary, self.calibration_path)
-        except OSError as exc:
-            if not self._write_failed:
-                log.warning("modelclaim: cannot write the calibration to %s: %s", self.calibration_path, exc)
-            self._write_failed = True
+        if self._writing is not None and not self._writing.done():
+            self._write_again = True  # the write under way finishes first; this change follows it
             return
-        self._written_version, self._write_failed = calibration.version, False
+        version, text = calibration.version, calibration.to_json()
+        if self._loop is None:  # not serving (a tool, a test): nothing to stall
+            try:
+                _write_atomically(self.calibration_path, text)
+            except OSError as exc:
+                self._written(exc, version)
+            else:
+                self._written(None, version)
+            return
+        self._writing = self._loop.run_in_executor(None, _write_atomically, self.calibration_path, text)
+        self._writing.add_done_callback(
+            lambda done: self._written(asyncio.CancelledError() if done.cancelled() else done.exception(), version))
+
+    def _written(self, error: BaseException | None, version: int) -> None:
+        if error is None:
+            self._written_version, self._write_failed = version, False
+        elif not self._write_failed:  # logged once; retried at the next wake
+            log.warning("modelclaim: cannot write the calibration to %s: %s", self.calibration_path, error)
+            self._write_failed = True
+        if self._write_again:
+            self._write_again = False
+            self._persist_calibration()
 
     def routes(self) -> Sequence[Any]:
         return [
@@ -202,6 +225,10 @@ class ModelClaimRouter:
         with self._lock:
             ledger = self.core.ledger
             models = [self.core.status(m) for m in self.core.models()]
+            now_s, claims = self.clock.now_s(), self.core.claims_view()
+            # What a request now would be told (calibrated hints depend on the wake's progress).
+            hints = {s.model: self.core.hints.answer(claims[s.model], now_s, self.core.calibration)
+                     for s in models if s.phase != ACTIVE}
             gpus = [
                 {"pod": s.pod, "gpu": s.index, "capacity_bytes": ledger.capacity_bytes(s),
                  "accounted_bytes": ledger.charged_bytes(s), "by_model": dict(ledger.charges(s))}
@@ -212,11 +239,14 @@ class ModelClaimRouter:
                 for n in ledger.nodes()
             ]
         return {
+            "hint_mode": self.core.hints.hint_mode,
             "models": [
                 {"model": s.model, "phase": s.phase, "reason": s.reason, "since_s": s.since_s, "pod": s.pod,
                  "gpus": list(s.gpus), "upstream_url": s.upstream_url, "in_flight": s.in_flight,
                  "idle_since_s": s.idle_since_s, "restarts": s.restarts, "wake_path": s.wake_path,
-                 "retry_after_s": None if s.phase == ACTIVE else self.core.answers.retry_after_s(s.reason, s.phase),
+                 "retry_after_s": hints[s.model].retry_after_s if s.model in hints else None,
+                 "retry_after_ms": hints[s.model].retry_after_ms if s.model in hints else None,
+                 "hint_source": hints[s.model].hint_source if s.model in hints else None,
                  "last_error": s.last_error or None}
                 for s in models
             ],
@@ -336,6 +366,11 @@ class ModelClaimRouter:
                 with self._lock:
                     actions = self.core.on_engine_failed(model, instance_id, self.clock.now_s(), "engine not alive")
                 self._dispatch(actions)
+            elif await self.backend.asleep(model, instance_id):
+                # vLLM answers /health 200 while asleep: only its sleep state tells.
+                with self._lock:
+                    actions = self.core.on_engine_found_asleep(model, instance_id, self.clock.now_s())
+                self._dispatch(actions)
 
 
 class _WakeEnds:
@@ -349,6 +384,17 @@ class _WakeEnds:
 
     def on_wake_finished(self, record: WakeRecord) -> None:
         self.router._wake_ended(record)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` whole: a reader (or a crash) sees the old file or the new one.
+    The temporary name is this process's own, so gates sharing the file never write into each other's."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def _error(status: int, message: str, error_type: str) -> JSONResponse:

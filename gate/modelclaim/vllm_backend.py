@@ -26,7 +26,7 @@ import httpx
 from restorelens.clock import Clock, WallClock
 from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
-from restorelens.readiness import AUTO, ReadinessAnswer, ReadinessCheck, check_ready, sleep_state
+from restorelens.readiness import ASLEEP, AUTO, ReadinessAnswer, ReadinessCheck, check_ready, sleep_state
 
 __all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "VllmSleepBackend", "poll_health"]
 
@@ -166,6 +166,14 @@ class VllmSleepBackend:
             return (await self.client.get(f"{url}/health")).status_code == 200
         except httpx.TransportError:
             return False
+
+    async def asleep(self, model: str, instance_id: int) -> bool:
+        """What ``/is_sleeping`` says (False when it cannot say: no such route, no answer)."""
+        url = self._instances.get((model, instance_id))
+        if url is None:
+            return False
+        answer = await sleep_state(self.client, url)
+        return answer is not None and answer.state == ASLEEP
 
     async def is_sleeping(self, url: str) -> bool:
         try:

@@ -135,7 +135,8 @@ class Traces:
                      request_id: str | None = None, grant_s: float | None = None,
                      first_byte_s: float | None = None, retry_after_s: float | None = None,
                      wait_s: float | None = None, phase: str | None = None, reason: str | None = None,
-                     model: str | None = "tiny", extra: dict[str, Any] | None = None) -> str:
+                     model: str | None = "tiny", extra: dict[str, Any] | None = None,
+                     hold_released_s: float | None = None) -> str:
         values = {
             **(extra or {}),
             sc.ATTR_REQUEST_ID: request_id,
@@ -155,6 +156,8 @@ class Traces:
             events.append((sc.EVENT_GRANT_ACQUIRED, grant_s, {sc.ATTR_GATE_SLOT: slot}))
         if first_byte_s is not None:
             events.append((sc.EVENT_UPSTREAM_FIRST_BYTE, first_byte_s, {}))
+        if hold_released_s is not None:
+            events.append((sc.EVENT_HOLD_RELEASED, hold_released_s, {}))
         return self.span(trace_id, sc.SPAN_GATE_REQUEST, start_s, end_s, parent=parent, kind="Server",
                          service="gate", attributes=values, events=events)
 

@@ -121,3 +121,19 @@ def test_the_probe_reports_ready_when_the_engine_is_awake_not_when_its_health_sa
     engine_ready_s = next(e.timestamp for e in wake.events if e.name == EVENT_ENGINE_READY) / 1e9
     # the requirement: within 0.2 s of the lifecycle's engine.ready (both on this host's clock)
     assert abs(t0_s + report["ready_s"] - engine_ready_s) < 0.2, (t0_s, report, engine_ready_s)
+
+
+def test_an_engine_slept_behind_the_lifecycle_s_back_becomes_sleeping_and_the_next_request_wakes_it(
+        serve_asgi, tracer_provider) -> None:  # noqa: ANN001
+    sim = serve_asgi(create_app("tiny-cpu", model_name=MODEL, enable_sleep_mode=True))
+    table = {**lifecycle_table(sim.url), "health_interval_s": 0.05}
+    gate = serve_asgi(create_gate_app(GateSettings(modelclaim=table), tracer_provider=tracer_provider))
+    wait_for(lambda: status_of(gate.url)["phase"] == "Active", "the attach")
+    assert httpx.post(f"{sim.url}/sleep", params={"level": "1"}, timeout=10.0).status_code == 200  # not the gate
+
+    wait_for(lambda: status_of(gate.url)["phase"] == "Sleeping", "the health check to see the engine asleep")
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 2}
+    first = httpx.post(f"{gate.url}/v1/completions", json=body, timeout=10.0)
+    assert first.status_code == 503 and first.headers["retry-after"] == "10"  # the gate's, not the engine's own
+    wait_for(lambda: status_of(gate.url)["phase"] == "Active", "the wake")
+    assert httpx.post(f"{gate.url}/v1/completions", json=body, timeout=10.0).status_code == 200

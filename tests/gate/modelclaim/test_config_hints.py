@@ -55,8 +55,8 @@ def test_what_was_learnt_survives_a_restart_through_the_file(tmp_path: Path) -> 
     first = build_router(table)
     assert first.core.calibration.predict_s("m", "in-place") is None and not path.exists()  # a first run
     for listener in first.core.listeners:  # as the core reports a wake that ended ready
-        listener.on_wake_finished(WakeRecord("m", "in-place", "pod-1", 10.0, 14.5, "ready", ready_s=14.2,
-                                             observed_s=14.5))
+        listener.on_wake_finished(WakeRecord("m", "in-place", "pod-1", 10.0, 14.5, "ready", path_started_s=10.0,
+                                             ready_s=14.2, observed_s=14.5))
     assert path.exists()
     asyncio.run(first.backend.close())
 
@@ -69,13 +69,16 @@ def test_a_failed_write_is_retried_at_the_next_wake(tmp_path: Path) -> None:
     path = tmp_path / "wakes.json"
     router = build_router({**TABLE, "retry_after_mode": "calibrated", "calibration_path": str(path)})
     path.mkdir()  # in the way: replacing a directory by the file fails, whoever runs this
-    record = WakeRecord("m", "in-place", "pod-1", 10.0, 14.5, "ready", ready_s=14.2, observed_s=14.5)
+    record = WakeRecord("m", "in-place", "pod-1", 10.0, 14.5, "ready", path_started_s=10.0, ready_s=14.2,
+                        observed_s=14.5)
     for listener in router.core.listeners:
         listener.on_wake_finished(record)
     assert path.is_dir()
     path.rmdir()
-    later = WakeRecord("m", "in-place", "pod-1", 20.0, 24.0, "ready", ready_s=23.9, observed_s=24.0)
+    later = WakeRecord("m", "in-place", "pod-1", 20.0, 24.0, "ready", path_started_s=20.0, ready_s=23.9,
+                       observed_s=24.0)
     for listener in router.core.listeners:
         listener.on_wake_finished(later)
     assert path.is_file() and '"in-place": [\n    4.5,\n    4.0\n   ]' in path.read_text()  # both wakes written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wakes.json"]  # no temporary file left behind
     asyncio.run(router.backend.close())

@@ -41,13 +41,15 @@ def sleep_then_ask(life: VirtualLifecycle, at_s: float) -> NotReady:
     return answer
 
 
-def served_at(life: VirtualLifecycle, after_s: float) -> float:
+def served_at(life: VirtualLifecycle, after_s: float, model: str = "m") -> float:
     """When the wake in progress lets requests through (the lifecycle observes the ready engine)."""
     t = after_s
-    while not isinstance(life.route("m", t), Routed):
+    for _ in range(100):
+        if isinstance(life.route(model, t), Routed):
+            return t
         t = life.next_event_s() or t + 1.0
         life.advance_to(t)
-    return t
+    raise AssertionError(f"{model} never served after {after_s}")
 
 
 def test_fixed_mode_answers_the_table_and_says_so() -> None:
@@ -122,9 +124,11 @@ def test_settings_are_checked() -> None:
 def test_the_calibration_learns_from_ready_wakes_only_and_round_trips_through_json() -> None:
     calibration = WakeCalibration(quantile=0.9, window=3)
     for duration_s, outcome in ((4.0, "ready"), (9.0, "failed"), (5.0, "ready"), (6.0, "ready"), (7.0, "ready")):
-        calibration.on_wake_finished(WakeRecord("m", "in-place", "p1", 100.0, 100.0 + duration_s, outcome,
+        calibration.on_wake_finished(WakeRecord("m", "in-place", "p1", 90.0, 100.0 + duration_s, outcome,
+                                                path_started_s=100.0,
                                                 observed_s=100.0 + duration_s if outcome == "ready" else None))
-    assert calibration.seen("m", "in-place") == 3  # the window keeps the last three ready wakes
+    # The window keeps the last three ready wakes, each from its path's start (not the 10 s before it).
+    assert calibration.seen("m", "in-place") == 3
     assert calibration.predict_s("m", "in-place") == 7.0
     assert calibration.predict_s("m", "move") is None
     restored = WakeCalibration(window=3)
@@ -144,3 +148,43 @@ def test_a_file_that_is_no_calibration_is_refused_naming_where(text: str, where:
     with pytest.raises(SettingError, match=where):
         calibration.load_json(text, "wakes.json")
     assert calibration.predict_s("m", "in-place") == 4.0  # nothing already learnt is lost
+
+
+def test_time_before_the_path_began_is_neither_learnt_nor_subtracted() -> None:
+    """A wake that first waited for room (its neighbour busy, then idle-slept) is an in-place wake
+    of its own 4 s: the 140 s of waiting are not learnt, and the hint given once it wakes is the
+    4 s still to go, not the 250-ms floor of a wake long overdue."""
+    from opentelemetry.trace import SpanContext
+
+    trigger = SpanContext(1, 2, False)
+    core = ModelClaimCore(
+        [Pod("p1", (24 * GIB,))],
+        [ClaimSpec("a", 10 * GIB, 4 * GIB, weight_bytes=GIB, sleeping_footprint_bytes=GIB),
+         ClaimSpec("b", 10 * GIB, 4 * GIB, weight_bytes=GIB, sleeping_footprint_bytes=GIB)],
+        PoolPolicy(sleep_after_s=100, no_wake_reserve_while_asleep=True, sleep_to_make_room_after_s=1000),
+        hints=RetryHints(AnswerTable(), "calibrated"))
+    core.calibration.observe("a", "in-place", 4.0)
+    life = VirtualLifecycle(core, InProcessBackend(lambda m, p: FixedLatencyEngine(cold_start_s=0.0, wake_s=4.0,
+                                                                                   sleep_s=0.0)))
+    life.start(0.0)
+    life.advance_to(100.0)  # a idles to sleep at 100
+    assert isinstance(life.route("b", 101.0, trigger), Routed)  # b takes the GPU
+    life.request_started("b", 101.5)  # busy: no neighbour to sleep for room
+    waiting = life.route("a", 110.0, trigger)
+    assert isinstance(waiting, NotReady) and waiting.reason == "WaitingForRoom"
+    assert waiting.hint_source == "prior"  # no path under way yet: nothing to predict from
+    life.request_finished("b", 150.0)  # b idle from 150, idle-sleeps at 250: room for a
+    life.advance_to(250.0)
+    woken = life.route("a", 250.0)
+    assert isinstance(woken, NotReady) and woken.hint_source == "calibrated"
+    assert woken.retry_after_ms == (4.0 + HINT_MARGIN_S) * 1000
+    assert served_at(life, 250.0, "a") == 254.0
+    assert core.calibration.predict_s("a", "in-place") == 4.0 and core.calibration.seen("a", "in-place") == 2
+
+
+def test_a_restart_s_backoff_is_no_part_of_the_cold_start_learnt() -> None:
+    life = lifecycle()
+    life.fail("m", 40.0)  # restarts after 2 s: a 30-s cold start from 42 s
+    assert isinstance(life.route("m", 41.0), NotReady)
+    assert served_at(life, 41.0) == 72.0
+    assert life.core.calibration.predict_s("m", "cold-start") == 30.0  # not 31 (from the request) or 32

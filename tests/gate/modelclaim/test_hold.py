@@ -25,6 +25,7 @@ from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
 from restorelens.gate.modelclaim.policy import PoolPolicy
 from restorelens.gate.modelclaim.router import ModelClaimRouter
 from restorelens.gate.settings import GateSettings
+from restorelens.serving import ServerThread
 from restorelens.sim.app import create_app
 
 GIB = 2**30
@@ -95,6 +96,8 @@ def test_a_held_request_is_forwarded_once_the_wake_ends(serve_asgi, tracer_provi
     assert gate.start_time + held_s * 1e9 >= observed_ns - 1e6
     assert 0.3 < held_s < 30.0
     assert gate.attributes[S.ATTR_GATE_DECISION] == "admitted"
+    released_ns = {e.name: e.timestamp for e in gate.events}[S.EVENT_HOLD_RELEASED]
+    assert released_ns == gate.start_time + round(held_s * 1e9) or abs(released_ns - gate.start_time - held_s * 1e9) < 5e6
     assert (gate.attributes[S.ATTR_MODELCLAIM_HINT_MODE], gate.attributes[S.ATTR_MODELCLAIM_HINT_SOURCE]) == (
         "hold", "prior")  # no wake of this model was seen yet: the table's 10 s <= 30 s, so held
     assert [link.context.span_id for link in wake.links] == [gate.context.span_id]  # the held request woke it
@@ -147,3 +150,27 @@ def test_no_more_than_queue_limit_requests_are_held_at_once(serve_asgi, tracer_p
     held = [s for s in gate_spans(span_exporter) if S.ATTR_GATE_HOLD_S in s.attributes]
     assert len(held) == 1 and answers[0].status_code == 200
     assert second.status_code == 503 and "x-restorelens-retry-after-ms" in second.headers
+
+
+def test_a_server_shutting_down_answers_its_held_requests_at_once(serve_asgi, tracer_provider, span_exporter,
+                                                                   clients) -> None:  # noqa: ANN001
+    sim = serve_asgi(create_app("tiny-cpu", model_name="m"))
+    core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
+                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), "calibrated", 30.0))
+    backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=3600.0), url_template=sim.url)
+    router = ModelClaimRouter(core, backend, health_interval_s=3600)
+    # Not the serve_asgi fixture: this server is stopped inside the test.
+    gate = ServerThread(create_gate_app(GateSettings(modelclaim={}), router=router, tracer_provider=tracer_provider))
+    gate.start()
+    answers: list[httpx.Response] = []
+    client = httpx.Client(base_url=gate.url, timeout=60.0)
+    clients.append(client)
+    held = threading.Thread(target=lambda: answers.append(ask(client)))
+    held.start()
+    wait_for(lambda: bool(router._held.get("m")), "the request to be held (a 1-hour start, a 30-s hold)")
+    gate.stop()
+    held.join()
+    # Answered by the gate with its hint, not cancelled by the graceful timeout (which answers 500).
+    assert answers[0].status_code == 503 and answers[0].headers["retry-after"] == "10"
+    (span,) = gate_spans(span_exporter)
+    assert span.attributes[S.ATTR_GATE_DECISION] == "not_ready" and span.attributes[S.ATTR_GATE_HOLD_S] < 30.0

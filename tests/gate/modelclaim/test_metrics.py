@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from opentelemetry.trace import SpanContext, TraceFlags
 from prometheus_client import CollectorRegistry
 
 from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
@@ -13,6 +14,7 @@ from restorelens.gate.modelclaim.virtual import VirtualLifecycle
 from restorelens.gate.routing import NotReady, Routed
 
 GIB = 2**30
+REQUEST = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
 
 def test_wake_and_first_request_histograms_per_model_and_path() -> None:
@@ -25,10 +27,10 @@ def test_wake_and_first_request_histograms_per_model_and_path() -> None:
     life = VirtualLifecycle(core, InProcessBackend(lambda m, p: FixedLatencyEngine(cold_start_s=30.0, wake_s=4.0)))
     life.start(0.0)
     life.advance_to(30.0)
-    assert isinstance(life.route("m", 31.0), Routed)  # the start's first request: 1 s after ready
+    assert isinstance(life.route("m", 31.0), Routed)  # the start's first request (no 503 asked for it)
     life.sleep("m", 100.0)
     life.advance_to(110.0)
-    assert isinstance(life.route("m", 200.0), NotReady)  # wants the wake; ready at 204
+    assert isinstance(life.route("m", 200.0, trigger=REQUEST), NotReady)  # wants the wake; ready at 204
     life.advance_to(204.0)
     assert isinstance(life.route("m", 210.0), Routed)  # the client came back 6 s after ready
     assert isinstance(life.route("m", 211.0), Routed)  # not the first any more: not counted
@@ -43,5 +45,7 @@ def test_wake_and_first_request_histograms_per_model_and_path() -> None:
     assert sample("restorelens_modelclaim_ready_to_first_request_seconds_sum", **wake) == 6.0
     assert sample("restorelens_modelclaim_ready_to_first_request_seconds_bucket", **wake, le="5.0") == 0.0
     assert sample("restorelens_modelclaim_ready_to_first_request_seconds_bucket", **wake, le="10.0") == 1.0
+    # The start at 0 s was no request's wake: the gate's own start-up is not a client's overshoot.
     start = {"model": "m", "path": "cold-start"}
-    assert sample("restorelens_modelclaim_ready_to_first_request_seconds_sum", **start) == 1.0
+    assert sample("restorelens_modelclaim_ready_to_first_request_seconds_count", **start) is None
+    assert sample("restorelens_modelclaim_wake_ready_seconds_count", **start) is None
