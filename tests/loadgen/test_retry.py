@@ -7,6 +7,7 @@ from restorelens.errors import SettingError
 from restorelens.loadgen.retry import (
     ExponentialBackoff,
     FixedInterval,
+    HonourHintMs,
     HonourRetryAfter,
     RetryPolicy,
     make_policy,
@@ -75,7 +76,7 @@ def test_backoff_and_fixed_ignore_the_hint_but_report_it() -> None:
 
 
 def test_make_policy_by_name_and_bad_settings() -> None:
-    for name in ("honour-retry-after", "backoff", "fixed"):
+    for name in ("honour-retry-after", "honour-hint-ms", "backoff", "fixed"):
         policy = make_policy(name, max_attempts=4, deadline_s=30.0)
         assert isinstance(policy, RetryPolicy) and policy.name == name and policy.max_attempts == 4
     with pytest.raises(SettingError, match="retry.policy"):
@@ -84,3 +85,22 @@ def test_make_policy_by_name_and_bad_settings() -> None:
         FixedInterval(max_attempts=0)
     with pytest.raises(SettingError, match="deadline_s"):
         FixedInterval(deadline_s=float("inf"))
+
+
+def test_honour_hint_ms_waits_the_gate_s_precise_hint_and_keeps_the_header_text() -> None:
+    headers = {"retry-after": "5", "x-restorelens-retry-after-ms": "4192"}
+    decision = HonourHintMs().decide(503, headers, 1, now_s=0.0, first_attempt_s=0.0)
+    assert decision.retry and decision.wait_s == 4.192
+    assert (decision.retry_after.seconds, decision.retry_after.raw) == (4.192, "5")
+    assert HonourRetryAfter().decide(503, headers, 1, 0.0, 0.0).wait_s == 5.0  # the plain policy: whole seconds
+
+
+@pytest.mark.parametrize("value", ["", "-5", "4.2", "²", "١٢", "1" * 10, "10, 20"])
+def test_honour_hint_ms_ignores_a_precise_hint_it_cannot_read_and_honours_retry_after(value: str) -> None:
+    decision = HonourHintMs().decide(503, {"retry-after": "7", "x-restorelens-retry-after-ms": value}, 1, 0.0, 0.0)
+    assert decision.wait_s == 7.0
+
+
+def test_honour_hint_ms_without_any_hint_backs_off() -> None:
+    fallback = FixedInterval(interval_s=2.0)
+    assert HonourHintMs(fallback=fallback).decide(503, {}, 1, 0.0, 0.0).wait_s == 2.0

@@ -141,6 +141,7 @@ def test_the_calibration_learns_from_ready_wakes_only_and_round_trips_through_js
     ('{"version": 2, "wakes": {}}', "version-1"),
     ('{"version": 1, "wakes": {"m": {"in-place": [1, -2]}}}', "wakes.m.in-place"),
     ('{"version": 1, "wakes": []}', "wakes"),
+    ("[" * 100_000, "nested too deep"),
 ])
 def test_a_file_that_is_no_calibration_is_refused_naming_where(text: str, where: str) -> None:
     calibration = WakeCalibration()
