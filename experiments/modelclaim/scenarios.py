@@ -159,7 +159,7 @@ class ModelClaimScenario:
 
     def hint_settings(self) -> dict[str, Any]:
         """The arm's keys of the ``[modelclaim]`` table (``retry_after_mode``, ``hold_s``)."""
-        settings: dict[str, Any] = {"retry_after_mode": "fixed" if self.arm == FIXED else "calibrated"}
+        settings: dict[str, Any] = {"retry_after_mode": FIXED if self.arm == FIXED else CALIBRATED}
         if self.arm == HOLD:
             settings["hold_s"] = self.hold_s
         return settings

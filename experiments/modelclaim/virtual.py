@@ -230,9 +230,9 @@ class VirtualModelClaimRun(VirtualWire):
         self.held.remove(held)
         now_s = self.clock.now_s()
         flight = held.flight
-        # From the spans' nanosecond stamps: attempt start + hold is then the forward's very nanosecond
-        # (a difference of epoch-sized floats is off by a few hundred).
-        self.gate_spans.held(flight.gate_span, held.route, (to_ns(now_s) - to_ns(held.since_s)) / 1e9)
+        # hold_s from the spans' nanosecond stamps, so gate start + hold is hold.released's very
+        # nanosecond (a difference of epoch-sized floats is off by a few hundred)
+        self.gate_spans.held(flight.gate_span, held.route, (to_ns(now_s) - to_ns(held.since_s)) / 1e9, now_s)
         route = self.lifecycle.route(self.scenario.model, now_s, trigger=flight.gate_span.get_span_context())
         self._carry_out(flight, route, self._decide(route, flight.arrival, may_hold=False))
 

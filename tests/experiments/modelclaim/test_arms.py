@@ -131,6 +131,8 @@ def test_a_held_request_is_forwarded_at_readiness_in_one_attempt(tmp_path: Path)
     assert attempts.height == 4 and set(attempts["status_code"]) == {200}
     second = attempts.filter(attempts["request_id"] == "modelclaim-in-place-second").row(0, named=True)
     assert second["gate_hold_s"] == pytest.approx(wakes[0]["ready_s"] - 2.0, abs=EXACT)
+    # each held gate.request says when the gate let it through, as the proxy's does
+    assert (tmp_path / "modelclaim-in-place-hold.jsonl").read_text().count('"hold.released"') == 4
 
 
 def test_a_wake_predicted_longer_than_the_hold_is_answered_503_at_once_with_the_calibrated_hint(
