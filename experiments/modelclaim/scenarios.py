@@ -273,7 +273,8 @@ def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> Expect
     The client comes back when each answer says, until an attempt starts at or after that
     observation. The fixed arm answers the table's Retry-After. ``seen``: a wake of this path
     was seen before (a run's later cycles), so a calibrated gate predicts this one as lasting as
-    long as that one (wanted -> observed) and hints what is left of it plus ``HINT_MARGIN_S``, in
+    long as that one (path began -> observed; each scenario's path begins with its first request)
+    and hints what is left of it plus ``HINT_MARGIN_S``, in
     whole milliseconds; before, its hint is the table's (the prior). The hold arm holds an
     attempt whose hint is at most ``hold_s`` until the model serves or ``hold_s`` ends (then 503
     with a fresh hint); an attempt after a hold may be held again.
