@@ -79,13 +79,13 @@ def decide(
     traffic_class: str,
     policy: AdmissionPolicy,
     lifecycle: bool,
-    may_hold: bool = True,
+    may_hold: bool = False,
 ) -> Answer:
     """What the gate does with a request for ``model`` that routes to ``route``.
 
     ``admitted`` is admission's answer, read only for a ``Routed`` request. ``lifecycle`` says
     whether a lifecycle router fronts models here (it decides the unknown-model status).
-    ``may_hold``: False once the request was held (a hold happens once).
+    ``may_hold``: the shell can hold this request (its first ask, and room to hold it).
     """
     if isinstance(route, NotReady):
         if may_hold and route.hold_until_s is not None:

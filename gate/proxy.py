@@ -134,8 +134,6 @@ class ProxyEndpoint:
         self._real_s_per_clock_s = 1.0 / clock.time_scale
         self.router = router
         self.router_models = frozenset(router.models()) if router is not None else frozenset()
-        # A router written before holds existed cannot wake a held request: it never holds.
-        self._can_hold = router is not None and hasattr(router, "wait_routable")
         self.tracing = tracer_provider is not None
         self.waiters = waiters
         #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
@@ -148,7 +146,7 @@ class ProxyEndpoint:
         #: Requests held while their model wakes; at most ``queue_limit`` at once, the rest answered 503.
         self.held = 0
         #: Set when the server shuts down (``begin_drain``): held requests are answered, no new one is held.
-        self._draining: asyncio.Event | None = None
+        self._draining = asyncio.Event()
         self.forwarder = UpstreamForwarder(
             transport=transport, upstream=upstream, timeout=timeout, emitter=emitter, clock=clock, tracing=self.tracing
         )
@@ -299,8 +297,7 @@ class ProxyEndpoint:
             route = self.router.route(model, now_s, trigger=span.get_span_context())
         else:
             route = static_route(self.upstreams.pick(model), model)
-        may_hold = (self._can_hold and self.held < self.settings.queue_limit
-                    and not (self._draining and self._draining.is_set()))
+        may_hold = self.held < self.settings.queue_limit and not self._draining.is_set()
         answer = self._decide(route, None, model, traffic_class, may_hold=may_hold)
         if isinstance(answer, Hold):
             assert self.router is not None and isinstance(route, NotReady)
@@ -317,8 +314,6 @@ class ProxyEndpoint:
         """Keep the request open until its model serves or the hold ends; then where it goes now."""
         assert self.router is not None
         held_s = self.clock.now_s()
-        if self._draining is None:
-            self._draining = asyncio.Event()
         self.held += 1
         routable = asyncio.ensure_future(self.router.wait_routable(model, hold.until_s - held_s))
         draining = asyncio.ensure_future(self._draining.wait())
@@ -334,8 +329,6 @@ class ProxyEndpoint:
 
     def begin_drain(self) -> None:
         """The server shuts down: answer the held requests now (routed, or 503 with a fresh hint)."""
-        if self._draining is None:
-            self._draining = asyncio.Event()
         self._draining.set()
 
     def _arm_deadline(self) -> None:

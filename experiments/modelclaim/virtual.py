@@ -69,19 +69,6 @@ class _Held:
     since_s: float
 
 
-class _WakeEnds:
-    """The run's lifecycle listener: a wake of the scenario's model that ends releases the held attempts."""
-
-    def __init__(self, run: VirtualModelClaimRun) -> None:
-        self.run = run
-
-    def on_state_interval(self, interval: Any) -> None:
-        pass
-
-    def on_wake_finished(self, record: Any) -> None:
-        self.run.wake_ended(record.model, record.end_s)
-
-
 @dataclass
 class VirtualModelClaimRun(VirtualWire):
     scenario: ModelClaimScenario
@@ -106,6 +93,7 @@ class VirtualModelClaimRun(VirtualWire):
         """A fresh deployment from the clock's now: gate and lifecycle (re)started, no engine yet.
         ``learnt``: the previous cycle's calibration (``WakeCalibration.to_json``)."""
         from restorelens.gate import Admission, GateSpans
+        from restorelens.gate.modelclaim.actions import WakeEnds
         from restorelens.gate.modelclaim.backends import InProcessBackend
         from restorelens.gate.modelclaim.config import build_core
         from restorelens.gate.modelclaim.virtual import VirtualLifecycle
@@ -114,7 +102,7 @@ class VirtualModelClaimRun(VirtualWire):
         self.core, _ = build_core(self.table)
         if learnt is not None:
             self.core.calibration.load_json(learnt, "the previous cycle's calibration")
-        self.core.listeners.append(_WakeEnds(self))
+        self.core.listeners.append(WakeEnds(lambda record: self.wake_ended(record.model, record.end_s)))
         self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
         self.backend = InProcessBackend(self._new_engine)
         self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)

@@ -11,6 +11,7 @@ with the core's ``now_s`` so virtual runs record virtual times.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +27,7 @@ __all__ = [
     "StopEngine",
     "WAKE_OUTCOMES",
     "WakeEngine",
+    "WakeEnds",
     "WakeRecord",
 ]
 
@@ -121,6 +123,16 @@ class ServedAfterWake:
     path: str
     ready_s: float
     routed_s: float
+
+
+class WakeEnds:
+    """A listener that only wants wakes ending: calls ``callback(record)`` (held requests wait on it)."""
+
+    def __init__(self, callback: Callable[[WakeRecord], None]) -> None:
+        self.on_wake_finished = callback
+
+    def on_state_interval(self, interval: StateInterval) -> None:
+        pass
 
 
 class LifecycleListener(Protocol):

@@ -28,8 +28,8 @@ import hmac
 import logging
 import os
 import threading
-from pathlib import Path
 from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -43,9 +43,9 @@ from restorelens.gate.modelclaim.actions import (
     Action,
     SleepEngine,
     StartEngine,
-    StateInterval,
     StopEngine,
     WakeEngine,
+    WakeEnds,
     WakeRecord,
 )
 from restorelens.gate.modelclaim.backends import EngineBackend
@@ -92,7 +92,7 @@ class ModelClaimRouter:
         self.health_interval_s = health_interval_s
         self._lock = threading.Lock()  # the prometheus scrape may run on another thread
         self.metrics = ModelClaimMetrics(core, self._lock)
-        core.listeners.extend([ModelClaimSpans(tracer_provider, core=core), self.metrics, _WakeEnds(self)])
+        core.listeners.extend([ModelClaimSpans(tracer_provider, core=core), self.metrics, WakeEnds(self._wake_ended)])
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued: list[Action] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -371,19 +371,6 @@ class ModelClaimRouter:
                 with self._lock:
                     actions = self.core.on_engine_found_asleep(model, instance_id, self.clock.now_s())
                 self._dispatch(actions)
-
-
-class _WakeEnds:
-    """The router's listener: a wake that ends releases the requests held for it."""
-
-    def __init__(self, router: ModelClaimRouter) -> None:
-        self.router = router
-
-    def on_state_interval(self, interval: StateInterval) -> None:
-        pass
-
-    def on_wake_finished(self, record: WakeRecord) -> None:
-        self.router._wake_ended(record)
 
 
 def _write_atomically(path: Path, text: str) -> None:

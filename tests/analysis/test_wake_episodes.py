@@ -162,22 +162,26 @@ def test_a_calibrated_hint_is_read_to_the_millisecond_with_its_source_and_predic
     assert (episode["attempts"], episode["hold_s"]) == (2, None)
 
 
-def test_a_held_request_overshoots_from_the_moment_the_gate_let_it_through() -> None:
-    """The gate saw the request 0.5 s after the client sent it (a slow upload) and held it until
-    the lifecycle observed the engine ready: the overshoot is from its `hold.released`, not from the
-    client's start plus the hold (which would be 0.5 s early, before readiness was even observed)."""
+def held_request(extra: dict, hold_released_s: float | None) -> dict:
+    """One request the gate saw 0.5 s after the client sent it (a slow upload) and held 4.1875 s
+    while the model woke (engine ready 4.65625, observed 4.6875), then served; its wake episode."""
     traces = Traces()
     trace = traces.new_trace()
     client = traces.client_request(trace, 0.0, 6.0, first_chunk_s=4.875, retry_policy="honour-hint-ms")
     attempt = traces.attempt(trace, client, 0.0, 6.0, status=200, resend_count=None)
     gate = traces.served_via_gate(trace, attempt, 0.5, 5.9, upstream_s=4.75, engine_arrival_s=4.78125,
-                                  time_in_queue_s=0.0625, ttft_s=0.5, e2e_s=1.5, policy="fcfs", extra={
-                                      sc.ATTR_MODELCLAIM_HINT_MODE: "hold", sc.ATTR_MODELCLAIM_HINT_SOURCE: "calibrated",
-                                      sc.ATTR_GATE_HOLD_S: 4.1875}, hold_released_s=4.71875)
+                                  time_in_queue_s=0.0625, ttft_s=0.5, e2e_s=1.5, policy="fcfs",
+                                  extra={sc.ATTR_GATE_HOLD_S: 4.1875, **extra}, hold_released_s=hold_released_s)
     traces.model_wake(0.53125, 4.6875, link=(trace, gate), wake_path="in-place", wake_called_s=0.53125,
                       ready_s=4.65625, observed_s=4.6875)
+    return one(Analysis(traces.store()).wake_episodes())
 
-    episode = one(Analysis(traces.store()).wake_episodes())
+
+def test_a_held_request_overshoots_from_the_moment_the_gate_let_it_through() -> None:
+    """From its `hold.released`, not from the client's start plus the hold (which would be 0.5 s
+    early, before readiness was even observed)."""
+    episode = held_request({sc.ATTR_MODELCLAIM_HINT_MODE: "hold", sc.ATTR_MODELCLAIM_HINT_SOURCE: "calibrated"},
+                           hold_released_s=4.71875)
 
     assert (episode["hint_mode"], episode["hold_s"], episode["attempts"], episode["first_status"]) == (
         "hold", 4.1875, 1, 200)
@@ -189,14 +193,4 @@ def test_a_held_request_overshoots_from_the_moment_the_gate_let_it_through() -> 
 
 
 def test_without_its_release_event_a_held_request_counts_from_the_gate_s_start_plus_the_hold() -> None:
-    traces = Traces()
-    trace = traces.new_trace()
-    client = traces.client_request(trace, 0.0, 6.0, first_chunk_s=4.875)
-    attempt = traces.attempt(trace, client, 0.0, 6.0, status=200, resend_count=None)
-    gate = traces.served_via_gate(trace, attempt, 0.5, 5.9, upstream_s=4.75, engine_arrival_s=4.78125,
-                                  time_in_queue_s=0.0625, ttft_s=0.5, e2e_s=1.5, policy="fcfs",
-                                  extra={sc.ATTR_GATE_HOLD_S: 4.1875})
-    traces.model_wake(0.53125, 4.6875, link=(trace, gate), wake_path="in-place", wake_called_s=0.53125,
-                      ready_s=4.65625, observed_s=4.6875)
-
-    assert one(Analysis(traces.store()).wake_episodes())["overshoot_s"] == 0.5 + 4.1875 - 4.65625
+    assert held_request({}, hold_released_s=None)["overshoot_s"] == 0.5 + 4.1875 - 4.65625

@@ -69,6 +69,9 @@ class OneAnswerRouter:
     def route(self, model: str, now_s: float, trigger: Any = None) -> RouteAnswer:
         return self.answer
 
+    async def wait_routable(self, model: str, timeout_s: float) -> bool:
+        return False
+
     def request_started(self, model: str, now_s: float) -> None:
         pass
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 
 from restorelens.gate import Grant, Rejection, build_policy
-from restorelens.gate.decide import Admit, Forward, Respond, decide, static_route
+from restorelens.gate.decide import Admit, Forward, Hold, Respond, decide, static_route
 from restorelens.gate.policies import VLLM_PRIORITY
 from restorelens.gate.routing import NotReady, Routed, UnknownModel
 
 LEND = build_policy("lend")
 
 
-def _decide(route, admitted=None, *, policy=LEND, lifecycle=False, traffic_class="interactive"):
-    return decide(route, admitted, model="m", traffic_class=traffic_class, policy=policy, lifecycle=lifecycle)
+def _decide(route, admitted=None, *, policy=LEND, lifecycle=False, traffic_class="interactive", may_hold=False):
+    return decide(route, admitted, model="m", traffic_class=traffic_class, policy=policy, lifecycle=lifecycle,
+                  may_hold=may_hold)
 
 
 def _rejection(retry_after_ms: int | None) -> Rejection:
@@ -66,3 +67,11 @@ def test_a_rejection_is_429_with_the_estimate_and_retry_after_only_from_a_second
 def test_a_static_table_routes_to_the_url_it_picked_or_to_no_model() -> None:
     assert static_route("http://e", "m") == Routed("http://e")
     assert static_route(None, "m") == UnknownModel("m")
+
+
+def test_a_holdable_answer_is_held_once_then_answered_with_both_hints() -> None:
+    route = NotReady("Activating", "EngineSleeping", 5, retry_after_ms=4192, hold_until_s=130.0)
+    assert _decide(route, lifecycle=True, may_hold=True) == Hold(130.0)
+    answer = _decide(route, lifecycle=True)  # held already, or no room to hold: the 503 now
+    assert isinstance(answer, Respond) and answer.status == 503
+    assert answer.headers == (("x-restorelens-retry-after-ms", "4192"), ("retry-after", "5"))

@@ -9,8 +9,6 @@ how long a wake lasts); the requests they route go to one real simulator over HT
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 
 import httpx
 import pytest
@@ -28,17 +26,11 @@ from restorelens.gate.settings import GateSettings
 from restorelens.serving import ServerThread
 from restorelens.sim.app import create_app
 
+from .test_http import wait_for
+
 GIB = 2**30
 TOKEN = "test-admin-token-456"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-
-
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 @pytest.fixture
