@@ -60,7 +60,7 @@ TRACE_LAYERS = {
 DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
-VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "engine_pressure", "model_pressure", "attempts", "requests",
+VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "runs", "engine_pressure", "model_pressure", "attempts", "requests",
                "engine_requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
@@ -75,6 +75,7 @@ DRIVING_SPANS = {
     **SPAN_LAYERS,
     "gate_requests": SPAN_GATE_REQUEST,
     "request_attempts": SPAN_CLIENT_REQUEST,
+    "runs": SPAN_CLIENT_REQUEST,
     "attempts": SPAN_CLIENT_REQUEST,
     "requests": SPAN_CLIENT_REQUEST,
     "engine_requests": SPAN_LLM_REQUEST,
@@ -87,7 +88,7 @@ DRIVING_SPANS = {
 PUBLIC_VIEWS = ("requests", "attempts", "engine_requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
 
 #: Queries with ``$name`` parameters, run when asked for.
-PARAMETERISED = ("policy_summary", "paired_differences", "trace_spans", "traces_for_request")
+PARAMETERISED = ("policy_summary", "paired_differences", "trace_spans", "traces_for_request", "linked_from")
 
 #: SQL macros the layers share, each defined in the file of its name and registered on every
 #: connection that runs a layer. Temporary on purpose: a read-only connection can create them,

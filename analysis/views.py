@@ -244,6 +244,10 @@ class Analysis:
         """One row per wake episode (``modelclaim.wake``), censored ones included."""
         return self.view("wake_episodes").sort("t0", "span_id")
 
+    def runs(self) -> pl.DataFrame:
+        """One row per run id × scenario, workload, policy and seed its client requests carry."""
+        return self.view("runs")
+
     def lifecycle_intervals(self) -> pl.DataFrame:
         """One row per model state interval, in order per model."""
         return self.view("lifecycle_intervals").sort("model", "interval_index")
@@ -268,6 +272,10 @@ class Analysis:
     def trace(self, trace_id: str) -> pl.DataFrame:
         """Every span of one trace, ordered for a waterfall (offsets in seconds from its start)."""
         return self._frame(load_query("trace_spans").sql, {"trace_id": trace_id.lower()})
+
+    def linked_from(self, trace_id: str) -> pl.DataFrame:
+        """The ``gate.restore`` / ``modelclaim.wake`` spans whose links point into ``trace_id``."""
+        return self._frame(load_query("linked_from").sql, {"trace_id": trace_id.lower()})
 
     def traces_for_request(self, request_id: str) -> list[str]:
         """Trace ids holding the logical request ``request_id`` (normally one), oldest first."""

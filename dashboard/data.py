@@ -6,13 +6,13 @@ offsets in seconds from the episode's t0, so the figure builders only lay them o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from restorelens.analysis import Analysis, Limit, check, parse_limit, percentiles_of
+from restorelens.analysis import Analysis, Limit, Slo, check, parse_limit, percentiles_of
 from restorelens.analysis.report import ENGINE_METRICS, NO_GATE, with_no_gate
 
 __all__ = [
@@ -27,8 +27,14 @@ __all__ = [
     "REQUEST_METRICS",
     "UNNAMED_POLICY",
     "WAKE_METRICS",
+    "MAX_TIME_BARS",
+    "RUN_COLUMNS",
+    "SEGMENTS",
+    "WAKE_SEGMENTS",
     "EngineSummary",
     "EpisodePressure",
+    "Selection",
+    "Settings",
     "LendingDetail",
     "Overview",
     "PolicyData",
@@ -47,7 +53,11 @@ __all__ = [
     "overview",
     "parse_limits",
     "policy_data",
+    "runs_of",
     "schedule_points",
+    "select",
+    "selected_runs",
+    "time_segments",
     "wake_detail",
     "wake_events",
     "with_arm_labels",
@@ -82,6 +92,16 @@ UNNAMED_POLICY = "policy not named"
 #: Most points of one distribution curve: the figure's size stays bounded whatever the store holds.
 MAX_CURVE_POINTS = 200
 
+#: The stretches of a wake episode's bar, each named by the instant that ends it (docs/dashboard.md).
+WAKE_SEGMENTS = ("engine ready", "readiness observed", "retry", "engine scheduled", "first token")
+#: Each episode kind's stretches, in causal order (the legend of its "where the time went" chart).
+SEGMENTS = {"lending": LENDING_EVENTS[1:], "wake": WAKE_SEGMENTS}
+#: The most episodes a "where the time went" chart draws (the longest): a bar stays readable and the
+#: figure's size bounded whatever the store holds; the page says how many it left out.
+MAX_TIME_BARS = 40
+#: The labels a run is known by, in the order the sidebar offers them.
+RUN_COLUMNS = ("run_id", "scenario", "workload", "policy", "seed")
+
 _EVENT_COLUMNS = {"event": pl.String, "offset_s": pl.Float64, "detail": pl.String}
 
 
@@ -113,12 +133,154 @@ def with_unnamed_policy(episodes: pl.DataFrame) -> pl.DataFrame:
     return episodes.with_columns(pl.col("policy").fill_null(UNNAMED_POLICY))
 
 
+# --- the sidebar's selection ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The runs the pages show: each field the values chosen (empty: any). A run matches when it
+    matches every field; ``policies`` spell a run without a gate ``NO_GATE``."""
+
+    run_ids: tuple[str, ...] = ()
+    scenarios: tuple[str, ...] = ()
+    policies: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return bool(self.run_ids or self.scenarios or self.policies or self.seeds)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sidebar sets for every page: the runs shown, the SLO and the percentile method."""
+
+    selection: Selection = field(default_factory=Selection)
+    slo: Slo = field(default_factory=Slo)
+    method: str = "linear"
+
+
+def runs_of(client_requests: pl.DataFrame) -> pl.DataFrame:
+    """One row per run the requests name (``RUN_COLUMNS``; ``policy`` spelt ``NO_GATE`` when none),
+    with how many requests it holds. Requests without a run id are no run: a deployment's own
+    traffic is never filtered away by a run that does not exist."""
+    schema = {"run_id": pl.String, "scenario": pl.String, "workload": pl.String, "policy": pl.String,
+              "seed": pl.Int64}
+    present = [c for c in RUN_COLUMNS if c in client_requests.columns]
+    frame = client_requests.select(present).with_columns(
+        *(pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in present)
+    ).select(list(schema)).cast(schema)  # type: ignore[arg-type]
+    return (frame.filter(pl.col("run_id").is_not_null())
+            .with_columns(pl.col("policy").fill_null(NO_GATE))
+            .group_by(list(schema)).len("requests")
+            .sort("run_id", nulls_last=True))
+
+
+def selected_runs(runs: pl.DataFrame, selection: Selection) -> frozenset[str] | None:
+    """The run ids ``selection`` keeps (None: it filters nothing)."""
+    if not selection.active:
+        return None
+    chosen = runs
+    for column, values in (("run_id", selection.run_ids), ("scenario", selection.scenarios),
+                           ("policy", selection.policies), ("seed", selection.seeds)):
+        if values:
+            chosen = chosen.filter(pl.col(column).is_in(list(values)))
+    return frozenset(chosen["run_id"].to_list())
+
+
+def select(frame: pl.DataFrame, runs: pl.DataFrame, selection: Selection) -> pl.DataFrame:
+    """``frame``'s rows of the selected runs: by ``run_id`` when it has one, else by the arm labels
+    it has (``policy``, ``workload``, ``seed``: the policy summary); a frame with neither as it is."""
+    kept = selected_runs(runs, selection)
+    if kept is None:
+        return frame
+    if "run_id" in frame.columns:
+        return frame.filter(pl.col("run_id").is_in(sorted(kept)))
+    keys = [c for c in ("policy", "workload", "seed") if c in frame.columns]
+    if not keys:
+        return frame
+    arms = runs.filter(pl.col("run_id").is_in(sorted(kept))).select(keys).unique()
+    shown = with_no_gate(frame) if "policy" in keys else frame
+    return frame.filter(_matches(shown, arms, keys))
+
+
+def _matches(frame: pl.DataFrame, arms: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Per row of ``frame``: does its (keys) tuple appear in ``arms``?"""
+    wanted = set(arms.select(keys).rows())
+    return pl.Series([row in wanted for row in frame.select(keys).rows()], dtype=pl.Boolean)
+
+
+# --- where the time went ------------------------------------------------------------------------
+
+
+def time_segments(episodes: pl.DataFrame, kind: str, *, limit: int = MAX_TIME_BARS) -> pl.DataFrame:
+    """Each episode's restoration as consecutive stretches, for a stacked bar per episode.
+
+    ``kind`` ``"lending"`` (``lending_episodes``: demand returned → grant restored → borrowed
+    drained → engine scheduled → first token) or ``"wake"`` (``wake_episodes``: first 503 → engine
+    ready → readiness observed → retry → engine scheduled → first token). An episode's instants are
+    put in time order and each stretch is named by the instant that ends it, so the bar's length is
+    the time to the last known instant and a missing instant just has no stretch. The ``limit``
+    longest episodes are kept, longest first. Columns: episode (a label unique per episode),
+    span_id, event, from_s, to_s, seconds, censored, clock_skew, total_s.
+    """
+    schema = {"episode": pl.String, "span_id": pl.String, "event": pl.String, "from_s": pl.Float64,
+              "to_s": pl.Float64, "seconds": pl.Float64, "censored": pl.Boolean, "clock_skew": pl.Boolean,
+              "total_s": pl.Float64}
+    rows: list[tuple[Any, ...]] = []
+    for episode in episodes.iter_rows(named=True):
+        instants = _instants(episode, kind)
+        known = sorted(((offset, event) for event, offset in instants if offset is not None),
+                       key=lambda item: item[0])
+        if not known:
+            continue
+        total = max(0.0, known[-1][0])
+        label = _episode_label(episode, kind)
+        previous = 0.0
+        for offset, event in known:
+            start = min(previous, offset)
+            rows.append((label, episode["span_id"], event, start, offset, max(0.0, offset - start),
+                         bool(episode.get("censored")), bool(episode.get("clock_skew")), total))
+            previous = max(previous, offset)
+    frame = pl.DataFrame(rows, schema=schema, orient="row")
+    longest = (frame.group_by("episode").agg(pl.col("total_s").first()).sort("total_s", "episode", descending=True)
+               .head(limit)["episode"])
+    order = {name: index for index, name in enumerate(longest.to_list())}
+    return (frame.filter(pl.col("episode").is_in(longest.to_list()))
+            .with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("rank"))
+            .sort("rank", "from_s", maintain_order=True).drop("rank"))
+
+
+def _instants(episode: dict[str, Any], kind: str) -> list[tuple[str, float | None]]:
+    """An episode's instants after t0 (seconds), as its stacked bar names them."""
+    if kind == "lending":
+        grant, schedule = episode.get("grant_restore_s"), episode.get("engine_schedule_s")
+        return [(LENDING_EVENTS[1], grant), (LENDING_EVENTS[2], episode.get("drain_s")),
+                (LENDING_EVENTS[3], grant + schedule if grant is not None and schedule is not None else None),
+                (LENDING_EVENTS[4], episode.get("ttft_s"))]
+    ready, overshoot, schedule = (episode.get(k) for k in ("ready_s", "overshoot_s", "engine_schedule_s"))
+    retry = ready + overshoot if ready is not None and overshoot is not None else None
+    return list(zip(WAKE_SEGMENTS, (ready, episode.get("observed_s"), retry,
+                                    retry + schedule if retry is not None and schedule is not None else None,
+                                    episode.get("total_s")), strict=True))
+
+
+def _episode_label(episode: dict[str, Any], kind: str) -> str:
+    """A bar's name: when, what and which run; unique by the span id's head."""
+    when = f"{episode['t0']:%H:%M:%S.%f}"[:-3]
+    what = (episode.get("policy") or UNNAMED_POLICY) if kind == "lending" else \
+        f"{episode.get('model')} · {episode.get('wake_path')}"
+    run = f" · {episode['run_id']}" if episode.get("run_id") else ""
+    flags = (" · censored" if episode.get("censored") else "") + (" · clock skew" if episode.get("clock_skew") else "")
+    return f"{when} · {what}{run}{flags} · {str(episode['span_id'])[:6]}"
+
+
 # --- overview ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Overview:
-    """Counts, statistics per group and the limits' verdicts, for the overview page."""
+    """Counts, where each episode's time went, distributions and the limits' verdicts."""
 
     counts: pl.DataFrame
     lending_stats: pl.DataFrame
@@ -130,6 +292,12 @@ class Overview:
     #: Rows in each view a limit names (``lending``, ``wake``, ``requests``, ``engine``): the page
     #: shows the limits whenever one of them has rows, episodes or none.
     limited_rows: dict[str, int] = field(default_factory=dict)
+    #: ``time_segments`` of the lending and wake episodes (the longest ``MAX_TIME_BARS`` of each).
+    lending_segments: pl.DataFrame = field(default_factory=pl.DataFrame)
+    wake_segments: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: ``distribution_curves`` of the lending metrics per policy and the wake metrics per wake path.
+    lending_curves: pl.DataFrame = field(default_factory=pl.DataFrame)
+    wake_curves: pl.DataFrame = field(default_factory=pl.DataFrame)
 
 
 def parse_limits(texts: Sequence[str]) -> list[Limit]:
@@ -137,20 +305,25 @@ def parse_limits(texts: Sequence[str]) -> list[Limit]:
     return [parse_limit(text.strip(), "limit") for text in texts if text.strip()]
 
 
-def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
-             include_requests: bool = False) -> Overview:
-    """Episode counts and statistics, and the limits' verdicts.
+def _unchanged(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame
+
+
+def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, include_requests: bool = False,
+             keep: Callable[[pl.DataFrame], pl.DataFrame] = _unchanged, method: str = "linear") -> Overview:
+    """Episode counts, their time bars, distributions and statistics, and the limits' verdicts, over
+    the rows ``keep`` leaves (the sidebar's selection); percentiles by ``method``.
 
     The requests view is the most expensive one on a large store, so it is read only when asked
     for (``include_requests``) or when a limit names it.
     """
     parsed = parse_limits(limits)
     include_requests = include_requests or any(limit.view == "requests" for limit in parsed)
-    frames = {"lending": analysis.lending_episodes(), "wake": analysis.wake_episodes()}
+    frames = {"lending": keep(analysis.lending_episodes()), "wake": keep(analysis.wake_episodes())}
     if include_requests:
-        frames["requests"] = analysis.requests()
+        frames["requests"] = keep(analysis.requests())
     if any(limit.view == "engine" for limit in parsed):
-        frames["engine"] = analysis.engine_requests()
+        frames["engine"] = keep(analysis.engine_requests())
     lending, wakes = frames["lending"], frames["wake"]
     rows = [("lending episodes", lending.height, int(lending["censored"].sum()), int(lending["clock_skew"].sum())),
             ("wake episodes", wakes.height, int(wakes["censored"].sum()), int(wakes["clock_skew"].sum()))]
@@ -159,21 +332,26 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *,
         requests = frames["requests"]
         rows.insert(0, ("requests", requests.height, 0, int(requests["clock_skew"].sum())))
         shown = with_no_gate(requests).with_columns(pl.col("traffic_class").fill_null(NO_CLASS))
-        request_stats = percentiles_of(shown, REQUEST_METRICS, ["traffic_class", "policy"])
+        request_stats = percentiles_of(shown, REQUEST_METRICS, ["traffic_class", "policy"], method=method)
     counts = pl.DataFrame(
         rows, schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
         orient="row",
     )
-    violations = check(_Frames(frames), parsed)  # type: ignore[arg-type]
+    violations = check(_Frames(frames), parsed, percentile=method)  # type: ignore[arg-type]
+    named = with_unnamed_policy(lending)
     return Overview(
         counts=counts,
-        lending_stats=percentiles_of(with_unnamed_policy(lending), LENDING_METRICS, ["policy"]),
-        wake_stats=percentiles_of(wakes, WAKE_METRICS, ["model", "wake_path"]),
+        lending_stats=percentiles_of(named, LENDING_METRICS, ["policy"], method=method),
+        wake_stats=percentiles_of(wakes, WAKE_METRICS, ["model", "wake_path"], method=method),
         request_stats=request_stats,
         violations=tuple(str(v) for v in violations),
         breaches=limit_breaches(frames, parsed),
         limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),
         limited_rows={limit.view: frames[limit.view].height for limit in parsed},
+        lending_segments=time_segments(lending, "lending"),
+        wake_segments=time_segments(wakes, "wake"),
+        lending_curves=distribution_curves(named, ("policy",), LENDING_METRICS),
+        wake_curves=distribution_curves(wakes, ("wake_path",), WAKE_METRICS),
     )
 
 
@@ -365,10 +543,11 @@ def engine_view(requests: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def engine_statistics(view: pl.DataFrame, groups: Sequence[str] = ("engine", "traffic_class")) -> pl.DataFrame:
+def engine_statistics(view: pl.DataFrame, groups: Sequence[str] = ("engine", "traffic_class"),
+                      method: str = "linear") -> pl.DataFrame:
     """Count, p50, p90, p95, p99 and max of every engine metric per group (the report's ``engine``
     section when ``groups`` are engine and traffic class); ``view`` from ``engine_view``."""
-    return percentiles_of(view, ENGINE_METRICS, list(groups))
+    return percentiles_of(view, ENGINE_METRICS, list(groups), method=method)
 
 
 def schedule_points(view: pl.DataFrame) -> dict[str, int]:
@@ -431,7 +610,7 @@ def engine_policies(requests: pl.DataFrame) -> tuple[str, ...]:
 
 
 def engine_summary(requests: pl.DataFrame, policies: Sequence[str] | None = None, *, by_policy: bool = False,
-                   slowest: int = 20) -> EngineSummary:
+                   slowest: int = 20, method: str = "linear") -> EngineSummary:
     """``engine_requests`` under ``policies`` (as shown; None: all), per engine × traffic class (×
     policy with ``by_policy``), and the ``slowest`` requests by schedule delay."""
     view = engine_view(requests)
@@ -445,7 +624,7 @@ def engine_summary(requests: pl.DataFrame, policies: Sequence[str] | None = None
         unclassified=int((view["traffic_class"] == NO_CLASS).sum()),
         points=schedule_points(view),
         groups=groups,
-        statistics=engine_statistics(view, groups),
+        statistics=engine_statistics(view, groups, method),
         curves=distribution_curves(view, groups),
         slowest=view.sort("schedule_delay_s", descending=True, nulls_last=True).head(slowest)
         .select(_SLOWEST_COLUMNS),

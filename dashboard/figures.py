@@ -21,13 +21,13 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from restorelens.dashboard import palette
 from restorelens.dashboard.data import NO_GATE, NO_WORKLOAD, with_arm_labels
 
-__all__ = ["ENGINE_TITLES", "engine_distributions", "goodput_strip", "lifecycle_swimlanes", "literal", "literals",
-           "paired_strip", "statistics_dots", "waterfall"]
+__all__ = ["ENGINE_TITLES", "LENDING_TITLES", "TIME_BAR_TITLES", "WAKE_TITLES", "engine_distributions", "goodput_strip",
+           "lifecycle_swimlanes", "literal", "literals", "paired_strip", "time_bars", "waterfall"]
 
-_TEMPLATE = "plotly_white"
-_STAT_SYMBOLS = {"p50": "circle", "p95": "diamond", "max": "x"}
+_TEMPLATE = palette.TEMPLATE
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f",
             "#d62728"]
 
@@ -38,6 +38,26 @@ ENGINE_TITLES = {
     "ttft_s": "TTFT",
     "prefill_s": "prefill",
     "decode_s": "decode",
+}
+
+
+#: The "where the time went" charts' titles, per episode kind.
+TIME_BAR_TITLES = {"lending": "Lending episodes: where the time went (seconds from demand returned, t0)",
+                   "wake": "Wake episodes: where the time went (seconds from the first 503, t0)"}
+#: The overview's distribution panels: an episode metric -> its title.
+LENDING_TITLES = {
+    "grant_restore_s": "grant restored (from t0)",
+    "drain_s": "borrowed drained (from t0)",
+    "engine_schedule_s": "engine scheduled (after the grant)",
+    "ttft_s": "first token (from t0)",
+}
+WAKE_TITLES = {
+    "ready_s": "engine ready (from the first 503)",
+    "overshoot_s": "overshoot (ready → retry)",
+    "retry_after_s": "Retry-After hint",
+    "observed_s": "readiness observed",
+    "engine_schedule_s": "engine scheduled (after the retry)",
+    "total_s": "first token (from the first 503)",
 }
 
 
@@ -57,39 +77,54 @@ def _group_label(row: dict, groups: Sequence[str]) -> str:
     return literal(" · ".join(str(row[g]) for g in groups) or "all")
 
 
-def statistics_dots(stats: pl.DataFrame, groups: Sequence[str], title: str) -> go.Figure:
-    """p50, p95 and max of each metric (x) per group (colour); ``stats`` from ``percentiles_of``."""
+def time_bars(segments: pl.DataFrame, title: str, events: Sequence[str]) -> go.Figure:
+    """Where each episode's time went: one horizontal bar per episode (``data.time_segments``), its
+    stretches stacked in time order and coloured by the instant that ends each (legend: ``events``,
+    in causal order, named as the pages name them). Longest on top; a censored episode's bar is
+    hatched and a clock-skewed one outlined in red, and both say so in their name."""
     figure = go.Figure()
-    labelled = stats.with_columns(
-        pl.Series("group", [_group_label(row, groups) for row in stats.iter_rows(named=True)], dtype=pl.String)
-    )
-    for (group,), rows in labelled.group_by("group", maintain_order=True):
-        for statistic, symbol in _STAT_SYMBOLS.items():
-            figure.add_trace(go.Scatter(
-                x=literals(rows["metric"]), y=rows[statistic].to_list(), mode="markers",
-                name=f"{group} {statistic}", legendgroup=str(group), marker={"symbol": symbol, "size": 11},
-                customdata=[[count, group] for count in rows["count"]],
-                hovertemplate=f"%{{customdata[1]}}<br>%{{x}} {statistic} = %{{y:.3f}} s<br>n = %{{customdata[0]}}"
-                              "<extra></extra>",
-            ))
-    figure.update_layout(template=_TEMPLATE, title=literal(title), height=380, yaxis_title="seconds",
-                         xaxis_title="restoration event", legend={"font": {"size": 10}})
+    if segments.is_empty():
+        return figure
+    order = list(dict.fromkeys(segments["episode"].to_list()))
+    for event in dict.fromkeys([*events, *segments["event"].to_list()]):
+        rows = segments.filter(pl.col("event") == event)
+        if rows.is_empty():
+            continue
+        censored, skewed = rows["censored"].to_list(), rows["clock_skew"].to_list()
+        figure.add_trace(go.Bar(
+            base=rows["from_s"].to_list(), x=rows["seconds"].to_list(), y=literals(rows["episode"]),
+            orientation="h", name=literal(event), legendgroup=literal(event),
+            marker={"color": palette.colour(event, palette.EVENTS),
+                    "pattern": {"shape": ["/" if c else "" for c in censored]},
+                    "line": {"color": [palette.BAD if k else "rgba(0,0,0,0)" for k in skewed], "width": 2}},
+            customdata=list(zip(rows["to_s"].to_list(), rows["total_s"].to_list(), strict=True)),
+            hovertemplate="%{y}<br>until %{fullData.name}: %{x:.3f} s<br>at t0 + %{customdata[0]:.3f} s"
+                          " of %{customdata[1]:.3f} s<extra></extra>",
+        ))
+    figure.update_yaxes(categoryorder="array", categoryarray=literals(order), autorange="reversed", type="category")
+    figure.update_layout(template=palette.TEMPLATE, barmode="overlay", title=literal(title),
+                         height=160 + 26 * len(order), xaxis_title="seconds from t0",
+                         legend={"orientation": "h", "y": -0.15 if len(order) < 8 else -0.05,
+                                 "traceorder": "normal"},
+                         margin={"l": 10})
     return figure
 
 
 def engine_distributions(curves: pl.DataFrame, titles: Mapping[str, str] = ENGINE_TITLES,
-                         groups: Sequence[str] = ("engine", "traffic class")) -> go.Figure:
-    """One panel per metric (``titles``' order), one step curve per group: the share of the group's
-    requests at or below each time. ``curves`` from ``data.distribution_curves``; a group's name
-    (its ``groups`` values, e.g. engine · traffic class) is its legend entry, shared by its curves
-    in every panel."""
+                         groups: Sequence[str] = ("engine", "traffic class"), *,
+                         known: Mapping[str, str] | None = None, what: str = "requests") -> go.Figure:
+    """One panel per metric (``titles``' order), one step curve (an ECDF) per group: the share of
+    the group's ``what`` at or below each time. ``curves`` from ``data.distribution_curves``; a
+    group's name (its ``groups`` values, e.g. engine · traffic class, or a policy) is its legend
+    entry, shared by its curves in every panel, coloured from ``known`` (a palette map) when given."""
     metrics = list(titles)
     columns = 3
     rows = max(1, math.ceil(len(metrics) / columns))
     figure = make_subplots(rows=rows, cols=columns, subplot_titles=[literal(titles[m]) for m in metrics],
                            horizontal_spacing=0.07, vertical_spacing=0.16)
     names = list(dict.fromkeys(curves["group"].to_list()))
-    colours = {group: _PALETTE[i % len(_PALETTE)] for i, group in enumerate(names)}
+    colours = ({group: palette.colour(group, known) for group in names} if known is not None
+               else {group: _PALETTE[i % len(_PALETTE)] for i, group in enumerate(names)})
     shown: set[str] = set()
     for index, metric in enumerate(metrics):
         row, col = index // columns + 1, index % columns + 1
@@ -101,17 +136,18 @@ def engine_distributions(curves: pl.DataFrame, titles: Mapping[str, str] = ENGIN
                 line={"shape": "hv", "color": colours[group], "width": 2},
                 name=literal(group), legendgroup=literal(group), showlegend=group not in shown,
                 customdata=[count[0], *count],
-                hovertemplate="%{fullData.name}<br>%{y:.1%} of %{customdata} at or below %{x:.3f} s<extra></extra>",
+                hovertemplate=f"%{{fullData.name}}<br>%{{y:.1%}} of %{{customdata}} {what} at or below "
+                              "%{x:.3f} s<extra></extra>",
             ), row=row, col=col)
             shown.add(group)
         figure.update_xaxes(title_text="seconds", row=row, col=col)
     figure.update_yaxes(range=[0, 1.02], tickformat=".0%")
-    figure.update_yaxes(title_text="requests at or below", col=1)
+    figure.update_yaxes(title_text=f"{what} at or below", col=1)
     # the legend sits in the free cell of the last row when there is one
     free = len(metrics) % columns != 0
     legend = {"x": 0.72, "y": 0.0, "yanchor": "bottom", "font": {"size": 11}} if free else {"orientation": "h"}
     figure.update_layout(template=_TEMPLATE, height=300 * rows + 120, legend=legend,
-                         title=f"Distribution per {' · '.join(groups)} (share of requests at or below)")
+                         title=f"Distribution per {' · '.join(groups)} (share of {what} at or below)")
     return figure
 
 

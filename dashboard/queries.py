@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import polars as pl
 import streamlit as st
 
-from restorelens.analysis import Analysis
+from restorelens.analysis import Analysis, Slo
 from restorelens.collector import open_read_only
 from restorelens.dashboard import data, source
 
@@ -34,9 +34,12 @@ __all__ = [
     "lending_detail",
     "lending_episodes",
     "lifecycle_intervals",
+    "linked_from",
     "overview",
     "policies",
+    "policy_page",
     "recent_requests",
+    "runs",
     "sample_store",
     "store_reader",
     "trace",
@@ -62,11 +65,11 @@ class StoreReader:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def analysis(self) -> Iterator[Analysis]:
+    def analysis(self, slo: Slo | None = None) -> Iterator[Analysis]:
         with self._lock:
             con = open_read_only(self.path, timeout_s=source.READ_LOCK_TIMEOUT_S)
             try:
-                yield Analysis(con, labels=self.labels)
+                yield Analysis(con, labels=self.labels, slo=slo)
             finally:
                 con.close()
 
@@ -94,31 +97,52 @@ def sample_store(files: tuple[str, ...], stamps: tuple[int, ...]) -> str:
 # --- frames (keyed by the store's stamp so new spans are never hidden) -------------------------
 
 
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def runs(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+    """The runs the store holds (``data.runs_of``), for the sidebar's filter and every selection."""
+    with store_reader(path).analysis() as analysis:
+        return data.runs_of(analysis.runs())
+
+
+def _keep(path: str, stamp: tuple[int, ...], settings: data.Settings) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """A frame -> its rows of the runs ``settings`` selects."""
+    known = runs(path, stamp) if settings.selection.active else pl.DataFrame()
+    return lambda frame: data.select(frame, known, settings.selection)
+
+
 @st.cache_data(ttl=TTL_S, show_spinner="Decomposing restorations…")
 def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...], include_requests: bool = False,
-             ) -> data.Overview:
-    with store_reader(path).analysis() as analysis:
-        return data.overview(analysis, limits, include_requests=include_requests)
+             settings: data.Settings = data.Settings()) -> data.Overview:
+    keep = _keep(path, stamp, settings)
+    with store_reader(path).analysis(settings.slo) as analysis:
+        return data.overview(analysis, limits, include_requests=include_requests, keep=keep, method=settings.method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lending_episodes(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+def lending_episodes(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
+    keep = _keep(path, stamp, settings)
     with store_reader(path).analysis() as analysis:
-        return analysis.lending_episodes()
+        return keep(analysis.lending_episodes())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.LendingDetail:
     with store_reader(path).analysis() as analysis:
         episode = analysis.lending_episodes().filter(pl.col("span_id") == span_id).row(0, named=True)
-        gates = analysis.view("gate_requests").select("run_id", "policy", "slot", "grant_ns", "end_ns")
+        gates = analysis.view("gate_requests").select("trace_id", "run_id", "policy", "slot", "grant_ns", "end_ns")
+        # a gate span carries no run id of its own: its request's client span (same trace) does
+        clients = analysis.view("typed_client_requests").select("trace_id", pl.col("run_id").alias("client_run_id"))
+        gates = (gates.join(clients.unique("trace_id"), on="trace_id", how="left")
+                 .with_columns(pl.coalesce("run_id", "client_run_id").alias("run_id"))
+                 .drop("trace_id", "client_run_id"))
         return data.lending_detail(episode, gates)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def wake_episodes(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+def wake_episodes(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
+    keep = _keep(path, stamp, settings)
     with store_reader(path).analysis() as analysis:
-        return analysis.wake_episodes()
+        return keep(analysis.wake_episodes())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -131,20 +155,22 @@ def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.WakeDet
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the engines' requests…")
-def engine_requests(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+def engine_requests(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
+    keep = _keep(path, stamp, settings)
     with store_reader(path).analysis() as analysis:
-        return analysis.engine_requests()
+        return keep(analysis.engine_requests())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def engine_policies(path: str, stamp: tuple[int, ...]) -> tuple[str, ...]:
-    return data.engine_policies(engine_requests(path, stamp))
+def engine_policies(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> tuple[str, ...]:
+    return data.engine_policies(engine_requests(path, stamp, settings))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Summarising the engines' requests…")
 def engine_summary(path: str, stamp: tuple[int, ...], policies: tuple[str, ...] | None,
-                   by_policy: bool) -> data.EngineSummary:
-    return data.engine_summary(engine_requests(path, stamp), policies, by_policy=by_policy)
+                   by_policy: bool, settings: data.Settings = data.Settings()) -> data.EngineSummary:
+    return data.engine_summary(engine_requests(path, stamp, settings), policies, by_policy=by_policy,
+                               method=settings.method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -161,15 +187,27 @@ def episode_pressure(path: str, stamp: tuple[int, ...], model: str | None, t0: o
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def policy_page(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> Any:
+    """The policy page (``frontier.PolicyPage``) of the selected runs under the sidebar's SLO."""
+    from restorelens.dashboard import frontier
+
+    keep = _keep(path, stamp, settings)
+    with store_reader(path).analysis(settings.slo) as analysis:
+        return frontier.policy_page(keep(analysis.policy_summary()), keep(analysis.requests()),
+                                    keep(analysis.lending_episodes()))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def policies(path: str, stamp: tuple[int, ...]) -> data.PolicyData:
     with store_reader(path).analysis() as analysis:
         return data.policy_data(analysis)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lifecycle_intervals(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
+def lifecycle_intervals(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
+    keep = _keep(path, stamp, settings)
     with store_reader(path).analysis() as analysis:
-        return analysis.lifecycle_intervals()
+        return keep(analysis.lifecycle_intervals())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -179,14 +217,23 @@ def trace(path: str, stamp: tuple[int, ...], trace_id: str) -> pl.DataFrame:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def linked_from(path: str, stamp: tuple[int, ...], trace_id: str) -> pl.DataFrame:
+    """The restorations and wakes (their spans) that link into ``trace_id``."""
+    with store_reader(path).analysis() as analysis:
+        return analysis.linked_from(trace_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
 def traces_for_request(path: str, stamp: tuple[int, ...], request_id: str) -> list[str]:
     with store_reader(path).analysis() as analysis:
         return analysis.traces_for_request(request_id)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def recent_requests(path: str, stamp: tuple[int, ...], limit: int = 50) -> pl.DataFrame:
+def recent_requests(path: str, stamp: tuple[int, ...], limit: int = 50,
+                    settings: data.Settings = data.Settings()) -> pl.DataFrame:
     """A few requests to pick from in the trace explorer (the slowest first)."""
+    keep = _keep(path, stamp, settings)
     with store_reader(path).analysis() as analysis:
         columns = ["request_id", "trace_id", "traffic_class", "policy", "outcome", "attempts", "ttft_s", "e2e_s"]
-        return analysis.requests().select(columns).sort("e2e_s", descending=True, nulls_last=True).head(limit)
+        return keep(analysis.requests()).select(columns).sort("e2e_s", descending=True, nulls_last=True).head(limit)

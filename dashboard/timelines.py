@@ -12,33 +12,24 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
+from restorelens.dashboard import palette
 from restorelens.dashboard.data import LENDING_EVENTS, UNNAMED_POLICY, EpisodePressure, LendingDetail, WakeDetail
 from restorelens.dashboard.figures import literal, literals
 
 __all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "pressure_timeline", "wake_timeline"]
 
-EVENT_COLOURS = {
-    LENDING_EVENTS[0]: "#636363",
-    LENDING_EVENTS[1]: "#1f77b4",
-    LENDING_EVENTS[2]: "#ff7f0e",
-    LENDING_EVENTS[3]: "#9467bd",
-    LENDING_EVENTS[4]: "#2ca02c",
-    "wake start": "#8c564b",
-    "engine ready": "#1f77b4",
-    "readiness observed": "#17becf",
-    "Retry-After elapses": "#bcbd22",
-    "first token": "#2ca02c",
-}
+#: The episode pages' event colours: the palette's, shared with every other page.
+EVENT_COLOURS = palette.EVENTS
 _CLIENT, _LIFECYCLE, _HINT = "client", "lifecycle", "Retry-After hint"
-_TEMPLATE = "plotly_white"
+_TEMPLATE = palette.TEMPLATE
 
 
 def _colour(event: str) -> str:
     if event.startswith("success"):
-        return "#2ca02c"
+        return palette.GOOD
     if event.startswith(("first 5", "retry")):
-        return "#d62728"
-    return EVENT_COLOURS.get(event, "#7f7f7f")
+        return palette.BAD
+    return EVENT_COLOURS.get(event, palette.NEUTRAL)
 
 
 def _hover(events: pl.DataFrame) -> list[str]:

@@ -18,11 +18,13 @@ import duckdb
 import plotly.graph_objects as go
 import streamlit as st
 
-from restorelens.dashboard import data, queries, source, timelines
+from restorelens.analysis import Slo
+from restorelens.analysis.views import PERCENTILE_METHODS
+from restorelens.dashboard import data, figures, queries, source, timelines
 from restorelens.errors import InputError, RestorelensError
 
 __all__ = ["NO_SCRAPES", "current_store", "engine_pressure", "guarded", "limits_in_use", "pick", "plain",
-           "schedule_caption", "show_figure", "source_picker", "stamp"]
+           "schedule_caption", "settings", "settings_sidebar", "show_figure", "source_picker", "stamp", "time_bars"]
 
 T = TypeVar("T")
 
@@ -39,6 +41,13 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 #: What GitHub-flavoured markdown links by itself (a bare URL, www., an e-mail address), escaped or
 #: not: Streamlit finds them in the text after the escapes are read.
 _AUTOLINKED = re.compile(r"://|www\.|@|mailto:|xmpp:", re.IGNORECASE)
+#: The sidebar's settings for every page (``data.Settings``), set by ``settings_sidebar``.
+_SETTINGS_KEY = "settings"
+#: The run filter: URL parameter, ``Selection`` field, the runs' column, its label.
+_FILTERS = (("scenario", "scenarios", "scenario", "Scenario"), ("policy", "policies", "policy", "Policy"),
+            ("seed", "seeds", "seed", "Seed"), ("run", "run_ids", "run_id", "Run id"))
+#: The SLO and percentile settings: URL parameter (also the widget's key) and default.
+_SLO_TTFT, _SLO_E2E, _PERCENTILE = "slo_ttft_s", "slo_e2e_s", "percentile"
 #: What an episode page says instead of a pressure chart when the store holds no scrape at all.
 NO_SCRAPES = "No engine metrics in this store: record them with `restorelens collect --scrape URL`."
 
@@ -81,6 +90,82 @@ def source_picker() -> None:
         except (RestorelensError, duckdb.Error, OSError) as exc:
             _show(None, problem=_one_line(exc))
         _labels_caption()
+
+
+def settings_sidebar() -> None:
+    """Sidebar (entrypoint only, after ``source_picker``): which runs every page shows (scenario,
+    policy, seed, run id), the interactive SLO and the percentile method. Every choice is kept in
+    the URL, so a link reopens the same view; a value in the link the store does not hold is dropped."""
+    path = st.session_state.get(_STORE_KEY)
+    chosen: dict[str, tuple[Any, ...]] = {}
+    with st.sidebar:
+        runs = _runs_or_none(path)
+        if runs is not None and runs.height:
+            st.subheader("Runs")
+            for param, field_name, column, label in _FILTERS:
+                options = sorted(set(runs[column].drop_nulls().to_list()))
+                if not options:
+                    continue
+                key = f"filter-{param}"
+                if key not in st.session_state:
+                    wanted = set(st.query_params.get_all(param))
+                    st.session_state[key] = [o for o in options if str(o) in wanted]
+                else:  # another store may not hold what was chosen
+                    st.session_state[key] = [o for o in st.session_state[key] if o in options]
+                values = st.multiselect(label, options, key=key, placeholder="all")
+                chosen[field_name] = tuple(values)
+                _keep_in_url(param, [str(v) for v in values])
+            shown = data.selected_runs(runs, data.Selection(**chosen))
+            total = runs["run_id"].n_unique()
+            st.caption(f"Showing {total if shown is None else len(shown)} of {total} runs.")
+        st.subheader("SLO and percentiles")
+        ttft_s = _number(_SLO_TTFT, "Interactive TTFT SLO (s)", 5.0)
+        e2e_s = _number(_SLO_E2E, "Interactive end-to-end SLO (s)", 30.0)
+        if _PERCENTILE not in st.session_state:
+            wanted = st.query_params.get(_PERCENTILE)
+            st.session_state[_PERCENTILE] = wanted if wanted in PERCENTILE_METHODS else PERCENTILE_METHODS[0]
+        method = st.radio("Percentiles", PERCENTILE_METHODS, key=_PERCENTILE, horizontal=True,
+                          help="linear: interpolated between ranks; nearest-rank: the value at rank ⌈q·n⌉, "
+                               "as the MoFlux study reports them.")
+        _keep_in_url(_PERCENTILE, [method] if method != PERCENTILE_METHODS[0] else [])
+    st.session_state[_SETTINGS_KEY] = data.Settings(data.Selection(**chosen), Slo(ttft_s=ttft_s, e2e_s=e2e_s),
+                                                    str(method))
+
+
+def settings() -> data.Settings:
+    """The sidebar's settings (``settings_sidebar``); the defaults for a page run on its own."""
+    value = st.session_state.get(_SETTINGS_KEY)
+    return value if isinstance(value, data.Settings) else data.Settings()
+
+
+def _runs_or_none(path: str | None) -> Any:
+    if not path:
+        return None
+    try:
+        return queries.runs(path, stamp(path))
+    except (RestorelensError, duckdb.Error, OSError):
+        return None  # the page says why, once, when it opens the store
+
+
+def _number(param: str, label: str, default: float) -> float:
+    """A number of seconds >= 0 kept in the URL (``param``) when it is not ``default``."""
+    if param not in st.session_state:
+        try:
+            value = float(st.query_params.get(param, default))
+        except ValueError:
+            value = default
+        st.session_state[param] = value if value >= 0 and value == value and value != float("inf") else default
+    value = float(st.number_input(label, min_value=0.0, max_value=3600.0, step=0.5, key=param))
+    _keep_in_url(param, [f"{value:g}"] if value != default else [])
+    return value
+
+
+def _keep_in_url(param: str, values: list[str]) -> None:
+    if values:
+        if st.query_params.get_all(param) != values:
+            st.query_params[param] = values
+    elif param in st.query_params:
+        del st.query_params[param]
 
 
 def _labels_caption() -> None:
@@ -173,6 +258,18 @@ def limits_in_use() -> tuple[str, ...]:
     with st.sidebar:
         text = st.text_area("Limits (view.metric.stat=max, one per line)", value=default, key="limits")
     return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def time_bars(segments: Any, total: int, kind: str, key: str) -> None:
+    """An episode kind's "where the time went" chart (``kind``: lending or wake), saying how many
+    episodes it leaves out."""
+    if segments.is_empty():
+        return
+    drawn = segments["episode"].n_unique()
+    show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], data.SEGMENTS[kind]), key, key)
+    note = f"The {drawn} longest of {total} episodes. " if drawn < total else ""
+    st.caption(note + "Each stretch is named by the instant that ends it; hatched: censored (never completed); "
+               "red outline: clock skew between the spans.")
 
 
 def show_figure(figure: go.Figure, key: str, file_stem: str) -> None:

@@ -8,7 +8,8 @@ from restorelens.dashboard import data, figures, queries, ui
 st.title("Engine")
 path = ui.current_store()
 stamp = ui.stamp(path)
-policies = ui.guarded(queries.engine_policies, path, stamp)
+settings = ui.settings()
+policies = ui.guarded(queries.engine_policies, path, stamp, settings)
 if not policies:
     st.info("No engine requests in this store: they appear when an engine's `llm_request` spans are stored "
             "(vLLM started with `--otlp-traces-endpoint`), with or without a gate in front of it.")
@@ -21,7 +22,7 @@ by_policy = right.toggle("Split by policy", key="engine-by-policy")
 if not chosen:
     st.info("Choose at least one policy.")
     st.stop()
-summary = ui.guarded(queries.engine_summary, path, stamp, tuple(chosen), by_policy)
+summary = ui.guarded(queries.engine_summary, path, stamp, tuple(chosen), by_policy, settings)
 
 columns = st.columns(4)
 columns[0].metric("engine requests", summary.requests)

@@ -8,12 +8,16 @@ from restorelens.dashboard import data, queries, timelines, ui
 st.title("Lending episodes")
 path = ui.current_store()
 stamp = ui.stamp(path)
-episodes = ui.guarded(queries.lending_episodes, path, stamp)
+episodes = ui.guarded(queries.lending_episodes, path, stamp, ui.settings())
 if episodes.is_empty():
-    st.info("No lending episodes in this store: they appear when a gate lends protected capacity "
+    st.info("No lending episodes in the runs shown: they appear when a gate lends protected capacity "
             "(policy `lend`) and the protected class returns.")
     st.stop()
 
+st.subheader("Where the time went")
+ui.time_bars(data.time_segments(episodes, "lending"), episodes.height, "lending", "lending-bars")
+
+st.subheader("One episode")
 labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or data.UNNAMED_POLICY} · run {row['run_id']} · "
           f"seed {row['seed']}" + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")

@@ -1,15 +1,17 @@
-"""Overview: how many restorations, how long each of their events took, which break the limits."""
+"""Overview: how many restorations, where each one's time went, how their events are distributed,
+which break the limits."""
 
 import streamlit as st
 
-from restorelens.dashboard import figures, queries, ui
+from restorelens.dashboard import figures, palette, queries, ui
 
 st.title("Recovery overview")
 path = ui.current_store()
+settings = ui.settings()
 limits = ui.limits_in_use()
 with st.sidebar:
     include_requests = st.toggle("Request latencies too (slower on large stores)", key="requests")
-result = ui.guarded(queries.overview, path, ui.stamp(path), limits, include_requests)
+result = ui.guarded(queries.overview, path, ui.stamp(path), limits, include_requests, settings)
 
 counts = {row["what"]: row for row in result.counts.iter_rows(named=True)}
 columns = st.columns(len(counts))
@@ -17,11 +19,21 @@ for column, (what, row) in zip(columns, counts.items(), strict=True):
     column.metric(what, row["count"], help=f"censored {row['censored']}, clock skew {row['clock_skew']}")
 nothing = all(row["count"] == 0 for row in counts.values())
 if nothing:
-    st.info("This store holds no restoration episodes yet (lending or wake); the Engine page shows every "
+    st.info("No restoration episodes (lending or wake) in the runs shown; the Engine page shows every "
             "request an engine served, with or without a gate.")
     # the limits still hold or break on any view they name that has rows (engine.* on engine traffic)
-    if not any(result.limited_rows.values()):
+    if not any(result.limited_rows.values()) and not include_requests:
         st.stop()
+
+episodes = (
+    ("lending", counts["lending episodes"]["count"], result.lending_segments, result.lending_curves,
+     figures.LENDING_TITLES, "policy", palette.POLICIES, result.lending_stats),
+    ("wake", counts["wake episodes"]["count"], result.wake_segments, result.wake_curves,
+     figures.WAKE_TITLES, "wake path", palette.WAKE_PATHS, result.wake_stats),
+)
+for kind, total, segments, curves, titles, group, known, stats in episodes:
+    if total:
+        ui.time_bars(segments, total, kind, f"overview-{kind}-bars")
 
 st.subheader("Limits")
 if result.violations:
@@ -32,20 +44,18 @@ else:
 if not result.breaches.is_empty():
     st.caption("Episodes and requests whose own value is over a limit (open them on their page):")
     st.dataframe(result.breaches, hide_index=True)
-if nothing:
+if nothing and not include_requests:
     st.stop()
 
-sections = (
-    ("Lending episodes by policy", result.lending_stats, ["policy"], "overview-lending"),
-    ("Wake episodes by model and wake path", result.wake_stats, ["model", "wake_path"], "overview-wakes"),
-)
-if include_requests:
-    sections += (("Requests by class and policy", result.request_stats, ["traffic_class", "policy"],
-                  "overview-requests"),)
-for title, stats, groups, key in sections:
-    st.subheader(title)
-    if stats.is_empty() or int(stats["count"].sum()) == 0:
-        st.caption("No data found.")
+for kind, total, segments, curves, titles, group, known, stats in episodes:
+    if not total or curves.is_empty():
         continue
-    ui.show_figure(figures.statistics_dots(stats, groups, f"{title}: p50, p95, max (s)"), key, key)
+    st.subheader(f"{kind.capitalize()} episodes per {group}")
+    ui.show_figure(figures.engine_distributions(curves, titles, (group,), known=known, what="episodes"),
+                   f"overview-{kind}-ecdf", f"overview-{kind}-ecdf")
+    st.caption(f"Percentiles: {settings.method}.")
     st.dataframe(stats, hide_index=True)
+if include_requests:
+    st.subheader("Requests by class and policy")
+    st.caption(f"Percentiles: {settings.method}.")
+    st.dataframe(result.request_stats, hide_index=True)

@@ -2,17 +2,21 @@
 
 import streamlit as st
 
-from restorelens.dashboard import queries, timelines, ui
+from restorelens.dashboard import data, queries, timelines, ui
 
 st.title("Wake episodes")
 path = ui.current_store()
 stamp = ui.stamp(path)
-episodes = ui.guarded(queries.wake_episodes, path, stamp)
+episodes = ui.guarded(queries.wake_episodes, path, stamp, ui.settings())
 if episodes.is_empty():
-    st.info("No wake episodes in this store: they appear when a request meets a sleeping model "
+    st.info("No wake episodes in the runs shown: they appear when a request meets a sleeping model "
             "(a `modelclaim.wake` span linked to its first 503).")
     st.stop()
 
+st.subheader("Where the time went")
+ui.time_bars(data.time_segments(episodes, "wake"), episodes.height, "wake", "wake-bars")
+
+st.subheader("One episode")
 labels = [f"{row['t0']:%H:%M:%S} · {row['model']} · {row['wake_path']} · hint {row['retry_after_s']} s"
           + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")

@@ -35,7 +35,7 @@ def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
     app.switch_page(str(APP.parent / "wakes.py")).run()
     assert not app.exception
     assert app.title[0].value == "Wake episodes"
-    assert len(app.get("plotly_chart")) == 2
+    assert [chart.key for chart in app.get("plotly_chart")] == ["wake-bars", "wake-timeline", "hint-scatter"]
     app.switch_page(str(APP.parent / "engine.py")).run()
     assert not app.exception
     assert app.title[0].value == "Engine"
@@ -104,6 +104,33 @@ def test_the_repository_sample_traces_show_wake_and_lending_episodes(monkeypatch
     assert counts["wake episodes"] > 0 and counts["lending episodes"] > 0
     app.switch_page(str(APP.parent / "wakes.py")).run()
     assert not app.exception
-    timeline = json.loads(app.get("plotly_chart")[0].proto.spec)
+    bars, timeline = (json.loads(chart.proto.spec) for chart in app.get("plotly_chart")[:2])
+    assert {"engine ready", "first token"} <= {trace["name"] for trace in bars["data"]}
     labels = {str(t) for trace in timeline["data"] for t in (trace.get("text") or [])}
     assert {"engine ready", "first token"} <= labels
+
+
+def test_the_sidebar_filter_from_the_link_narrows_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link naming a scenario and a policy opens the pages on those runs only, and keeps them."""
+    monkeypatch.delenv(source.DB_ENV, raising=False)
+    app = AppTest.from_file(str(APP), default_timeout=120)
+    app.query_params["scenario"] = "moflux-balanced"
+    app.query_params["policy"] = "lend"
+    app.run()
+    assert not app.exception
+    counts = {m.label: int(m.value) for m in app.metric}
+    files = source.sample_files()
+    store = queries.sample_store(tuple(map(str, files)), tuple(int(p.stat().st_mtime_ns) for p in files))
+    with Analysis.open(store) as analysis:
+        lending = analysis.lending_episodes()
+    expected = lending.filter(lending["run_id"] == "sample-moflux-balanced-lend").height
+    assert 0 < expected < lending.height
+    assert counts["lending episodes"] == expected and counts["wake episodes"] == 0
+    assert app.multiselect(key="filter-scenario").value == ["moflux-balanced"]
+    # AppTest keeps a parameter of one value as that value
+    assert app.query_params["scenario"] in ("moflux-balanced", ["moflux-balanced"])
+    assert app.query_params["policy"] in ("lend", ["lend"])
+    app.switch_page(str(APP.parent / "lending.py")).run()
+    assert not app.exception
+    bars = json.loads(app.get("plotly_chart")[0].proto.spec)
+    assert len({y for trace in bars["data"] for y in trace["y"]}) == expected

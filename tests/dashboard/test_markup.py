@@ -20,7 +20,7 @@ import pytest
 from dashboard_stores import HOSTILE
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import data, figures, timelines
+from restorelens.dashboard import data, figures, palette, timelines
 
 #: Tags our own templates and hover texts use; any other tag in a figure came from the data.
 OUR_TAGS = {"br", "b", "extra"}
@@ -63,10 +63,12 @@ def hostile_figures(hostile_store_path: Path) -> dict[str, go.Figure]:
     with Analysis.open(hostile_store_path) as analysis:
         built: dict[str, go.Figure] = {}
         overview = data.overview(analysis, include_requests=True)
-        for name, stats, groups in (("lending stats", overview.lending_stats, ["policy"]),
-                                    ("wake stats", overview.wake_stats, ["model", "wake_path"]),
-                                    ("request stats", overview.request_stats, ["traffic_class", "policy"])):
-            built[name] = figures.statistics_dots(stats, groups, name)
+        for kind, segments in (("lending", overview.lending_segments), ("wake", overview.wake_segments)):
+            built[f"{kind} bars"] = figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], data.SEGMENTS[kind])
+        built["lending ecdf"] = figures.engine_distributions(overview.lending_curves, figures.LENDING_TITLES,
+                                                             ("policy",), known=palette.POLICIES)
+        built["wake ecdf"] = figures.engine_distributions(overview.wake_curves, figures.WAKE_TITLES, ("wake path",),
+                                                          known=palette.WAKE_PATHS)
         policies = data.policy_data(analysis)
         built["goodput"] = figures.goodput_strip(policies.summary)
         baseline = sorted(set(policies.paired["baseline"].drop_nulls().to_list()))[-1]

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from restorelens.analysis import Analysis, percentiles_of
 from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 from restorelens.collector import load_paths
-from restorelens.dashboard import source, ui
+from restorelens.dashboard import figures, source, ui
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
 TIMEOUT_S = 60  # DuckDB loads on a shared 2-core machine; a bound, not a speed claim
@@ -88,11 +88,22 @@ def test_overview_shows_counts_statistics_and_broken_limits(on_store: Path) -> N
         assert metrics["requests"] == str(analysis.requests().height)
     assert metrics["wake episodes"] == "3"
     assert any("wake.overshoot_s.p95" in seen(e.value) for e in app.error)
-    wake_spec = next(s for s in specs(app) if "Wake episodes" in s["layout"]["title"]["text"])
-    names = {trace["name"] for trace in wake_spec["data"]}
-    assert "tiny · cold-start max" in names
-    (cold_max,) = [t for t in wake_spec["data"] if t["name"] == "tiny · cold-start max"]
-    assert dict(zip(cold_max["x"], cold_max["y"], strict=True))["overshoot_s"] == 0.5
+    charts = {s["layout"]["title"]["text"]: s for s in specs(app)}
+    # where the time went: one bar per wake episode, stretches named by the instant that ends them
+    bars = charts[figures.TIME_BAR_TITLES["wake"]]
+    assert {trace["name"] for trace in bars["data"]} == {"engine ready", "readiness observed", "retry",
+                                                        "engine scheduled", "first token"}
+    assert len({y for trace in bars["data"] for y in trace["y"]}) == 3
+    with Analysis.open(on_store) as analysis:
+        cold = analysis.wake_episodes().filter(pl.col("wake_path") == "cold-start").row(0, named=True)
+    (cold_ready,) = [x for t in bars["data"] if t["name"] == "engine ready"
+                     for x, y in zip(t["x"], t["y"], strict=True) if "cold-start" in y]
+    assert cold_ready == pytest.approx(cold["ready_s"])
+    # distributions: an ECDF per wake path, its legend named by the paths on the spans
+    ecdf = charts["Distribution per wake path (share of episodes at or below)"]
+    with Analysis.open(on_store) as analysis:
+        assert {t["name"] for t in ecdf["data"]} == set(analysis.wake_episodes()["wake_path"].to_list())
+    assert charts[figures.TIME_BAR_TITLES["lending"]]
 
 
 def test_overview_limits_come_from_the_cli(on_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -106,7 +117,9 @@ def test_lending_page_draws_the_selected_episode(on_store: Path) -> None:
     with Analysis.open(on_store) as analysis:
         episode = analysis.lending_episodes().row(-1, named=True)
     app = run_page("lending", episode=episode["span_id"])
-    (timeline,) = specs(app)
+    bars, timeline = specs(app)
+    with Analysis.open(on_store) as analysis:  # one bar per lending episode
+        assert len({y for trace in bars["data"] for y in trace["y"]}) == analysis.lending_episodes().height
     labels = texts(timeline)
     for label in ("demand returned", "grant restored", "borrowed drained", "engine scheduled", "first token"):
         assert label in labels
@@ -122,7 +135,8 @@ def test_wake_page_draws_retries_hint_and_overshoot(on_store: Path) -> None:
     with Analysis.open(on_store) as analysis:
         cold = analysis.wake_episodes().filter(pl.col("wake_path") == "cold-start").row(0, named=True)
     app = run_page("wakes", episode=cold["span_id"])
-    timeline, scatter = specs(app)
+    bars, timeline, scatter = specs(app)
+    assert len({y for trace in bars["data"] for y in trace["y"]}) == 3  # one bar per wake episode
     labels = texts(timeline)
     for label in ("first 503", "Retry-After elapses", "wake start", "engine ready", "readiness observed",
                   "retry 1 → 503", "retry 2 → 503", "success 200", "first token"):
@@ -404,7 +418,7 @@ def test_a_wake_episode_shows_its_models_engines_pressure_from_before_t0(on_engi
         first = analysis.wake_episodes().row(0, named=True)
     assert first["model"] == "tiny"
     app = run_page("wakes", episode=first["span_id"])
-    timeline, pressure, scatter = specs(app)
+    _bars, timeline, pressure, scatter = specs(app)
     traces = {trace["name"]: trace for trace in pressure["data"]}
     a, b = "http://engine-a:8000/metrics", "http://engine-b:8000/metrics"
     assert set(traces) == {f"{engine} {what}" for engine in (a, b) for what in ("KV cache", "running", "waiting")}
@@ -430,7 +444,7 @@ def test_a_lending_episode_shows_the_scrapes_of_its_models_engine(on_engine_stor
     with Analysis.open(on_engine_store) as analysis:
         episode = analysis.lending_episodes().row(-1, named=True)
     app = run_page("lending", episode=episode["span_id"])
-    timeline, pressure = specs(app)
+    _bars, timeline, pressure = specs(app)
     assert MOFLUX_MODEL in pressure["layout"]["title"]["text"]
     start_s, end_s = data.episode_window(data.lending_events(episode))
     t0_s = (episode["t0"] - episode["t0"].replace(minute=0, second=0, microsecond=0)).total_seconds()
@@ -444,7 +458,7 @@ def test_an_episode_whose_engine_was_never_scraped_says_which_were(on_engine_sto
     with Analysis.open(on_engine_store) as analysis:
         small = analysis.wake_episodes().filter(pl.col("model") == "small").row(0, named=True)
     app = run_page("wakes", episode=small["span_id"])
-    assert len(specs(app)) == 2  # the timeline and the hint scatter: no empty pressure chart
+    assert len(specs(app)) == 3  # the bars, the timeline and the hint scatter: no empty pressure chart
     (note,) = [seen(i.value) for i in app.info]
     assert note.startswith("No scrape of an engine serving small from t0 -5 s") and note.endswith("tiny.")
 
@@ -454,4 +468,4 @@ def test_without_scrapes_an_episode_page_says_how_to_record_them(on_store: Path,
     app = run_page(page)
     assert [i.value for i in app.info] == [ui.NO_SCRAPES]
     assert "restorelens collect --scrape URL" in seen(ui.NO_SCRAPES)
-    assert len(specs(app)) == (1 if page == "lending" else 2)
+    assert len(specs(app)) == (2 if page == "lending" else 3)
