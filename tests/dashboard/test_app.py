@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 import streamlit as st
 from dashboard_stores import moflux_files
@@ -134,3 +135,17 @@ def test_the_sidebar_filter_from_the_link_narrows_every_page(monkeypatch: pytest
     assert not app.exception
     bars = json.loads(app.get("plotly_chart")[0].proto.spec)
     assert len({y for trace in bars["data"] for y in trace["y"]}) == expected
+
+
+def test_a_lending_episodes_borrowed_slots_return_to_zero_once_drained() -> None:
+    """Gate spans carry no run id: the slots of the other runs of the same policy must not count."""
+    files = source.sample_files()
+    store = queries.sample_store(tuple(map(str, files)), tuple(int(p.stat().st_mtime_ns) for p in files))
+    with Analysis.open(store) as analysis:
+        episodes = analysis.lending_episodes().filter(pl.col("drain_s").is_not_null())
+    assert episodes["run_id"].n_unique() > 1 and set(episodes["policy"]) == {"lend"}
+    for episode in episodes.iter_rows(named=True):
+        occupancy = queries.lending_detail(store, source.store_stamp(store), episode["span_id"]).occupancy
+        before = occupancy.filter(pl.col("offset_s") < episode["drain_s"])
+        after = occupancy.filter(pl.col("offset_s") >= episode["drain_s"])
+        assert before["borrowed"].max() > 0 and after["borrowed"].to_list() == [0] * after.height, episode["run_id"]
