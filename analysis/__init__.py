@@ -16,7 +16,10 @@ _EXPORTS: dict[str, str] = {
     "Analysis": "views",
     "DRIVING_SPANS": "layers",
     "Evaluation": "limits",
+    "FRONTIER_AXES": "study",
+    "GATES": "study",
     "GROUP_ALIASES": "views",
+    "Gate": "study",
     "LABELS": "views",
     "Limit": "limits",
     "PARAMETERISED": "layers",
@@ -25,7 +28,9 @@ _EXPORTS: dict[str, str] = {
     "Query": "queries",
     "SHARED_LAYERS": "layers",
     "STATISTICS": "views",
+    "STUDY_ARMS": "study",
     "Slo": "views",
+    "StudyTable": "study",
     "VIEW_LAYERS": "layers",
     "Violation": "limits",
     "build_report": "report",
@@ -39,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "parse_limit": "limits",
     "percentiles_of": "views",
     "render": "report",
+    "score_frames": "study",
     "valid_names": "limits",
 }
 
