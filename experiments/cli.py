@@ -77,16 +77,18 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | 
     """
     import json
 
-    from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
+    from restorelens.experiments.runner import RunTelemetry, new_run_id, run_live, run_virtual
     from restorelens.experiments.scenarios import get_scenario
 
     chosen = with_cycles(get_scenario(scenario, arm), cycles)
     if bool(out) == bool(collector):
         raise SettingError("--out/--collector", "give exactly one: --out FILE or --collector URL")
+    run_id = run_id or new_run_id()
+    labels = {"run_id": run_id, "scenario": chosen.name}
     if collector:
-        telemetry = RunTelemetry("otlp", endpoint=traces_endpoint(collector))
+        telemetry = RunTelemetry("otlp", endpoint=traces_endpoint(collector), **labels)
     else:
-        telemetry = RunTelemetry("file", path=out)
+        telemetry = RunTelemetry("file", path=out, **labels)
     with telemetry:
         if virtual:
             report = run_virtual(chosen, seed, telemetry.providers, run_id)

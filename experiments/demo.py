@@ -80,15 +80,16 @@ def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
     from restorelens.experiments.runner import RunTelemetry, run_live
 
     summaries = []
-    with RunTelemetry("otlp", endpoint=endpoint) as telemetry:
-        for name, arm in SAMPLE_SCENARIOS:
-            run_name = sample_run_name(name, arm)
-            on_progress(run_name, 0.0)
-            report = run_live(sample_scenario(name, arm), seed, telemetry.providers, f"demo-{run_name}",
-                              time_scale=time_scale)
-            summaries.append(report.summary())
-            on_progress(run_name, PROTOCOL_S.get(name, 0.0))
-    return summaries  # leaving RunTelemetry flushed every span into the collector
+    for name, arm in SAMPLE_SCENARIOS:
+        run_name = sample_run_name(name, arm)
+        scenario, run_id = sample_scenario(name, arm), f"demo-{run_name}"
+        on_progress(run_name, 0.0)
+        # one telemetry per run: its id and scenario are resource attributes of every span it sends
+        with RunTelemetry("otlp", endpoint=endpoint, run_id=run_id, scenario=scenario.name) as telemetry:
+            report = run_live(scenario, seed, telemetry.providers, run_id, time_scale=time_scale)
+        summaries.append(report.summary())  # leaving RunTelemetry flushed every span into the collector
+        on_progress(run_name, PROTOCOL_S.get(name, 0.0))
+    return summaries
 
 
 def total_protocol_s() -> float:

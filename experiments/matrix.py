@@ -304,7 +304,7 @@ except RestorelensError as exc:
 def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
     from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
 
-    with RunTelemetry("file", path=str(path)) as telemetry:
+    with RunTelemetry("file", path=str(path), run_id=cell.run_id, scenario=scenario.name) as telemetry:
         if live:
             run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
         else:

@@ -73,6 +73,12 @@ class RescaledExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+def _resource_of(provider: Any) -> dict[str, Any] | None:
+    """The resource attributes of ``provider`` (a ``TracerProvider``), None for none."""
+    resource = getattr(provider, "resource", None)
+    return None if resource is None else dict(resource.attributes)
+
+
 class ProtocolTimeline:
     """The clock and the span providers of one live run, on the protocol timeline.
 
@@ -92,7 +98,10 @@ class ProtocolTimeline:
         self._owned: list[Any] = []
         if time_scale != 1 and providers.exporter is not None:
             rescaled = RescaledExporter(providers.exporter, self.clock.start_s, time_scale)
-            self._owned = [build_tracer_provider(SERVICE_NAMES[key], rescaled) for key in ("client", "gate", "engine")]
+            # each keeps its service's resource (the run's id and scenario among it)
+            self._owned = [build_tracer_provider(SERVICE_NAMES[key], rescaled,
+                                                 resource_attributes=_resource_of(getattr(providers, key)))
+                           for key in ("client", "gate", "engine")]
             self.providers = ServiceProviders(*self._owned, exporter=providers.exporter)
 
     def close(self) -> None:

@@ -63,8 +63,10 @@ def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
     for index, (name, arm) in enumerate(SAMPLE_SCENARIOS):
         path = folder / sample_file_name(name, arm)
         path.unlink(missing_ok=True)
-        with RunTelemetry("file", path=path, batch=False, id_seed=seed * 1000 + index) as telemetry:
-            run_virtual(sample_scenario(name, arm), seed, telemetry.providers, run_id=f"sample-{sample_run_name(name, arm)}")
+        scenario, run_id = sample_scenario(name, arm), f"sample-{sample_run_name(name, arm)}"
+        with RunTelemetry("file", path=path, batch=False, id_seed=seed * 1000 + index, run_id=run_id,
+                          scenario=scenario.name) as telemetry:
+            run_virtual(scenario, seed, telemetry.providers, run_id=run_id)
         telemetry.raise_if_spans_dropped()
         written.append(path)
     return written

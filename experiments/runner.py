@@ -3,7 +3,10 @@
 ``RunTelemetry`` builds one tracer provider per service (client, gate, engine) over a single shared
 exporter, so spans from all three land in one file or one collector, each with its own
 ``service.name``, as they would from three processes. The shared exporter is shut down once, after
-every provider has flushed into it.
+every provider has flushed into it. Given the run's id (and scenario), every provider's resource
+carries them (``restore.run_id``, ``restore.scenario``), so every span of the run can be told apart
+from another run's in a shared store, spans that have no attribute of their own for it included
+(e.g. ``modelclaim.state``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from restorelens.errors import SettingError
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.loadgen.request import RequestResult
+from restorelens.spans import ATTR_RUN_ID, ATTR_SCENARIO
 
 __all__ = ["SERVICE_NAMES", "RunReport", "RunTelemetry", "run_virtual"]
 
@@ -61,9 +65,11 @@ class RunTelemetry:
     (endpoint), ``"none"``, ``"memory"`` or any ``SpanExporter``."""
 
     def __init__(self, exporter: str | SpanExporter = "none", *, path: Any = None, endpoint: str | None = None,
-                 batch: bool | None = None, id_seed: int | None = None) -> None:
+                 batch: bool | None = None, id_seed: int | None = None, run_id: str | None = None,
+                 scenario: str | None = None) -> None:
         """``id_seed``: trace/span ids from a seeded generator and a fixed ``service.instance.id``,
-        so a virtual run writes byte-identical output every time (recorded sample traces)."""
+        so a virtual run writes byte-identical output every time (recorded sample traces).
+        ``run_id`` / ``scenario``: resource attributes of every service's spans (none when not given)."""
         from restorelens.loadgen.export_failures import CountingExporter
         from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
 
@@ -90,7 +96,8 @@ class RunTelemetry:
             inner = first.restorelens_exporter  # type: ignore[attr-defined]
         self.exporter: SpanExporter = inner
         shared = _Shared(inner)
-        resources = {key: None if id_seed is None else {"service.instance.id": f"{name}-{id_seed}"}
+        run_labels = {key: value for key, value in ((ATTR_RUN_ID, run_id), (ATTR_SCENARIO, scenario)) if value}
+        resources = {key: {**run_labels, **({} if id_seed is None else {"service.instance.id": f"{name}-{id_seed}"})}
                      for key, name in SERVICE_NAMES.items()}
         built = {key: build_tracer_provider(name, shared, batch=batch, resource_attributes=resources[key])
                  for key, name in SERVICE_NAMES.items()}
