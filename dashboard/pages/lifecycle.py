@@ -1,8 +1,8 @@
-"""Lifecycle: each model's ModelClaim states over time."""
+"""Lifecycle: each model's ModelClaim phases per run and pod over time, and the memory its pods held."""
 
 import streamlit as st
 
-from restorelens.dashboard import figures, queries, ui
+from restorelens.dashboard import lifecycle, queries, ui
 
 st.title("Model lifecycle")
 path = ui.current_store()
@@ -12,7 +12,13 @@ if intervals.is_empty():
             "(`modelclaim.state` spans).")
     st.stop()
 
-ui.show_figure(figures.lifecycle_swimlanes(intervals), "lifecycle", "model-lifecycle")
-st.caption("GPU and host memory are not accounted here: the span contract records no memory figures yet "
-           "(level-1 sleep moves weights to host RAM that nobody accounts for).")
+ui.show_figure(lifecycle.lifecycle_swimlanes(intervals), "lifecycle", "model-lifecycle")
+if lifecycle.carries_memory(intervals):
+    ui.show_figure(lifecycle.memory_over_time(intervals), "lifecycle-memory", "model-memory")
+    st.caption("GPU memory and host RAM each pod held, summed over its models' states "
+               "(`modelclaim.gpu_bytes`, `modelclaim.host_ram_bytes`): level-1 sleep keeps the weights in host RAM, "
+               "which AIBrix does not account for.")
+else:
+    st.caption("No memory chart: no `modelclaim.state` span in this store carries `modelclaim.gpu_bytes` or "
+               "`modelclaim.host_ram_bytes` (the gate's lifecycle adds them when it accounts the models' memory).")
 st.dataframe(intervals, hide_index=True)

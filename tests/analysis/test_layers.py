@@ -67,7 +67,7 @@ def test_only_its_macro_spells_out_a_shared_expression(name: str) -> None:
 def test_a_layer_lists_the_macros_it_calls() -> None:
     assert macros_of("typed_http_attempts") == MACROS
     assert macros_of("typed_model_wakes") == ("rl_trace_key", "rl_span_key")
-    assert macros_of("typed_model_states") == ()
+    assert macros_of("typed_model_states") == ("rl_trace_key", "rl_span_key")
     assert macros_of("gate_requests") == ()  # it reads the typed layers, not spans
 
 
