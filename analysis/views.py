@@ -249,8 +249,8 @@ class Analysis:
         return self.view("runs")
 
     def lifecycle_intervals(self) -> pl.DataFrame:
-        """One row per model state interval, in order per model."""
-        return self.view("lifecycle_intervals").sort("model", "interval_index")
+        """One row per model state interval, in order per run, model and pod."""
+        return self.view("lifecycle_intervals").sort("run_id", "model", "pod", "interval_index", nulls_last=True)
 
     def policy_summary(self) -> pl.DataFrame:
         """Goodputs per policy x workload x seed under ``self.slo``."""

@@ -55,10 +55,12 @@ def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload
               labels: tuple[str, ...], config_file: str | None) -> None:
     """Open the recovery dashboard on DB at http://HOST:PORT.
 
-    Pages: overview (episode counts, p50/p95/max of each restoration event, broken limits),
-    lending and wake episode timelines with the engine's pressure, the engine view of every
-    request an engine served (with or without a gate), policy comparison, model lifecycle, trace
-    explorer. The sidebar can switch to the sample traces or an uploaded OTLP JSON(L) file.
+    Pages: overview (episode counts, where each episode's time went, distributions per policy and
+    wake path, broken limits), lending and wake episodes with their timelines and the engine's
+    pressure, the engine view of every request an engine served (with or without a gate), the
+    policy experiment (frontier and the study's gates), model lifecycle per run, model and pod,
+    trace explorer. The sidebar filters runs (scenario, policy, seed, run id), sets the SLO and
+    the percentile method, and can switch to the sample traces or an uploaded OTLP JSON(L) file.
     """
     from restorelens.analysis import parse_limit
     from restorelens.analysis.settings import label_mapping

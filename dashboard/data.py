@@ -37,7 +37,6 @@ __all__ = [
     "Settings",
     "LendingDetail",
     "Overview",
-    "PolicyData",
     "WakeDetail",
     "distribution_curves",
     "engine_policies",
@@ -52,7 +51,6 @@ __all__ = [
     "occupancy_steps",
     "overview",
     "parse_limits",
-    "policy_data",
     "runs_of",
     "schedule_points",
     "select",
@@ -677,14 +675,3 @@ def episode_pressure(pressure: pl.DataFrame, model: str | None, t0: Any, start_s
 # --- policies ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PolicyData:
-    summary: pl.DataFrame
-    paired: pl.DataFrame
-
-
-def policy_data(analysis: Analysis) -> PolicyData:
-    """The policy summary and paired differences, a null policy (requests that passed no gate)
-    spelt ``NO_GATE`` and a null workload ``NO_WORKLOAD`` (``with_arm_labels``)."""
-    return PolicyData(summary=with_arm_labels(analysis.policy_summary()),
-                      paired=with_arm_labels(analysis.paired_differences()))

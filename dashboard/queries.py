@@ -36,7 +36,6 @@ __all__ = [
     "lifecycle_intervals",
     "linked_from",
     "overview",
-    "policies",
     "policy_page",
     "recent_requests",
     "runs",
@@ -195,12 +194,6 @@ def policy_page(path: str, stamp: tuple[int, ...], settings: data.Settings = dat
     with store_reader(path).analysis(settings.slo) as analysis:
         return frontier.policy_page(keep(analysis.policy_summary()), keep(analysis.requests()),
                                     keep(analysis.lending_episodes()))
-
-
-@st.cache_data(ttl=TTL_S, show_spinner=False)
-def policies(path: str, stamp: tuple[int, ...]) -> data.PolicyData:
-    with store_reader(path).analysis() as analysis:
-        return data.policy_data(analysis)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

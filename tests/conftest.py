@@ -62,3 +62,9 @@ def foreign_stores(tmp_path: Path) -> dict[Path, str]:
         foreign: "table otel_traces is not the restorelens schema: its columns are a, b (missing Timestamp, "
                  "TraceId, SpanId, ParentSpanId, TraceState and 17 more)",
     }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--screenshots", metavar="DIR", default=None,
+                     help="the browser tests write a screenshot of every dashboard page they visit to DIR "
+                          "(the README's picture is regenerated with --screenshots docs/screenshots)")

@@ -64,8 +64,8 @@ def wake_traces() -> Traces:
         traces.model_wake(t0 + 0.0625, t0 + observed, link=(trace, first), model=model, wake_path=path,
                           wake_called_s=t0 + 0.0625, ready_s=t0 + ready, observed_s=t0 + observed)
         traces.model_state(t0 - 30.0, t0, phase="Sleeping", reason="EngineSleeping", model=model)
-        traces.model_state(t0, t0 + ready, phase="Waking", reason="WakeRequested", model=model)
-        traces.model_state(t0 + ready, t0 + 90.0, phase="Ready", reason="EngineReady", model=model)
+        traces.model_state(t0, t0 + ready, phase="Activating", reason="EngineSleeping", model=model)
+        traces.model_state(t0 + ready, t0 + 90.0, phase="Active", reason="ModelClaimActive", model=model)
     return traces
 
 

@@ -1,9 +1,11 @@
 """The dashboard in a real browser: ``restorelens dashboard`` as a subprocess on a free port, Debian's
-chromium driven by Playwright, every page opened and screenshotted, and the lending and wake
-timelines checked for their event labels as drawn.
+chromium driven by Playwright, every page opened on the realistic store, the repository's sample
+traces and an experiment's store, and checked for what a person would look at: one bar per episode,
+every lifecycle phase in the legend, one frontier point per arm × seed, a failed upload's error.
 
 Needs ``/usr/bin/chromium`` (``apt-get install -y chromium``; Playwright cannot download browsers
-here). Set RESTORELENS_SAVE_SCREENSHOT=1 to also write the overview to docs/dashboard.png.
+here). ``pytest -m browser --screenshots DIR`` writes a screenshot of every page to DIR; the README's
+picture is ``--screenshots docs/screenshots``'s ``samples-overview.png``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 STARTUP_S = 60.0  # bounds, not speed claims: Streamlit's first start on a busy 2-core machine
 RENDER_MS = 60_000
-DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
-#: Page name -> URL path (the default page, the overview, is the root).
-PAGES = {"overview": "", "lending": "lending", "wakes": "wakes", "engine": "engine", "policies": "policies",
+#: Page name -> URL path (the root forwards to the overview).
+PAGES = {"overview": "overview", "lending": "lending", "wakes": "wakes", "engine": "engine", "policies": "policies",
          "lifecycle": "lifecycle", "traces": "traces"}
 
 
@@ -59,15 +60,28 @@ def hostile_url(hostile_store_path: Path, tmp_path_factory: pytest.TempPathFacto
         yield url
 
 
+@pytest.fixture
+def screenshots(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """Where page screenshots go: ``--screenshots DIR`` when given, else the test's own folder."""
+    wanted = request.config.getoption("--screenshots")
+    if wanted is None:
+        return tmp_path
+    folder = Path(wanted).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 @contextlib.contextmanager
-def serving(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``restorelens dashboard --db store_path`` on a free port until the block ends."""
+def serving(store_path: Path, tmp_path_factory: pytest.TempPathFactory, *,
+            temp_dir: Path | None = None) -> Iterator[str]:
+    """``restorelens dashboard --db store_path`` on a free port until the block ends; ``temp_dir``:
+    the server's temporary folder (TMPDIR)."""
     port = free_port()
     log = (tmp_path_factory.mktemp("dashboard-server") / "server.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "restorelens", "dashboard", "--db", str(store_path), "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    command = [sys.executable, "-m", "restorelens", "dashboard", "--db", str(store_path), "--port", str(port)]
+    environment = {**os.environ, **({"TMPDIR": str(temp_dir)} if temp_dir is not None else {})}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                               env=environment)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -83,7 +97,8 @@ def serving(store_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             time.sleep(0.25)
         yield url
     finally:
-        os.killpg(process.pid, signal.SIGTERM)  # its own session: Streamlit and nothing else
+        with contextlib.suppress(ProcessLookupError):  # it may have exited on its own
+            os.killpg(process.pid, signal.SIGTERM)  # its own session: Streamlit and nothing else
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -133,8 +148,6 @@ def test_every_page_renders_without_an_exception(browser, dashboard_url: str, tm
         if name != "traces":
             chart_text(page)
         page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
-        if name == "overview" and os.environ.get("RESTORELENS_SAVE_SCREENSHOT") == "1":
-            page.screenshot(path=str(DOCS_SCREENSHOT))
         page.close()
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(f"{n}.png" for n in PAGES)
 
@@ -249,3 +262,117 @@ def test_markup_in_the_spans_is_drawn_as_text_never_as_links(browser, hostile_ur
             assert charts.nth(index).evaluate(_MARKUP_DRAWN) == [], f"{name} chart {index}"
         page.screenshot(path=str(tmp_path / f"hostile-{name}.png"), full_page=True)
         page.close()
+
+
+# --- the repository's sample traces, an upload and an experiment's store -----------------------------
+
+
+@pytest.fixture(scope="module")
+def samples_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from restorelens.collector import load_paths
+    from restorelens.dashboard import source
+
+    store = tmp_path_factory.mktemp("samples") / "samples.duckdb"
+    load_paths(source.sample_files(), store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def samples_url(samples_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(samples_store, tmp_path_factory) as url:
+        yield url
+
+
+def plotted(page, index: int = 0) -> list[dict]:
+    """The traces of a page's ``index``-th chart as Plotly drew them (name, x, y, showlegend)."""
+    chart = page.get_by_test_id("stPlotlyChart").nth(index)
+    chart.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)
+    return chart.locator(".js-plotly-plot").evaluate(
+        "el => el.data.map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []), "
+        "showlegend: t.showlegend !== false, mode: t.mode || '', type: t.type || ''}))")
+
+
+def legend(page, index: int = 0) -> list[str]:
+    return page.get_by_test_id("stPlotlyChart").nth(index).locator(".legendtext").all_text_contents()
+
+
+def bars_per_episode(page, index: int = 0) -> int:
+    """How many distinct bars (y categories) a "where the time went" chart draws."""
+    return len({y for trace in plotted(page, index) for y in trace["y"]})
+
+
+def test_every_page_of_the_sample_traces_answers_at_a_glance(browser, samples_url: str, samples_store: Path,
+                                                            screenshots: Path) -> None:
+    from restorelens.analysis import Analysis
+    from restorelens.gate.modelclaim.phases import PHASES
+
+    with Analysis.open(samples_store) as analysis:
+        lending, wakes = analysis.lending_episodes().height, analysis.wake_episodes().height
+    assert lending and wakes
+    page = open_page(browser, samples_url)  # the root forwards to /overview
+    page.wait_for_url("**/overview*", timeout=RENDER_MS)
+    assert page.locator("h1").first.inner_text().strip() == "Recovery overview"
+    assert bars_per_episode(page, 0) == lending and bars_per_episode(page, 1) == wakes
+    assert legend(page, 0) == ["grant restored", "borrowed drained", "engine scheduled", "first token"]
+    page.screenshot(path=str(screenshots / "samples-overview.png"), full_page=True)
+    page.close()
+    for name, count in (("lending", lending), ("wakes", wakes)):
+        page = open_page(browser, f"{samples_url}/{name}")
+        assert bars_per_episode(page, 0) == count, name
+        page.screenshot(path=str(screenshots / f"samples-{name}.png"), full_page=True)
+        page.close()
+    page = open_page(browser, f"{samples_url}/lifecycle")
+    drawn = legend(page, 0)
+    assert all(phase in drawn for phase in PHASES), drawn
+    page.screenshot(path=str(screenshots / "samples-lifecycle.png"), full_page=True)
+    page.close()
+    for name in ("engine", "policies", "traces"):
+        page = open_page(browser, f"{samples_url}/{name}")
+        page.screenshot(path=str(screenshots / f"samples-{name}.png"), full_page=True)
+        page.close()
+
+
+def test_the_overview_has_its_own_path_and_the_filter_stays_in_the_link(browser, samples_url: str,
+                                                                         samples_store: Path) -> None:
+    from restorelens.analysis import Analysis
+
+    with Analysis.open(samples_store) as analysis:
+        episodes = analysis.lending_episodes()
+    balanced = episodes.filter(episodes["run_id"].str.contains("balanced-lend")).height
+    assert 0 < balanced < episodes.height
+    page = open_page(browser, f"{samples_url}/overview?scenario=moflux-balanced&policy=lend")
+    assert page.locator("h1").first.inner_text().strip() == "Recovery overview"
+    assert bars_per_episode(page, 0) == balanced
+    # another page keeps the selection, in its link too
+    page.get_by_test_id("stSidebarNav").get_by_text("Lending episodes").click()
+    page.wait_for_url("**/lending*", timeout=RENDER_MS)
+    page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=RENDER_MS)
+    assert bars_per_episode(page, 0) == balanced
+    assert "scenario=moflux-balanced" in page.url and "policy=lend" in page.url
+    page.close()
+
+
+def test_a_failed_upload_shows_its_error_and_no_data(browser, samples_store: Path,
+                                                    tmp_path_factory: pytest.TempPathFactory,
+                                                    screenshots: Path) -> None:
+    """Never the --db store in its place: the error, naming the user's file and line, and nothing else."""
+    temp_dir = tmp_path_factory.mktemp("dashboard-tmp")
+    bad = tmp_path_factory.mktemp("upload") / "my-traces.jsonl"
+    bad.write_text('{"resourceSpans": []}\n{"resourceSpans": [{"scopeSpans": [\n')
+    with serving(samples_store, tmp_path_factory, temp_dir=temp_dir) as url:
+        page = open_page(browser, f"{url}/overview")
+        page.get_by_test_id("stSidebar").get_by_text("upload OTLP JSON(L)").click()
+        page.get_by_test_id("stSidebar").locator("input[type='file']").set_input_files(str(bad))
+        error = page.get_by_test_id("stAlertContentError").first
+        error.wait_for(timeout=RENDER_MS)
+        text = error.inner_text()
+        assert "my-traces.jsonl:2" in text, text  # the user's file and line, not a temporary copy
+        assert "upload.jsonl" not in text and str(temp_dir) not in text
+        page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=RENDER_MS)
+        main = page.get_by_test_id("stMain")
+        assert main.get_by_test_id("stPlotlyChart").count() == 0 and main.get_by_test_id("stMetric").count() == 0
+        assert "Showing: no store" in page.get_by_test_id("stSidebar").inner_text()
+        page.screenshot(path=str(screenshots / "upload-error.png"), full_page=True)
+        page.close()
+    # nothing of the failed upload stays behind, and the server's folder goes with it
+    assert not list(temp_dir.glob("**/upload-*")) and not list(temp_dir.glob("restorelens-dashboard-*"))

@@ -100,13 +100,6 @@ def test_wake_events_show_every_retry_with_its_status(analysis: Analysis) -> Non
     assert detail.overshoot == (31.25, 31.75)
 
 
-def test_policy_data_has_one_row_per_run(analysis: Analysis) -> None:
-    policies = data.policy_data(analysis)
-    moflux = policies.summary.filter(pl.col("workload") == "balanced")
-    assert sorted(moflux.select("policy", "seed").rows()) == sorted(MOFLUX_RUNS)
-    assert {"lend", "static"} <= set(policies.paired["policy"])
-
-
 # --- the engine ---------------------------------------------------------------------------------
 
 

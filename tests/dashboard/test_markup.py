@@ -20,7 +20,8 @@ import pytest
 from dashboard_stores import HOSTILE
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import data, figures, palette, timelines
+from restorelens.dashboard import data, figures, frontier, lifecycle, palette, timelines
+from restorelens.dashboard.waterfall import waterfall
 
 #: Tags our own templates and hover texts use; any other tag in a figure came from the data.
 OUR_TAGS = {"br", "b", "extra"}
@@ -69,13 +70,15 @@ def hostile_figures(hostile_store_path: Path) -> dict[str, go.Figure]:
                                                              ("policy",), known=palette.POLICIES)
         built["wake ecdf"] = figures.engine_distributions(overview.wake_curves, figures.WAKE_TITLES, ("wake path",),
                                                           known=palette.WAKE_PATHS)
-        policies = data.policy_data(analysis)
-        built["goodput"] = figures.goodput_strip(policies.summary)
-        baseline = sorted(set(policies.paired["baseline"].drop_nulls().to_list()))[-1]
-        built["paired"] = figures.paired_strip(policies.paired, baseline)
-        built["lifecycle"] = figures.lifecycle_swimlanes(analysis.lifecycle_intervals())
+        page = frontier.policy_page(analysis.policy_summary(), analysis.requests(), analysis.lending_episodes())
+        built["frontier"] = frontier.frontier_figure(page)
+        built["gates"] = frontier.gates_figure(page)
+        built["ttft"] = frontier.ttft_figure(page, analysis.slo)
+        built["lifecycle"] = lifecycle.lifecycle_swimlanes(analysis.lifecycle_intervals())
+        if lifecycle.carries_memory(analysis.lifecycle_intervals()):
+            built["memory"] = lifecycle.memory_over_time(analysis.lifecycle_intervals())
         request = analysis.requests().filter(pl.col("request_id").str.starts_with("wake-0")).row(0, named=True)
-        built["waterfall"] = figures.waterfall(analysis.trace(request["trace_id"]))
+        built["waterfall"] = waterfall(analysis.trace(request["trace_id"]))
         episode = analysis.lending_episodes().row(0, named=True)
         gates = analysis.view("gate_requests").select("run_id", "policy", "slot", "grant_ns", "end_ns")
         built["lending timeline"] = timelines.lending_timeline(data.lending_detail(episode, gates))
