@@ -154,7 +154,7 @@ def test_every_page_renders_without_an_exception(browser, dashboard_url: str, tm
 
 def test_the_lending_timeline_draws_its_event_labels(browser, dashboard_url: str, tmp_path: Path) -> None:
     page = open_page(browser, f"{dashboard_url}/lending")
-    drawn = chart_text(page)
+    drawn = chart_text(page, 1)  # the timeline, under the bars of every episode
     for label in ("demand returned", "grant restored", "borrowed drained", "engine scheduled", "first token",
                   "borrowed slots"):
         assert label in drawn, label
@@ -173,7 +173,7 @@ def test_the_wake_timeline_draws_retries_and_the_overshoot(browser, dashboard_ur
         wakes = analysis.wake_episodes()
     cold = wakes.filter(pl.col("wake_path") == "cold-start")["span_id"][0]
     page = open_page(browser, f"{dashboard_url}/wakes?episode={cold}")  # a shared link to one episode
-    drawn = chart_text(page)
+    drawn = chart_text(page, 1)  # the timeline, under the bars of every episode
     for label in ("first 503", "Retry-After elapses", "wake start", "engine ready", "readiness observed",
                   "retry 1 → 503", "retry 2 → 503", "success 200", "first token", "overshoot 0.50 s"):
         assert label in drawn, label
@@ -201,18 +201,18 @@ def test_the_engine_page_draws_its_table_and_distributions_and_no_gate(browser, 
 def test_an_episode_page_draws_the_engines_pressure_when_scraped(browser, engine_url: str, dashboard_url: str,
                                                                   tmp_path: Path) -> None:
     page = open_page(browser, f"{engine_url}/lending")
-    drawn = chart_text(page, 1)  # waits for the second chart to be drawn
-    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    drawn = chart_text(page, 2)  # waits for the third chart (bars, timeline, pressure) to be drawn
+    assert page.get_by_test_id("stPlotlyChart").count() == 3
     for label in ("KV-cache usage", "requests running and waiting", "http://moflux:8000/metrics running",
                   "http://moflux:8000/metrics waiting"):
         assert label in drawn, label
     page.screenshot(path=str(tmp_path / "lending-pressure.png"), full_page=True)
     page.close()
     page = open_page(browser, f"{dashboard_url}/wakes")  # a store without scrapes: one line instead
-    assert "hint" in chart_text(page, 1).lower()  # the second chart is the hint scatter, not pressure
+    assert "hint" in chart_text(page, 2).lower()  # the third chart is the hint scatter, not pressure
     body = page.get_by_test_id("stMain").inner_text()
     assert "No engine metrics in this store: record them with restorelens collect --scrape URL" in body
-    assert page.get_by_test_id("stPlotlyChart").count() == 2
+    assert page.get_by_test_id("stPlotlyChart").count() == 3
     page.close()
 
 
@@ -283,13 +283,22 @@ def samples_url(samples_store: Path, tmp_path_factory: pytest.TempPathFactory) -
         yield url
 
 
+@pytest.fixture(scope="module")
+def experiment_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """What ``restorelens experiment`` leaves behind: the study's four arms, two seeds."""
+    from experiment_store import build_experiment_store
+
+    with serving(build_experiment_store(tmp_path_factory.mktemp("experiment")), tmp_path_factory) as url:
+        yield url
+
+
 def plotted(page, index: int = 0) -> list[dict]:
     """The traces of a page's ``index``-th chart as Plotly drew them (name, x, y, showlegend)."""
     chart = page.get_by_test_id("stPlotlyChart").nth(index)
     chart.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)
     return chart.locator(".js-plotly-plot").evaluate(
         "el => el.data.map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []), "
-        "showlegend: t.showlegend !== false, mode: t.mode || '', type: t.type || ''}))")
+        "showlegend: t.showlegend !== false, mode: t.mode || '', type: t.type || '', meta: t.meta || ''}))")
 
 
 def legend(page, index: int = 0) -> list[str]:
@@ -376,3 +385,29 @@ def test_a_failed_upload_shows_its_error_and_no_data(browser, samples_store: Pat
         page.close()
     # nothing of the failed upload stays behind, and the server's folder goes with it
     assert not list(temp_dir.glob("**/upload-*")) and not list(temp_dir.glob("restorelens-dashboard-*"))
+
+
+def test_every_page_of_an_experiment_store_and_its_frontier(browser, experiment_url: str,
+                                                           screenshots: Path) -> None:
+    from experiment_store import EXPERIMENT_ARMS, EXPERIMENT_SEEDS
+
+    page = open_page(browser, f"{experiment_url}/policies")
+    frontier = plotted(page, 0)
+    points = [(trace["name"], x, y) for trace in frontier if trace["meta"] == "seeds"
+              for x, y in zip(trace["x"], trace["y"], strict=True)]
+    # one point per arm x seed, each arm once in the legend under its policy's name
+    assert sorted(name for name, _, _ in points) == sorted(EXPERIMENT_ARMS * len(EXPERIMENT_SEEDS))
+    assert sorted(legend(page, 0)) == sorted(EXPERIMENT_ARMS)
+    assert sorted(t["name"] for t in frontier if t["meta"] == "median") == sorted(EXPERIMENT_ARMS)
+    body = page.get_by_test_id("stMain").inner_text()
+    for gate in ("H1", "H2", "H3"):
+        assert gate in body, gate
+    page.screenshot(path=str(screenshots / "experiment-policies.png"), full_page=True)
+    page.close()
+    for name in ("overview", "lending", "wakes", "engine", "lifecycle", "traces"):
+        page = open_page(browser, f"{experiment_url}/{name}")
+        assert page.locator("h1").first.inner_text().strip(), name
+        if name in ("overview", "lending"):
+            assert bars_per_episode(page, 0) > 0, name
+        page.screenshot(path=str(screenshots / f"experiment-{name}.png"), full_page=True)
+        page.close()
