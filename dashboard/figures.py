@@ -100,9 +100,10 @@ def time_bars(segments: pl.DataFrame, title: str, events: Sequence[str]) -> go.F
     figure.update_yaxes(categoryorder="array", categoryarray=literals(order), autorange="reversed", type="category")
     figure.update_layout(template=palette.TEMPLATE, barmode="overlay", title=literal(title),
                          height=160 + 26 * len(order), xaxis_title="seconds from t0",
-                         legend={"orientation": "h", "y": -0.15 if len(order) < 8 else -0.05,
+                         # above the bars: below, it would cover the axis on a short chart
+                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.0,
                                  "traceorder": "normal"},
-                         margin={"l": 10})
+                         margin={"l": 10, "t": 90})
     return figure
 
 

@@ -74,7 +74,9 @@ def lifecycle_swimlanes(intervals: pl.DataFrame) -> go.Figure:
     order = list(dict.fromkeys(lanes))
     figure.update_layout(barmode="overlay", height=160 + 40 * len(order), legend={"traceorder": "normal"},
                          xaxis_title="seconds from the first state", yaxis_title="run · model · pod")
-    figure.update_yaxes(categoryorder="array", categoryarray=order, autorange="reversed")
+    # categorical, said outright: the legend-only traces' null lanes would let Plotly guess linear and
+    # draw no bar at all
+    figure.update_yaxes(type="category", categoryorder="array", categoryarray=order, autorange="reversed")
     return figure
 
 

@@ -131,12 +131,12 @@ def hint_scatter(wakes: pl.DataFrame) -> go.Figure:
     for path, group in usable.group_by("wake_path", maintain_order=True):
         figure.add_trace(go.Scatter(
             x=group["retry_after_s"].to_list(), y=group["ready_s"].to_list(), mode="markers",
-            name=literal(path[0]), marker={"size": 10}, customdata=literals(group["span_id"]),
+            name=literal(path[0]), marker={"size": 10, "color": palette.colour(path[0], palette.WAKE_PATHS)}, customdata=literals(group["span_id"]),
             hovertemplate="hint %{x:.1f} s<br>ready %{y:.2f} s<extra>%{fullData.name}</extra>",
         ))
     top = max([*usable["retry_after_s"].to_list(), *usable["ready_s"].to_list(), 1.0])
     figure.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="hint = ready",
-                                line={"dash": "dash", "color": "#7f7f7f"}))
+                                line={"dash": "dash", "color": palette.NEUTRAL}))
     figure.update_layout(template=_TEMPLATE, height=380, title="Retry-After hint vs actual readiness",
                          xaxis_title="Retry-After hint (s)", yaxis_title="engine ready after t0 (s)")
     return figure

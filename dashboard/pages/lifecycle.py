@@ -6,7 +6,7 @@ from restorelens.dashboard import lifecycle, queries, ui
 
 st.title("Model lifecycle")
 path = ui.current_store()
-intervals = ui.guarded(queries.lifecycle_intervals, path, ui.stamp(path))
+intervals = ui.guarded(queries.lifecycle_intervals, path, ui.stamp(path), ui.settings())
 if intervals.is_empty():
     st.info("No lifecycle states in this store: they appear when the gate drives models "
             "(`modelclaim.state` spans).")

@@ -15,7 +15,7 @@ wanted = st.query_params.get("trace") or st.query_params.get("request") or ""
 query = st.text_input("Request id or trace id", value=wanted, key="trace-search").strip()
 if not query:
     st.info("Enter a request id (restore.request_id) or a trace id; the slowest requests are listed below.")
-    st.dataframe(data.with_no_gate(ui.guarded(queries.recent_requests, path, stamp)), hide_index=True)
+    st.dataframe(data.with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings())), hide_index=True)
     st.stop()
 
 trace_ids = ui.guarded(queries.traces_for_request, path, stamp, query)

@@ -149,3 +149,15 @@ def test_a_lending_episodes_borrowed_slots_return_to_zero_once_drained() -> None
         before = occupancy.filter(pl.col("offset_s") < episode["drain_s"])
         after = occupancy.filter(pl.col("offset_s") >= episode["drain_s"])
         assert before["borrowed"].max() > 0 and after["borrowed"].to_list() == [0] * after.height, episode["run_id"]
+
+
+def test_the_lifecycle_page_shows_the_chosen_runs_lanes_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(source.DB_ENV, raising=False)
+    app = AppTest.from_file(str(APP), default_timeout=120)
+    app.query_params["scenario"] = "modelclaim-move"
+    app.run()
+    app.switch_page(str(APP.parent / "lifecycle.py")).run()
+    assert not app.exception and app.title[0].value == "Model lifecycle"
+    lanes = json.loads(app.get("plotly_chart")[0].proto.spec)
+    shown = {y for trace in lanes["data"] for y in trace["y"] if y is not None}
+    assert shown and all(lane.startswith("sample-modelclaim-move · ") for lane in shown), shown

@@ -302,7 +302,9 @@ def plotted(page, index: int = 0) -> list[dict]:
 
 
 def legend(page, index: int = 0) -> list[str]:
-    return page.get_by_test_id("stPlotlyChart").nth(index).locator(".legendtext").all_text_contents()
+    chart = page.get_by_test_id("stPlotlyChart").nth(index)
+    chart.locator(".legendtext").first.wait_for(timeout=RENDER_MS)
+    return chart.locator(".legendtext").all_text_contents()
 
 
 def bars_per_episode(page, index: int = 0) -> int:
@@ -333,6 +335,15 @@ def test_every_page_of_the_sample_traces_answers_at_a_glance(browser, samples_ur
     page = open_page(browser, f"{samples_url}/lifecycle")
     drawn = legend(page, 0)
     assert all(phase in drawn for phase in PHASES), drawn
+    with Analysis.open(samples_store) as analysis:
+        intervals = analysis.lifecycle_intervals()
+    lanes = intervals.select("run_id", "model", "pod").unique().height
+    chart = page.get_by_test_id("stPlotlyChart").first
+    # every state a bar as drawn (not only in the figure's data), one lane per run, model and pod
+    drawn_bars = chart.locator(".trace.bars .point path").evaluate_all(
+        "paths => paths.filter(p => p.getBBox().width > 0 || p.getBBox().height > 0).length")
+    assert drawn_bars == intervals.height
+    assert chart.locator(".yaxislayer-above .ytick").count() == lanes
     page.screenshot(path=str(screenshots / "samples-lifecycle.png"), full_page=True)
     page.close()
     for name in ("engine", "policies", "traces"):
