@@ -214,3 +214,13 @@ def test_the_overviews_requests_without_a_class_read_no_class(tmp_path: Path) ->
     with Analysis(traces.store()) as analysis:
         result = data.overview(analysis, include_requests=True)
     assert set(result.request_stats.select("traffic_class", "policy").rows()) == {(data.NO_CLASS, data.NO_GATE)}
+
+
+def test_time_segments_keep_the_longest_episodes_longest_first(analysis: Analysis) -> None:
+    wakes = analysis.wake_episodes()
+    every = data.time_segments(wakes, "wake")
+    assert every["episode"].n_unique() == wakes.height
+    totals = every.group_by("episode").agg(pl.col("total_s").first()).sort("total_s", descending=True)
+    two = data.time_segments(wakes, "wake", limit=2)
+    assert list(dict.fromkeys(two["episode"].to_list())) == totals["episode"].head(2).to_list()
+    assert two.equals(every.filter(pl.col("episode").is_in(totals["episode"].head(2).to_list())))
