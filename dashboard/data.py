@@ -38,6 +38,7 @@ __all__ = [
     "LendingDetail",
     "Overview",
     "WakeDetail",
+    "default_limits",
     "distribution_curves",
     "engine_policies",
     "engine_summary",
@@ -74,6 +75,11 @@ LENDING_EVENTS = ("demand returned", "grant restored", "borrowed drained", "engi
 #: overshoot a client should not wait past a ready engine (1 s) at p95.
 DEFAULT_LIMITS = ("lending.ttft_s.p95=5", "wake.overshoot_s.p95=1")
 
+
+def default_limits(slo: Slo) -> tuple[str, ...]:
+    """``DEFAULT_LIMITS`` with ``slo``'s TTFT as the lending episodes' p95 TTFT limit."""
+    return (f"lending.ttft_s.p95={slo.ttft_s:g}", *DEFAULT_LIMITS[1:])
+
 #: The engine view's metrics whose distributions the engine page draws (the table adds the
 #: schedule delay's bounds).
 ENGINE_FIGURE_METRICS = ("queue_s", "schedule_delay_s", "ttft_s", "prefill_s", "decode_s")
@@ -94,7 +100,7 @@ MAX_CURVE_POINTS = 200
 WAKE_SEGMENTS = ("engine ready", "readiness observed", "retry", "engine scheduled", "first token")
 #: Each episode kind's stretches, in causal order (the legend of its "where the time went" chart).
 SEGMENTS = {"lending": LENDING_EVENTS[1:], "wake": WAKE_SEGMENTS}
-#: The most episodes a "where the time went" chart draws (the longest): a bar stays readable and the
+#: The most episodes a "where the time went" chart draws (censored first, then the longest): a bar stays readable and the
 #: figure's size bounded whatever the store holds; the page says how many it left out.
 MAX_TIME_BARS = 40
 #: The labels a run is known by, in the order the sidebar offers them.
@@ -158,20 +164,18 @@ class Settings:
     method: str = "linear"
 
 
-def runs_of(client_requests: pl.DataFrame) -> pl.DataFrame:
-    """One row per run the requests name (``RUN_COLUMNS``; ``policy`` spelt ``NO_GATE`` when none),
-    with how many requests it holds. Requests without a run id are no run: a deployment's own
-    traffic is never filtered away by a run that does not exist."""
+def runs_of(runs: pl.DataFrame) -> pl.DataFrame:
+    """``Analysis.runs()`` as the sidebar offers it: one row per run id × its labels (``RUN_COLUMNS``)
+    with its request count, a run without a gate's policy spelt ``NO_GATE``. Requests without a run
+    id are no run: a deployment's own traffic is never filtered away by a run that does not exist."""
     schema = {"run_id": pl.String, "scenario": pl.String, "workload": pl.String, "policy": pl.String,
               "seed": pl.Int64}
-    present = [c for c in RUN_COLUMNS if c in client_requests.columns]
-    frame = client_requests.select(present).with_columns(
-        *(pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in present)
-    ).select(list(schema)).cast(schema)  # type: ignore[arg-type]
-    return (frame.filter(pl.col("run_id").is_not_null())
+    counts = pl.col("requests") if "requests" in runs.columns else pl.lit(1)
+    return (runs.filter(pl.col("run_id").is_not_null())
+            .select(*(pl.col(name).cast(dtype) for name, dtype in schema.items()), counts.cast(pl.Int64).alias("requests"))
             .with_columns(pl.col("policy").fill_null(NO_GATE))
-            .group_by(list(schema)).len("requests")
-            .sort("run_id", nulls_last=True))
+            .group_by(list(schema)).agg(pl.col("requests").sum())
+            .sort("run_id", "scenario", "workload", "policy", "seed", nulls_last=True))
 
 
 def selected_runs(runs: pl.DataFrame, selection: Selection) -> frozenset[str] | None:
@@ -218,38 +222,40 @@ def time_segments(episodes: pl.DataFrame, kind: str, *, limit: int = MAX_TIME_BA
     drained → engine scheduled → first token) or ``"wake"`` (``wake_episodes``: first 503 → engine
     ready → readiness observed → retry → engine scheduled → first token). An episode's instants are
     put in time order and each stretch is named by the instant that ends it, so the bar's length is
-    the time to the last known instant and a missing instant just has no stretch. The ``limit``
-    longest episodes are kept, longest first. Columns: episode (a label unique per episode),
+    the time to the last known instant and a missing instant just has no stretch. ``limit``
+    episodes are kept: the censored ones first (their end is unknown, so at least as late as any
+    other's), then the longest, each its bar in that order; an episode with no known instant has
+    nothing to draw and none. Columns: episode (a label unique per episode),
     span_id, event, from_s, to_s, seconds, censored, clock_skew, total_s.
     """
     schema = {"episode": pl.String, "span_id": pl.String, "event": pl.String, "from_s": pl.Float64,
               "to_s": pl.Float64, "seconds": pl.Float64, "censored": pl.Boolean, "clock_skew": pl.Boolean,
               "total_s": pl.Float64}
     rows: list[tuple[Any, ...]] = []
-    # the longest first, chosen in polars: a store holds tens of thousands of episodes, a chart 40
-    longest = episodes.with_columns(_last_instant(kind).alias("_last_s")).filter(pl.col("_last_s").is_not_null()) \
-        .sort("_last_s", descending=True).head(limit)
-    for episode in longest.iter_rows(named=True):
+    # chosen in polars (a store holds tens of thousands of episodes, a chart 40): the censored ones
+    # first, whose end is unknown and so at least as late as any, then the longest, ties by span
+    chosen = (episodes.with_columns(_last_instant(kind).alias("_last_s"),
+                                    pl.col("censored").fill_null(False).alias("_censored"))
+              .filter(pl.col("_last_s").is_not_null())
+              .sort("_censored", "_last_s", "span_id", descending=[True, True, False])
+              .head(limit))
+    labels = [_episode_label(episode, kind) for episode in chosen.iter_rows(named=True)]
+    if len(set(labels)) < len(labels):  # two episodes alike to the millisecond: the whole span id tells them apart
+        labels = [f"{label[:-6]}{span_id}" for label, span_id in zip(labels, chosen["span_id"], strict=True)]
+    for episode, label in zip(chosen.iter_rows(named=True), labels, strict=True):
         instants = _instants(episode, kind)
         known = sorted(((offset, event) for event, offset in instants if offset is not None),
                        key=lambda item: item[0])
         if not known:
             continue
         total = max(0.0, known[-1][0])
-        label = _episode_label(episode, kind)
         previous = 0.0
         for offset, event in known:
             start = min(previous, offset)
             rows.append((label, episode["span_id"], event, start, offset, max(0.0, offset - start),
                          bool(episode.get("censored")), bool(episode.get("clock_skew")), total))
             previous = max(previous, offset)
-    frame = pl.DataFrame(rows, schema=schema, orient="row")
-    longest = (frame.group_by("episode").agg(pl.col("total_s").first()).sort("total_s", "episode", descending=True)
-               .head(limit)["episode"])
-    order = {name: index for index, name in enumerate(longest.to_list())}
-    return (frame.filter(pl.col("episode").is_in(longest.to_list()))
-            .with_columns(pl.col("episode").replace_strict(order, return_dtype=pl.Int64).alias("rank"))
-            .sort("rank", "from_s", maintain_order=True).drop("rank"))
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def _last_instant(kind: str) -> pl.Expr:
@@ -306,7 +312,7 @@ class Overview:
     #: Rows in each view a limit names (``lending``, ``wake``, ``requests``, ``engine``): the page
     #: shows the limits whenever one of them has rows, episodes or none.
     limited_rows: dict[str, int] = field(default_factory=dict)
-    #: ``time_segments`` of the lending and wake episodes (the longest ``MAX_TIME_BARS`` of each).
+    #: ``time_segments`` of the lending and wake episodes (``MAX_TIME_BARS`` of each).
     lending_segments: pl.DataFrame = field(default_factory=pl.DataFrame)
     wake_segments: pl.DataFrame = field(default_factory=pl.DataFrame)
     #: ``distribution_curves`` of the lending metrics per policy and the wake metrics per wake path.

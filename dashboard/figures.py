@@ -1,6 +1,8 @@
-"""Plotly figures for the overview, engine, policy, lifecycle and trace pages (pure: frames in, figure out).
+"""Plotly figures shared by the overview, episode and engine pages (pure: frames in, figure out), and
+``literal`` for span text in any figure.
 
-Episode timelines live in ``dashboard/timelines.py``.
+Episode timelines live in ``dashboard/timelines.py``, the policy page's in ``frontier.py``, the
+lifecycle's in ``lifecycle.py``, the trace explorer's in ``waterfall.py``.
 
 Plotly reads a subset of HTML in every text it draws (names, legends, hover text, tick labels,
 annotations, titles): ``<a href>``, ``<b>``, ``<br>``, ``<span style>``. Text that comes from the
@@ -22,7 +24,6 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from restorelens.dashboard import palette
-from restorelens.dashboard.data import NO_GATE, NO_WORKLOAD, with_arm_labels
 
 __all__ = ["ENGINE_TITLES", "LENDING_TITLES", "TIME_BAR_TITLES", "WAKE_TITLES", "engine_distributions",
            "literal", "literals", "time_bars"]

@@ -16,8 +16,10 @@ from plotly.subplots import make_subplots
 from restorelens.dashboard import palette
 from restorelens.dashboard.figures import literal, literals
 
-__all__ = ["carries_memory", "lifecycle_swimlanes", "memory_over_time"]
+__all__ = ["MAX_INTERVALS", "carries_memory", "lifecycle_swimlanes", "memory_over_time"]
 
+#: The most states the page draws (the latest): a figure's size stays bounded whatever the store holds.
+MAX_INTERVALS = 2000
 #: A lane's pod when the state had none (not placed: Pending, Scheduling, Failed).
 NO_POD = "no pod"
 _LANE = " · "

@@ -1,8 +1,8 @@
 """One palette for every page: the same event, phase, policy or wake path has the same colour
 wherever it is drawn.
 
-Keys are the values as the spans spell them (ModelClaim phases, gate policies, wake paths, hint
-modes) and the events of the episode pages. A value this module does not know (a user's own
+Keys are the values as the spans spell them (ModelClaim phases, gate policies, wake paths) and the
+events of the episode pages. A value this module does not know (a user's own
 policy, a phase a newer lifecycle emits) still gets a stable colour: ``colour`` picks one from
 ``EXTRA`` by the value's own hash, so it is the same on every page and every run.
 """
@@ -17,7 +17,6 @@ __all__ = [
     "EVENTS",
     "EXTRA",
     "GOOD",
-    "HINT_MODES",
     "NEUTRAL",
     "PHASES",
     "POLICIES",
@@ -82,9 +81,6 @@ WAKE_PATHS: Mapping[str, str] = {
     "move": "#1f77b4",
     "cold-start": "#d62728",
 }
-
-#: How the gate answered a sleeping model's request (``modelclaim.hint_mode``).
-HINT_MODES: Mapping[str, str] = {"fixed": "#7f7f7f", "calibrated": "#1f77b4", "hold": "#2ca02c"}
 
 #: The services of a trace (``service.name``) as restorelens's own components name them.
 SERVICES: Mapping[str, str] = {

@@ -48,6 +48,8 @@ __all__ = [
     "wake_episodes",
 ]
 
+#: No run filter: every row.
+_ALL = data.Selection()
 #: Cached frames expire after this long even when the store's stamp did not change.
 TTL_S = 10 * 60
 
@@ -103,23 +105,23 @@ def runs(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
         return data.runs_of(analysis.runs())
 
 
-def _keep(path: str, stamp: tuple[int, ...], settings: data.Settings) -> Callable[[pl.DataFrame], pl.DataFrame]:
-    """A frame -> its rows of the runs ``settings`` selects."""
-    known = runs(path, stamp) if settings.selection.active else pl.DataFrame()
-    return lambda frame: data.select(frame, known, settings.selection)
+def _keep(path: str, stamp: tuple[int, ...], selection: data.Selection) -> Callable[[pl.DataFrame], pl.DataFrame]:
+    """A frame -> its rows of the runs ``selection`` keeps."""
+    known = runs(path, stamp) if selection.active else pl.DataFrame()
+    return lambda frame: data.select(frame, known, selection)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Decomposing restorations…")
 def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...], include_requests: bool = False,
-             settings: data.Settings = data.Settings()) -> data.Overview:
-    keep = _keep(path, stamp, settings)
-    with store_reader(path).analysis(settings.slo) as analysis:
-        return data.overview(analysis, limits, include_requests=include_requests, keep=keep, method=settings.method)
+             selection: data.Selection = _ALL, method: str = "linear") -> data.Overview:
+    keep = _keep(path, stamp, selection)
+    with store_reader(path).analysis() as analysis:
+        return data.overview(analysis, limits, include_requests=include_requests, keep=keep, method=method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lending_episodes(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
-    keep = _keep(path, stamp, settings)
+def lending_episodes(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+    keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.lending_episodes())
 
@@ -138,8 +140,8 @@ def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.Lend
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def wake_episodes(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
-    keep = _keep(path, stamp, settings)
+def wake_episodes(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+    keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.wake_episodes())
 
@@ -154,22 +156,21 @@ def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.WakeDet
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the engines' requests…")
-def engine_requests(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
-    keep = _keep(path, stamp, settings)
+def engine_requests(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+    keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.engine_requests())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def engine_policies(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> tuple[str, ...]:
-    return data.engine_policies(engine_requests(path, stamp, settings))
+def engine_policies(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> tuple[str, ...]:
+    return data.engine_policies(engine_requests(path, stamp, selection))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Summarising the engines' requests…")
 def engine_summary(path: str, stamp: tuple[int, ...], policies: tuple[str, ...] | None,
-                   by_policy: bool, settings: data.Settings = data.Settings()) -> data.EngineSummary:
-    return data.engine_summary(engine_requests(path, stamp, settings), policies, by_policy=by_policy,
-                               method=settings.method)
+                   by_policy: bool, selection: data.Selection = _ALL, method: str = "linear") -> data.EngineSummary:
+    return data.engine_summary(engine_requests(path, stamp, selection), policies, by_policy=by_policy, method=method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -186,19 +187,22 @@ def episode_pressure(path: str, stamp: tuple[int, ...], model: str | None, t0: o
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def policy_page(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> Any:
-    """The policy page (``frontier.PolicyPage``) of the selected runs under the sidebar's SLO."""
+def policy_page(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL, slo: Slo | None = None) -> Any:
+    """The policy page (``frontier.PolicyPage``) of the selected runs under ``slo`` (None: the default).
+
+    Each cached load takes only the settings it depends on: a new SLO rescores the policy page
+    alone, a new percentile method recomputes only the statistics that use it."""
     from restorelens.dashboard import frontier
 
-    keep = _keep(path, stamp, settings)
-    with store_reader(path).analysis(settings.slo) as analysis:
+    keep = _keep(path, stamp, selection)
+    with store_reader(path).analysis(slo) as analysis:
         return frontier.policy_page(keep(analysis.policy_summary()), keep(analysis.requests()),
                                     keep(analysis.lending_episodes()))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lifecycle_intervals(path: str, stamp: tuple[int, ...], settings: data.Settings = data.Settings()) -> pl.DataFrame:
-    keep = _keep(path, stamp, settings)
+def lifecycle_intervals(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+    keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.lifecycle_intervals())
 
@@ -224,9 +228,9 @@ def traces_for_request(path: str, stamp: tuple[int, ...], request_id: str) -> li
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def recent_requests(path: str, stamp: tuple[int, ...], limit: int = 50,
-                    settings: data.Settings = data.Settings()) -> pl.DataFrame:
+                    selection: data.Selection = _ALL) -> pl.DataFrame:
     """A few requests to pick from in the trace explorer (the slowest first)."""
-    keep = _keep(path, stamp, settings)
+    keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         columns = ["request_id", "trace_id", "traffic_class", "policy", "outcome", "attempts", "ttft_s", "e2e_s"]
         return keep(analysis.requests()).select(columns).sort("e2e_s", descending=True, nulls_last=True).head(limit)

@@ -13,7 +13,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from restorelens.dashboard import palette
-from restorelens.dashboard.data import LENDING_EVENTS, UNNAMED_POLICY, EpisodePressure, LendingDetail, WakeDetail
+from restorelens.dashboard.data import UNNAMED_POLICY, EpisodePressure, LendingDetail, WakeDetail
 from restorelens.dashboard.figures import literal, literals
 
 __all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "pressure_timeline", "wake_timeline"]
@@ -25,8 +25,8 @@ _TEMPLATE = palette.TEMPLATE
 
 
 def _colour(event: str) -> str:
-    if event.startswith("success"):
-        return palette.GOOD
+    if event.startswith("success"):  # the retry that got through: the wake bars' "retry"
+        return palette.EVENTS["retry"]
     if event.startswith(("first 5", "retry")):
         return palette.BAD
     return EVENT_COLOURS.get(event, palette.NEUTRAL)

@@ -48,6 +48,8 @@ _FILTERS = (("scenario", "scenarios", "scenario", "Scenario"), ("policy", "polic
             ("seed", "seeds", "seed", "Seed"), ("run", "run_ids", "run_id", "Run id"))
 #: The SLO and percentile settings: URL parameter (also the widget's key) and default.
 _SLO_TTFT, _SLO_E2E, _PERCENTILE = "slo_ttft_s", "slo_e2e_s", "percentile"
+#: The largest SLO the sidebar takes (an hour): a longer one would count every request as on time.
+_MAX_SLO_S = 3600.0
 #: What an episode page says instead of a pressure chart when the store holds no scrape at all.
 NO_SCRAPES = "No engine metrics in this store: record them with `restorelens collect --scrape URL`."
 
@@ -154,8 +156,10 @@ def _number(param: str, label: str, default: float) -> float:
             value = float(st.query_params.get(param, default))
         except ValueError:
             value = default
-        st.session_state[param] = value if value >= 0 and value == value and value != float("inf") else default
-    value = float(st.number_input(label, min_value=0.0, max_value=3600.0, step=0.5, key=param))
+        # a value the widget would not take (NaN, negative, above its maximum) is the default, never
+        # the minimum Streamlit would clamp it to: an SLO of 0 s fails every request
+        st.session_state[param] = value if 0 <= value <= _MAX_SLO_S else default
+    value = float(st.number_input(label, min_value=0.0, max_value=_MAX_SLO_S, step=0.5, key=param))
     _keep_in_url(param, [f"{value:g}"] if value != default else [])
     return value
 
@@ -252,11 +256,14 @@ def _one_line(exc: BaseException) -> str:
 
 
 def limits_in_use() -> tuple[str, ...]:
-    """Limits from the CLI (--max) or the defaults, editable in the sidebar (one per line)."""
+    """Limits from the CLI (--max), else the defaults with the sidebar's TTFT SLO as the lending
+    TTFT limit; editable in the sidebar (one per line). A new SLO starts the defaults again."""
     configured = source.configured_limits()
-    default = "\n".join(configured if configured is not None else data.DEFAULT_LIMITS)
+    defaults = configured if configured is not None else data.default_limits(settings().slo)
+    default = "\n".join(defaults)
     with st.sidebar:
-        text = st.text_area("Limits (view.metric.stat=max, one per line)", value=default, key="limits")
+        text = st.text_area("Limits (view.metric.stat=max, one per line)", value=default,
+                            key=f"limits-{hashlib.sha256(default.encode()).hexdigest()[:12]}")
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
@@ -267,7 +274,7 @@ def time_bars(segments: Any, total: int, kind: str, key: str) -> None:
         return
     drawn = segments["episode"].n_unique()
     show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], data.SEGMENTS[kind]), key, key)
-    note = f"The {drawn} longest of {total} episodes. " if drawn < total else ""
+    note = f"{drawn} of {total} episodes: the censored first, then the longest. " if drawn < total else ""
     st.caption(note + "Each stretch is named by the instant that ends it; hatched: censored (never completed); "
                "red outline: clock skew between the spans.")
 

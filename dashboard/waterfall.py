@@ -26,11 +26,14 @@ from restorelens.dashboard import palette
 from restorelens.dashboard.figures import literal, literals
 from restorelens.spans import ATTR_HTTP_STATUS_CODE, ATTR_HTTP_STATUS_CODE_OLD, SPAN_GATE_RESTORE, SPAN_MODELCLAIM_WAKE
 
-__all__ = ["LINKING_SPANS", "MIN_BAR_SHARE", "explorer_link", "http_status", "linked", "status_name", "waterfall",
+__all__ = ["LINKING_SPANS", "MAX_WATERFALL_SPANS", "MIN_BAR_SHARE", "explorer_link", "http_status", "linked", "status_name", "waterfall",
            "with_status"]
 
 #: The narrowest bar, as a share of the trace's extent (its first span's start to its last end).
 MIN_BAR_SHARE = 0.005
+#: The most spans a waterfall draws (the first, in tree order): its height and size stay bounded
+#: whatever a trace holds; the page says how many it left out.
+MAX_WATERFALL_SPANS = 300
 #: The spans whose links name the request they serve: a restoration and a model's wake.
 LINKING_SPANS = (SPAN_GATE_RESTORE, SPAN_MODELCLAIM_WAKE)
 #: The narrowest bar when every span of the trace is instantaneous (the extent is zero).
@@ -54,7 +57,7 @@ def http_status(attributes: Mapping[str, Any] | None) -> int | None:
             continue
         try:
             return int(float(value))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: "inf", "1e400"
             continue
     return None
 

@@ -29,7 +29,8 @@ final as (
         epoch_ns("Events.Timestamp"[list_position("Events.Name", 'response.first_chunk')]) as first_chunk_ns,
 
         "SpanAttributes"['restore.request_id'] as request_id,
-        "SpanAttributes"['restore.run_id'] as run_id,
+        -- the span's own run id, else its resource's (an experiment run puts it on every service)
+        coalesce("SpanAttributes"['restore.run_id'], "ResourceAttributes"['restore.run_id']) as run_id,
         "SpanAttributes"['restore.scenario'] as scenario,
         "SpanAttributes"['restore.workload'] as workload,
         try_cast("SpanAttributes"['restore.seed'] as bigint) as seed,

@@ -33,7 +33,8 @@ typed as (
         epoch_ns("Events.Timestamp"[list_position("Events.Name", 'hold.released')]) as hold_released_ns,
 
         "SpanAttributes"['restore.request_id'] as request_id,
-        "SpanAttributes"['restore.run_id'] as run_id,
+        -- the span's own run id, else its resource's (an experiment run puts it on every service)
+        coalesce("SpanAttributes"['restore.run_id'], "ResourceAttributes"['restore.run_id']) as run_id,
         "SpanAttributes"['restore.traffic_class'] as traffic_class,
         "SpanAttributes"['gen_ai.request.model'] as model,
         "SpanAttributes"['gate.policy'] as policy,

@@ -34,7 +34,19 @@ gates as (
 
 clients as (
 
-    select * from typed_client_requests
+    -- the user's own attribute for a label (span_labels) before restorelens's, as the requests
+    -- view reads them, so an episode's run is the run the dashboard's filter offers
+    select
+        client.* replace (
+            coalesce(labels.run_id, client.run_id) as run_id,
+            coalesce(labels.workload, client.workload) as workload,
+            coalesce(labels.seed, client.seed) as seed
+        )
+
+    from typed_client_requests as client
+    left join span_labels as labels
+        on client.span_key = labels.span_key
+        and client.trace_key = labels.trace_key
 
 ),
 

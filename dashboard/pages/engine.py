@@ -9,7 +9,7 @@ st.title("Engine")
 path = ui.current_store()
 stamp = ui.stamp(path)
 settings = ui.settings()
-policies = ui.guarded(queries.engine_policies, path, stamp, settings)
+policies = ui.guarded(queries.engine_policies, path, stamp, settings.selection)
 if not policies:
     st.info("No engine requests in this store: they appear when an engine's `llm_request` spans are stored "
             "(vLLM started with `--otlp-traces-endpoint`), with or without a gate in front of it.")
@@ -22,7 +22,8 @@ by_policy = right.toggle("Split by policy", key="engine-by-policy")
 if not chosen:
     st.info("Choose at least one policy.")
     st.stop()
-summary = ui.guarded(queries.engine_summary, path, stamp, tuple(chosen), by_policy, settings)
+summary = ui.guarded(queries.engine_summary, path, stamp, tuple(chosen), by_policy, settings.selection,
+                     settings.method)
 
 columns = st.columns(4)
 columns[0].metric("engine requests", summary.requests)

@@ -8,7 +8,7 @@ from restorelens.dashboard import data, queries, timelines, ui
 st.title("Lending episodes")
 path = ui.current_store()
 stamp = ui.stamp(path)
-episodes = ui.guarded(queries.lending_episodes, path, stamp, ui.settings())
+episodes = ui.guarded(queries.lending_episodes, path, stamp, ui.settings().selection)
 if episodes.is_empty():
     st.info("No lending episodes in the runs shown: they appear when a gate lends protected capacity "
             "(policy `lend`) and the protected class returns.")

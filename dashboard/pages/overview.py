@@ -11,7 +11,8 @@ settings = ui.settings()
 limits = ui.limits_in_use()
 with st.sidebar:
     include_requests = st.toggle("Request latencies too (slower on large stores)", key="requests")
-result = ui.guarded(queries.overview, path, ui.stamp(path), limits, include_requests, settings)
+result = ui.guarded(queries.overview, path, ui.stamp(path), limits, include_requests, settings.selection,
+                     settings.method)
 
 counts = {row["what"]: row for row in result.counts.iter_rows(named=True)}
 columns = st.columns(len(counts))

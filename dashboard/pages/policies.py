@@ -13,7 +13,7 @@ from restorelens.dashboard import frontier, queries, ui
 st.title("Policy comparison")
 settings = ui.settings()
 path = ui.current_store()
-page = ui.guarded(queries.policy_page, path, ui.stamp(path), settings)
+page = ui.guarded(queries.policy_page, path, ui.stamp(path), settings.selection, settings.slo)
 if page.empty:
     st.info("No requests with a policy and workload in this store: run `restorelens experiment SCENARIO` "
             "(or `restorelens run SCENARIO` per arm).")

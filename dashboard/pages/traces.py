@@ -4,8 +4,8 @@ row per span), and follow the span links between a request and the restoration o
 import streamlit as st
 
 from restorelens.dashboard import data, queries, ui
-from restorelens.dashboard.waterfall import (LINKING_SPANS, MIN_BAR_SHARE, explorer_link, linked, waterfall,
-                                             with_status)
+from restorelens.dashboard.waterfall import (LINKING_SPANS, MAX_WATERFALL_SPANS, MIN_BAR_SHARE, explorer_link,
+                                             linked, waterfall, with_status)
 
 st.title("Trace explorer")
 path = ui.current_store()
@@ -15,7 +15,7 @@ wanted = st.query_params.get("trace") or st.query_params.get("request") or ""
 query = st.text_input("Request id or trace id", value=wanted, key="trace-search").strip()
 if not query:
     st.info("Enter a request id (restore.request_id) or a trace id; the slowest requests are listed below.")
-    st.dataframe(data.with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings())), hide_index=True)
+    st.dataframe(data.with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings().selection)), hide_index=True)
     st.stop()
 
 trace_ids = ui.guarded(queries.traces_for_request, path, stamp, query)
@@ -30,7 +30,10 @@ if spans.is_empty():
 st.query_params["trace"] = trace_id
 services = ", ".join(sorted({str(name) for name in spans["service_name"]}))
 st.caption(ui.plain(f"trace {trace_id} · {spans.height} spans · services: {services}"))
-ui.show_figure(waterfall(spans), "waterfall", f"trace-{trace_id[:12]}")
+ui.show_figure(waterfall(spans.head(MAX_WATERFALL_SPANS)), "waterfall", f"trace-{trace_id[:12]}")
+if spans.height > MAX_WATERFALL_SPANS:
+    st.caption(f"The first {MAX_WATERFALL_SPANS} of {spans.height} spans in tree order are drawn; the table lists "
+               "them all.")
 st.caption(f"One row per span in tree order, each attempt on its own row. Spans answered 503 or 429 are drawn in "
            f"the status colour the legend names, the others in their service's colour. A bar is at least "
            f"{MIN_BAR_SHARE:.1%} of the trace wide: the hover shows its true duration. Ticks are span events.")

@@ -7,7 +7,7 @@ from restorelens.dashboard import data, queries, timelines, ui
 st.title("Wake episodes")
 path = ui.current_store()
 stamp = ui.stamp(path)
-episodes = ui.guarded(queries.wake_episodes, path, stamp, ui.settings())
+episodes = ui.guarded(queries.wake_episodes, path, stamp, ui.settings().selection)
 if episodes.is_empty():
     st.info("No wake episodes in the runs shown: they appear when a request meets a sleeping model "
             "(a `modelclaim.wake` span linked to its first 503).")

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 import streamlit as st
 from dashboard_stores import moflux_files
+from experiment_store import experiment_store_path  # noqa: F401 (a fixture)
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
@@ -161,3 +162,34 @@ def test_the_lifecycle_page_shows_the_chosen_runs_lanes_only(monkeypatch: pytest
     lanes = json.loads(app.get("plotly_chart")[0].proto.spec)
     shown = {y for trace in lanes["data"] for y in trace["y"] if y is not None}
     assert shown and all(lane.startswith("sample-modelclaim-move · ") for lane in shown), shown
+
+
+@pytest.mark.parametrize("value", ["5000", "3600.5", "nan", "inf", "-1", "1e400", "abc"])
+def test_an_slo_from_the_link_the_sidebar_cannot_take_is_the_default(value: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(source.DB_ENV, raising=False)
+    app = AppTest.from_file(str(APP), default_timeout=120)
+    app.query_params["slo_ttft_s"] = value
+    app.query_params["percentile"] = "bogus"
+    app.run()
+    assert not app.exception
+    assert app.number_input(key="slo_ttft_s").value == 5.0  # never 0 s, which would fail every request
+    assert app.radio(key="percentile").value == "linear"
+
+
+def test_the_sidebar_slo_rescores_the_policy_page(experiment_store_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(source.DB_ENV, str(experiment_store_path))
+
+    def frontier_x(ttft_s: float) -> list[float]:
+        app = AppTest.from_file(str(APP), default_timeout=120)
+        app.query_params["slo_ttft_s"] = str(ttft_s)
+        app.run()
+        app.switch_page(str(APP.parent / "policies.py")).run()
+        assert not app.exception
+        assert any(f"TTFT ≤ {ttft_s:g} s" in caption.value for caption in app.caption)
+        spec = json.loads(app.get("plotly_chart")[0].proto.spec)
+        return sorted(x for trace in spec["data"] if trace.get("meta") == "seeds" for x in trace["x"])
+
+    default, strict = frontier_x(5.0), frontier_x(0.05)
+    assert len(default) == len(strict) and sum(strict) < sum(default)

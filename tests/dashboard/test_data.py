@@ -216,11 +216,95 @@ def test_the_overviews_requests_without_a_class_read_no_class(tmp_path: Path) ->
     assert set(result.request_stats.select("traffic_class", "policy").rows()) == {(data.NO_CLASS, data.NO_GATE)}
 
 
-def test_time_segments_keep_the_longest_episodes_longest_first(analysis: Analysis) -> None:
-    wakes = analysis.wake_episodes()
-    every = data.time_segments(wakes, "wake")
-    assert every["episode"].n_unique() == wakes.height
-    totals = every.group_by("episode").agg(pl.col("total_s").first()).sort("total_s", descending=True)
-    two = data.time_segments(wakes, "wake", limit=2)
-    assert list(dict.fromkeys(two["episode"].to_list())) == totals["episode"].head(2).to_list()
-    assert two.equals(every.filter(pl.col("episode").is_in(totals["episode"].head(2).to_list())))
+def test_time_segments_keep_the_censored_then_the_longest_episodes() -> None:
+    from datetime import datetime
+
+    t0 = datetime(2026, 1, 1)
+    # four wake episodes: done in 10 s, 30 s and 20 s, and one censored after 5 s (never served)
+    episodes = pl.DataFrame({
+        "t0": [t0] * 4, "span_id": ["a" * 16, "b" * 16, "c" * 16, "d" * 16], "model": ["m"] * 4,
+        "wake_path": ["in-place"] * 4, "run_id": ["r"] * 4, "ready_s": [4.0, 20.0, 12.0, 5.0],
+        "observed_s": [4.0, 20.0, 12.0, None], "overshoot_s": [5.0, 9.0, 7.0, None],
+        "engine_schedule_s": [0.5, 0.5, 0.5, None], "total_s": [10.0, 30.0, 20.0, None],
+        "censored": [False, False, False, True], "clock_skew": [False] * 4,
+    })
+    every = data.time_segments(episodes, "wake")
+    order = list(dict.fromkeys(every["span_id"].to_list()))
+    assert order == ["d" * 16, "b" * 16, "c" * 16, "a" * 16]
+    assert every.filter(pl.col("span_id") == "b" * 16)["total_s"][0] == 30.0
+    # the last instant of each, stretches back to back from t0
+    for span_id, part in every.group_by("span_id"):
+        assert part["from_s"][0] == 0.0 and part["to_s"].to_list() == sorted(part["to_s"].to_list())
+        assert (part["from_s"].slice(1) == part["to_s"].slice(0, part.height - 1)).all()
+    two = data.time_segments(episodes, "wake", limit=2)
+    assert list(dict.fromkeys(two["span_id"].to_list())) == order[:2]
+    assert two.equals(every.filter(pl.col("span_id").is_in(order[:2])))
+
+
+def test_episodes_alike_to_the_millisecond_keep_a_bar_each() -> None:
+    from datetime import datetime
+
+    episodes = pl.DataFrame({"t0": [datetime(2026, 1, 1)] * 2, "span_id": ["abcdef0000000001", "abcdef0000000002"],
+                             "policy": ["lend"] * 2, "run_id": ["r"] * 2, "grant_restore_s": [1.0, 2.0],
+                             "drain_s": [1.5, 2.5], "engine_schedule_s": [0.1, 0.1], "ttft_s": [2.0, 3.0],
+                             "censored": [False] * 2, "clock_skew": [False] * 2})
+    assert data.time_segments(episodes, "lending")["episode"].n_unique() == 2
+
+
+# --- the sidebar's run filter -------------------------------------------------------------------
+
+
+def _runs() -> pl.DataFrame:
+    return data.runs_of(pl.DataFrame({
+        "run_id": ["a", "b", "c", None], "scenario": ["s1", "s1", "s2", None], "workload": ["w", "w", "v", None],
+        "policy": ["lend", "static", None, "lend"], "seed": [1, 2, 1, None], "requests": [10, 20, 5, 7],
+    }))
+
+
+def test_runs_offer_only_run_ids_and_spell_a_gateless_run_no_gate() -> None:
+    runs = _runs()
+    assert runs["run_id"].to_list() == ["a", "b", "c"] and runs["requests"].to_list() == [10, 20, 5]
+    assert runs.filter(pl.col("run_id") == "c")["policy"].to_list() == [data.NO_GATE]
+
+
+def test_a_selection_keeps_the_runs_matching_every_field() -> None:
+    runs = _runs()
+    assert data.selected_runs(runs, data.Selection()) is None
+    assert data.selected_runs(runs, data.Selection(scenarios=("s1",))) == {"a", "b"}
+    assert data.selected_runs(runs, data.Selection(scenarios=("s1",), seeds=(2,))) == {"b"}
+    assert data.selected_runs(runs, data.Selection(policies=(data.NO_GATE,))) == {"c"}
+    assert data.selected_runs(runs, data.Selection(run_ids=("a",), policies=("static",))) == frozenset()
+
+
+def test_select_filters_by_run_id_else_by_the_arm_labels() -> None:
+    runs = _runs()
+    episodes = pl.DataFrame({"run_id": ["a", "b", None], "x": [1, 2, 3]})
+    # nothing chosen: every row, those without a run id too; anything chosen: only the chosen runs'
+    assert data.select(episodes, runs, data.Selection()).height == 3
+    assert data.select(episodes, runs, data.Selection(scenarios=("s1",)))["x"].to_list() == [1, 2]
+    summary = pl.DataFrame({"policy": ["lend", "static", None], "workload": ["w", "w", "v"], "seed": [1, 2, 1]},
+                           schema_overrides={"policy": pl.String})
+    assert data.select(summary, runs, data.Selection(policies=(data.NO_GATE,)))["workload"].to_list() == ["v"]
+    assert data.select(summary, runs, data.Selection(seeds=(2,)))["policy"].to_list() == ["static"]
+    unlabelled = pl.DataFrame({"y": [1]})
+    assert data.select(unlabelled, runs, data.Selection(seeds=(2,))).height == 1
+
+
+def test_a_mapped_run_label_reaches_the_episodes_the_filter_offers(store_path: Path) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(store_path), read_only=True)
+    try:
+        own = set(data.runs_of(Analysis(con).runs())["run_id"])
+        analysis = Analysis(con, labels={"run_id": "restore.scenario"})
+        offered = set(data.runs_of(analysis.runs())["run_id"])
+        assert offered and not offered & own  # the mapped attribute, not restorelens's own run id
+        for episodes in (analysis.lending_episodes(), analysis.wake_episodes()):
+            assert episodes.height and set(episodes["run_id"]) <= offered
+        runs = data.runs_of(analysis.runs())
+        chosen = data.Selection(run_ids=(sorted(offered)[0],))
+        kept = data.select(analysis.wake_episodes(), runs, chosen).height + \
+            data.select(analysis.lending_episodes(), runs, chosen).height
+        assert kept > 0
+    finally:
+        con.close()
