@@ -36,7 +36,7 @@ differs on ClickHouse (docs/design.md, "One analysis, two engines"). The rules:
 What sqlglot's own transpilation already gets right, and the tests hold it to: ``filter (where)``,
 ``group by all``, lambdas (``list_filter``, ``list_transform``), ``with recursive``, named windows,
 ``asof left join`` (each has an equality condition), ``greatest`` (ignores NULLs in both).
-Not carried over: ``try_cast`` of hex (``'0x1F'``) or ``_``-grouped digits to an integer (NULL on
+Not carried over: ``round(x, n)`` (no layer uses it) stays ClickHouse's; ``try_cast`` of hex (``'0x1F'``) or ``_``-grouped digits to an integer (NULL on
 ClickHouse; the ids' hex goes through the ``rl_*_key`` macros), an HTTP date outside ClickHouse's
 ``DateTime`` range (1970 to 2106) in ``rl_retry_after_s``.
 
@@ -137,10 +137,10 @@ def _try_cast(value: exp.Expression, target: str) -> exp.Expression:
 
 
 def _is_bigint_cast(node: exp.Expression) -> bool:
-    return isinstance(node, (exp.Cast, exp.Anonymous)) and (
-        (isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.BIGINT)
-        or (isinstance(node, exp.Anonymous) and str(node.this) == "accurateCastOrNull"
-            and node.expressions[1].name == "Int64"))
+    """A cast to ``bigint``, as written or as ``_try`` has just made it."""
+    if isinstance(node, exp.Cast):
+        return node.to.this == exp.DataType.Type.BIGINT
+    return isinstance(node, exp.Anonymous) and node.name == "accurateCastOrNull" and node.expressions[1].name == "Int64"
 
 
 def _try(node: exp.Try) -> exp.Expression:
