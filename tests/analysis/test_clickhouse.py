@@ -238,6 +238,20 @@ def _scraped_store(folder: Path) -> Path:
     return db
 
 
+def _skewed_store(folder: Path) -> Path:
+    """The sample traces with the services' clocks apart: the gate's spans 2 s early, the engine's
+    3 s early, so every kind of negative gap (``negative_gaps``, ``clock_skew``) has rows."""
+    db = _sample_store(folder)
+    with duckdb.connect(str(db)) as con:
+        for service, seconds in (("restorelens-gate", 2), ("restorelens-sim", 3)):
+            con.execute(f"""
+                update otel_traces
+                set "Timestamp" = "Timestamp" - interval {seconds} second,
+                    "Events.Timestamp" = list_transform("Events.Timestamp", lambda event_at: event_at - interval {seconds} second)
+                where "ServiceName" = $service""", {"service": service})
+    return db
+
+
 def _realistic_store(folder: Path) -> Path:
     realistic = build_store(folder / "realistic.duckdb", folder)
     return engine_store(folder / "engines.duckdb", realistic)
@@ -247,6 +261,7 @@ STORES = {
     "samples": (_sample_store, None),
     "labelled": (_sample_store, LABELS),
     "scraped": (_scraped_store, None),
+    "skewed": (_skewed_store, None),
     "experiment": (build_experiment_store, None),
     "realistic": (_realistic_store, None),
 }
@@ -276,11 +291,20 @@ def test_every_layer_has_rows_somewhere(engines: Engines) -> None:
         "samples": {"span_labels", "engine_pressure", "model_pressure"},
         "labelled": {"engine_pressure", "model_pressure"},
         "scraped": {"span_labels"},
+        "skewed": {"span_labels", "engine_pressure", "model_pressure"},
         "experiment": {"span_labels", "engine_pressure", "model_pressure", "typed_model_wakes", "wake_episodes",
                        "typed_model_states", "lifecycle_intervals"},
         "realistic": {"span_labels"},
     }[engines.database]
     assert set(empty) == expected_empty
+
+
+def test_negative_gaps_are_compared_somewhere(engines: Engines) -> None:
+    """The lambdas that list the negative gaps run on rows that have some (the skewed store)."""
+    if engines.database == "skewed":
+        for name in ("request_attempts", "lending_episodes", "wake_episodes"):
+            gaps = engines.clickhouse(f"select count() as n from {name} where notEmpty(negative_gaps)")["n"][0]
+            assert gaps > 0, name
 
 
 def test_policy_summary_and_paired_differences_equal_duckdb(engines: Engines) -> None:
