@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -12,14 +13,50 @@ __all__ = ["COMMANDS", "check", "report"]
 _DB = click.option(
     "--db",
     "db_path",
-    required=True,
     type=click.Path(dir_okay=False),
-    help="DuckDB span store (written by `restorelens collect` / `restorelens load`).",
+    help="DuckDB span store (written by `restorelens collect` / `restorelens load`); the same as --source PATH.",
 )
+_SOURCE = click.option(
+    "--source",
+    "source_text",
+    metavar="SOURCE",
+    help="Where the spans are: a DuckDB store path, chdb:PATH (the embedded ClickHouse engine's data folder) or "
+         "clickhouse://USER@HOST:PORT/DATABASE (clickhouses:// for TLS; password from "
+         "RESTORELENS_CLICKHOUSE_PASSWORD), with otel_traces in the OpenTelemetry Collector ClickHouse exporter's "
+         "schema. Read only.",
+)
+_SINCE = click.option("--since", metavar="TIME", help="Only spans that started at or after TIME (ISO 8601; UTC when "
+                                                        "no offset is given), pushed down to the store.")
+_UNTIL = click.option("--until", metavar="TIME", help="Only spans that started before TIME (ISO 8601).")
+_RUN = click.option("--run", "runs", multiple=True, metavar="RUN_ID",
+                    help="Only spans of this run (restore.run_id on the span or its resource; repeatable).")
+
+
+def _sources(command: Any) -> Any:
+    for option in reversed((_DB, _SOURCE, _SINCE, _UNTIL, _RUN)):
+        command = option(command)
+    return command
+
+
+def _where(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
+           runs: tuple[str, ...]) -> tuple[Any, Any]:
+    """The source (``--db`` or ``--source``, exactly one) and the window the options name."""
+    from restorelens.analysis.sources import Window
+    from restorelens.sources import parse_source, parse_time
+    from restorelens.errors import SettingError
+
+    if (db_path is None) == (source_text is None):
+        raise SettingError("--source", "give the spans' store: --db PATH or --source SOURCE (one of them)")
+    source = parse_source(source_text, "--source") if source_text is not None else parse_source(f"duckdb:{db_path}")
+    window = Window(since_ns=parse_time(since, "--since") if since else None,
+                    until_ns=parse_time(until, "--until") if until else None, runs=tuple(runs))
+    if window.since_ns is not None and window.until_ns is not None and window.until_ns <= window.since_ns:
+        raise SettingError("--until", "must be after --since")
+    return source, window
 
 
 @contextlib.contextmanager
-def _store_errors(db_path: str) -> Iterator[None]:
+def _store_errors(db_path: Any) -> Iterator[None]:
     """A store whose spans the SQL cannot decompose (a value out of every range the collector
     checks, written by another tool) is a one-line error naming the store, not a traceback."""
     import duckdb
@@ -29,7 +66,7 @@ def _store_errors(db_path: str) -> Iterator[None]:
     try:
         yield
     except duckdb.Error as exc:
-        raise InputError(db_path, f"cannot decompose its spans: {first_line(exc)}") from None
+        raise InputError(str(db_path), f"cannot decompose its spans: {first_line(exc)}") from None
 
 
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -58,7 +95,7 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
 
 
 @click.command()
-@_DB
+@_sources
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]), default="table",
               show_default=True, help="Output format (csv: one block per section after a `# section` line).")
 @click.option("--section", "sections", multiple=True,
@@ -70,7 +107,8 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
 @_PERCENTILE
 @_LABEL
 @_CONFIG
-def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float,
+def report(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
+           runs: tuple[str, ...], fmt: str, sections: tuple[str, ...], slo_ttft_s: float, slo_e2e_s: float,
            percentile: str, labels: tuple[str, ...], config_file: str | None) -> None:
     """Decompose every restoration in a span store and print the statistics.
 
@@ -82,11 +120,14 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
     """
     from restorelens.analysis.report import build_report, render
     from restorelens.analysis.settings import label_mapping
-    from restorelens.analysis.views import Analysis, Slo
+    from restorelens.analysis.sources import open_analysis
+    from restorelens.analysis.views import Slo
 
+    source, window = _where(db_path, source_text, since, until, runs)
     mapping = label_mapping(config_file, labels)
     slo = Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s)
-    with _store_errors(db_path), Analysis.open(db_path, slo=slo, materialize=True, labels=mapping) as analysis:
+    with _store_errors(source.describe()), open_analysis(source, window=window, slo=slo, materialize=True,
+                                                          labels=mapping) as analysis:
         built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
@@ -94,7 +135,7 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
 
 
 @click.command()
-@_DB
+@_sources
 @click.option("--max", "maxima", multiple=True, metavar="METRIC.STAT=NUMBER", required=True,
               help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
                    "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests./engine. "
@@ -105,7 +146,8 @@ def report(db_path: str, fmt: str, sections: tuple[str, ...], slo_ttft_s: float,
 @_PERCENTILE
 @_LABEL
 @_CONFIG
-def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: str, labels: tuple[str, ...],
+def check(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
+          runs: tuple[str, ...], maxima: tuple[str, ...], allow_empty: bool, percentile: str, labels: tuple[str, ...],
           config_file: str | None) -> None:
     """Exit 1 listing every limit the episodes exceed; exit 0 when all hold (for CI).
 
@@ -118,13 +160,15 @@ def check(db_path: str, maxima: tuple[str, ...], allow_empty: bool, percentile: 
     """
     from restorelens.analysis.limits import Violation, evaluate, parse_limit
     from restorelens.analysis.settings import label_mapping
-    from restorelens.analysis.views import Analysis
+    from restorelens.analysis.sources import open_analysis
     from restorelens.errors import RestorelensError
 
     try:
+        source, window = _where(db_path, source_text, since, until, runs)
         limits = [parse_limit(text, "--max") for text in maxima]
         mapping = label_mapping(config_file, labels)
-        with _store_errors(db_path), Analysis.open(db_path, materialize=True, labels=mapping) as analysis:
+        with _store_errors(source.describe()), open_analysis(source, window=window, materialize=True,
+                                                              labels=mapping) as analysis:
             evaluations = evaluate(analysis, limits, percentile=percentile)
     except RestorelensError as exc:
         # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job

@@ -181,20 +181,37 @@ def load(files: tuple[str, ...], db: str) -> None:
 @click.command("export")
 @_existing_db_option
 @click.option(
-    "--format", "fmt", required=True, type=click.Choice(["parquet", "otlp-json"]), help="Output format."
+    "--format", "fmt", type=click.Choice(["parquet", "otlp-json"]), help="Output format of OUT (a file)."
 )
+@click.option("--to", "target", metavar="TARGET",
+              help="Copy the spans into otel_traces of a ClickHouse server (clickhouse://USER@HOST:PORT/DATABASE; "
+                   "password from RESTORELENS_CLICKHOUSE_PASSWORD) or a chDB folder (chdb:PATH), created with the "
+                   "OpenTelemetry Collector ClickHouse exporter's schema when absent; instead of OUT and --format.")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists (refused without).")
-@click.argument("out", type=click.Path(dir_okay=False))
-def export(db: str, fmt: str, out: str, force: bool) -> None:
+@click.argument("out", type=click.Path(dir_okay=False), required=False)
+def export(db: str, fmt: str | None, target: str | None, out: str | None, force: bool) -> None:
     """Export every span of DB to OUT: Parquet (zstd, the otel_traces columns) or OTLP JSON lines
-    (loadable by Jaeger's UI, the Collector and restorelens load).
+    (loadable by Jaeger's UI, the Collector and restorelens load); or, with --to, into ClickHouse.
 
     OUT is written under a temporary name next to it and renamed once complete, so a failed
-    export never leaves half a file in place of a good one.
+    export never leaves half a file in place of a good one. --to appends to the table.
     """
-    from restorelens.collector.export import OutputExists, export_otlp_jsonl, export_parquet
-    from restorelens.errors import InputError
+    from restorelens.collector.export import OutputExists, export_otlp_jsonl, export_parquet, export_to_clickhouse
+    from restorelens.errors import InputError, SettingError
 
+    if target is not None:
+        if out is not None or fmt is not None:
+            raise SettingError("--to", "writes to ClickHouse: give OUT and --format only without it")
+        from restorelens.sources import parse_source
+
+        destination = parse_source(target, "--to")
+        if destination.kind == "duckdb":
+            raise SettingError("--to", "takes clickhouse://USER@HOST:PORT/DATABASE or chdb:PATH")
+        count = export_to_clickhouse(db, destination)
+        click.echo(f"{count} spans written to {destination.describe()}")
+        return
+    if out is None or fmt is None:
+        raise SettingError("OUT", "give OUT and --format (a file), or --to (ClickHouse)")
     exporter = export_parquet if fmt == "parquet" else export_otlp_jsonl
     try:
         count = exporter(db, out, overwrite=force)

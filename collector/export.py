@@ -29,7 +29,7 @@ from restorelens.collector.schema import TABLE
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, open_read_only
 from restorelens.errors import InputError
 
-__all__ = ["DEFAULT_SPANS_PER_LINE", "OutputExists", "export_otlp_jsonl", "export_parquet"]
+__all__ = ["DEFAULT_SPANS_PER_LINE", "OutputExists", "export_otlp_jsonl", "export_parquet", "export_to_clickhouse"]
 
 #: Spans per exported line: the SDK's default export batch size.
 DEFAULT_SPANS_PER_LINE = 512
@@ -239,3 +239,54 @@ def export_otlp_jsonl(
                 f.write("\n")
                 written += len(rows)
     return written
+
+
+def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
+                         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> int:
+    """Copy every span of the store into ``otel_traces`` of ``target`` (a ``restorelens.sources.Source``
+    of kind chdb or clickhouse), created with the OpenTelemetry Collector ClickHouse exporter's own
+    DDL when it does not exist, so the exporter and restorelens can share it. Returns the count.
+
+    The spans go through a zstd Parquet copy in a temporary folder, in one insert: ClickHouse wants
+    few large inserts. Spans are appended; a table that already holds them gets them twice.
+    """
+    import tempfile
+
+    from restorelens.analysis.clickhouse import EXPORTER_DDL
+
+    with tempfile.TemporaryDirectory(prefix="restorelens-export-") as folder:
+        copy = Path(folder) / "spans.parquet"
+        count = export_parquet(db_path, copy, lock_timeout_s=lock_timeout_s)
+        described = target.describe()
+        try:
+            if target.kind == "chdb":
+                from chdb import session
+
+                chdb = session.Session(target.path)
+                try:
+                    chdb.query(EXPORTER_DDL)
+                    # the file's path is ours (a temporary folder), never the user's text
+                    chdb.query(f"insert into otel_traces select * from file('{copy}', Parquet)")
+                finally:
+                    chdb.close()
+            else:
+                import clickhouse_connect
+
+                from restorelens.sources import password
+
+                client = clickhouse_connect.get_client(host=target.host, port=target.port, username=target.user,
+                                                       password=password(), database=target.database,
+                                                       secure=target.secure)
+                try:
+                    client.command(EXPORTER_DDL)
+                    client.insert_arrow("otel_traces", pq.read_table(copy))
+                finally:
+                    client.close()
+        except ImportError as exc:
+            raise InputError(described, f"needs the clickhouse extra (pip install 'restorelens[clickhouse]'): "
+                                        f"{exc.name} is missing") from None
+        except InputError:
+            raise
+        except Exception as exc:  # the drivers raise their own types; the line names what failed
+            raise InputError(described, f"cannot write the spans: {str(exc).splitlines()[0]}") from None
+    return count

@@ -1,0 +1,231 @@
+"""The analysis read from ClickHouse or chDB: the same layers and the same ``Analysis`` methods,
+each query sent as the layers it needs (``clickhouse.layer_sql``) in CTEs over ``otel_traces``.
+
+Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing is created on the
+server; the shared macros are inlined, the label mapping and the (absent) ``engine_metrics`` table
+are CTEs, and the window (``sources.Window``) is a ``where`` on the one CTE that reads the table,
+so ClickHouse prunes partitions and granules by time before any layer runs.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from restorelens.analysis import clickhouse
+from restorelens.analysis.layers import MACROS, PARAMETERISED, VIEW_LAYERS
+from restorelens.analysis.queries import load_query
+from restorelens.analysis.sources import Window, window_filter
+from restorelens.analysis.views import Analysis, Slo, checked_labels
+from restorelens.errors import InputError
+from restorelens.sources import Source, password
+
+__all__ = ["ClickHouseAnalysis", "connect"]
+
+_WORD = re.compile(r"\b[a-z_][a-z0-9_]*\b")
+#: ``engine_metrics``' columns as ``collector/engine_metrics.sql`` types them: a fleet's ClickHouse
+#: has no such table (restorelens's collector writes it), so its layers read none.
+_NO_ENGINE_METRICS = ("select cast(null, 'Nullable(DateTime64(9))') as Timestamp, '' as Target, '' as MetricName, "
+                      "cast(map(), 'Map(String, String)') as Labels, cast(null, 'Nullable(Float64)') as Value "
+                      "where 0")
+
+
+def _param_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "Bool"
+    if isinstance(value, int):
+        return "Int64"
+    if isinstance(value, float):
+        return "Float64"
+    if isinstance(value, (list, tuple)):
+        return "Array(String)"
+    return "String"
+
+
+class _Chdb:
+    """The embedded engine on a data folder."""
+
+    def __init__(self, path: str) -> None:
+        from chdb import session
+
+        self.name = f"chdb:{path}"
+        self._session = session.Session(path)
+
+    def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
+        import pyarrow as pa
+
+        settings = ", ".join(f"{k} = {v}" for k, v in clickhouse.SETTINGS.items())
+        answer = self._session.query(f"{sql}\nsettings {settings}", "ArrowStream",
+                                     params=clickhouse.chdb_parameters(parameters) or None)
+        return pl.from_arrow(pa.ipc.open_stream(io.BytesIO(answer.bytes())).read_all())  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class _Server:
+    """A ClickHouse server's HTTP interface (clickhouse-connect), read only."""
+
+    def __init__(self, source: Source) -> None:
+        import clickhouse_connect
+
+        self.name = source.describe()
+        self._client = clickhouse_connect.get_client(
+            host=source.host, port=source.port, username=source.user, password=password(),
+            database=source.database, secure=source.secure, settings={**clickhouse.SETTINGS, "readonly": 2},
+        )
+
+    def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
+        return pl.from_arrow(self._client.query_arrow(sql, parameters=dict(parameters)))  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def connect(source: Source) -> Any:
+    """The client for a chdb or clickhouse ``source``; an unreachable one is a one-line ``InputError``."""
+    try:
+        return _Chdb(source.path) if source.kind == "chdb" else _Server(source)
+    except ImportError as exc:
+        raise InputError(source.describe(), f"needs the clickhouse extra (pip install 'restorelens[clickhouse]'): "
+                                            f"{exc.name} is missing") from None
+    except Exception as exc:  # the drivers raise their own types; the message names what failed
+        raise InputError(source.describe(), f"cannot connect: {str(exc).splitlines()[0]}") from None
+
+
+class ClickHouseAnalysis(Analysis):
+    """``Analysis`` over a ClickHouse client: every method of the DuckDB one, same frames."""
+
+    def __init__(self, client: Any, *, database: str = "default", window: Window = Window(),
+                 slo: Slo | None = None, labels: Mapping[str, str] | None = None) -> None:
+        # no DuckDB connection: the layers are composed per query instead of registered
+        self.con = None  # type: ignore[assignment]
+        self.client = client
+        self.database = database
+        self.window = window
+        self.slo = slo or Slo()
+        self.materialize = False
+        self.labels = checked_labels("labels", labels or {})
+        self.stored_layers = frozenset()
+        self._summary_materialized_for = None
+        self._macros = _macro_bodies()
+
+    # --- how a query reaches ClickHouse ---------------------------------------------------------
+
+    def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
+        text, values = self._compose(sql, parameters or {})
+        try:
+            return self.client.frame(text, values)
+        except Exception as exc:
+            raise InputError(self.client.name, f"cannot decompose its spans: {str(exc).splitlines()[0]}") from None
+
+    def _compose(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> tuple[str, dict[str, Any]]:
+        """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table."""
+        where, values = window_filter(self.window, dialect="clickhouse")
+        values.update(parameters)
+        types = {name: _param_type(value) for name, value in values.items()}
+        body = _to_clickhouse(sql, types)
+        ctes = [("otel_traces", f"select * from {self.database}.otel_traces where {where}"),
+                ("rl_label_map", self._label_map(values)),
+                ("engine_metrics", _NO_ENGINE_METRICS)]
+        needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
+        ctes += [(name, clickhouse.layer_sql(name)) for name in VIEW_LAYERS if name in needed]
+        ctes += list(extra)
+        composed = "with " + ",\n".join(f"{name} as ({text})" for name, text in ctes) + f"\nselect * from ({body})"
+        return self._inline(composed), values
+
+    def _label_map(self, values: dict[str, Any]) -> str:
+        if not self.labels:
+            return "select '' as label, '' as attribute where 0"
+        values["rl_label_names"] = list(self.labels)
+        values["rl_label_attributes"] = list(self.labels.values())
+        return ("select pair.1 as label, pair.2 as attribute from (select arrayJoin(arrayZip("
+                "{rl_label_names:Array(String)}, {rl_label_attributes:Array(String)})) as pair)")
+
+    def _inline(self, sql: str) -> str:
+        """Every ``rl_*`` macro call replaced by its ClickHouse body (nothing is created on the server)."""
+        return _inline_macros(sql, self._macros) if any(m in sql for m in MACROS) else sql
+
+    def _has_spans(self, span_name: str) -> bool:
+        frame = self._frame("select count(*) > 0 as present from (select 1 from otel_traces "
+                            'where "SpanName" = $rl_span_name limit 1)', {"rl_span_name": span_name})
+        return bool(frame["present"][0])
+
+    def close(self) -> None:
+        self.client.close()
+
+    # --- the methods whose DuckDB form keeps state on the connection ------------------------------
+
+    def paired_differences(self) -> pl.DataFrame:
+        summary = load_query("policy_summary")
+        types = {name: _param_type(value) for name, value in self.slo.parameters().items()}
+        extra = [("policy_summary", _to_clickhouse(summary.sql, types))]
+        text, values = self._compose(load_query("paired_differences").sql, self.slo.parameters(), extra)
+        frame = self.client.frame(text, values)
+        return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
+
+    def traces_for_request(self, request_id: str) -> list[str]:
+        frame = self._frame(load_query("traces_for_request").sql, {"request_id": request_id})
+        return frame[frame.columns[0]].to_list()
+
+
+def _layers_needed(sql: str) -> set[str]:
+    """The layers ``sql`` names, with every layer they read, transitively."""
+    known = set(VIEW_LAYERS) | set(PARAMETERISED)
+    needed: set[str] = set()
+    pending = [word for word in _WORD.findall(sql) if word in known]
+    while pending:
+        name = pending.pop()
+        if name in needed:
+            continue
+        needed.add(name)
+        if name in VIEW_LAYERS:
+            pending += [word for word in _WORD.findall(load_query(name).sql) if word in known]
+    return needed
+
+
+_MACRO = re.compile(r"create function if not exists (\w+) as \(([^)]*)\) ->(.*)", re.DOTALL)
+
+
+def _to_clickhouse(sql: str, types: Mapping[str, str]) -> str:
+    """``clickhouse.to_clickhouse`` with each ``$name`` a typed query parameter ``{name:Type}``."""
+    try:
+        return clickhouse.to_clickhouse(sql, types)
+    except KeyError as exc:
+        raise InputError("query", f"parameter ${exc.args[0]} has no value") from None
+
+
+def _macro_bodies() -> dict[str, tuple[tuple[str, ...], str]]:
+    """Each macro's parameters and ClickHouse body, from ``sql/clickhouse/<macro>.sql``."""
+    bodies = {}
+    for definition in clickhouse.macro_definitions():
+        code = "\n".join(line for line in definition.splitlines() if not line.lstrip().startswith("--"))
+        match = _MACRO.search(code)
+        if match is None:
+            raise InputError("analysis/sql/clickhouse", f"not a `create function NAME as (args) -> body`: {code[:60]}")
+        name, parameters, body = match.groups()
+        bodies[name] = (tuple(p.strip() for p in parameters.split(",")), body.strip())
+    return bodies
+
+
+def _inline_macros(sql: str, bodies: Mapping[str, tuple[tuple[str, ...], str]]) -> str:
+    """Every call of a macro in ``sql`` replaced by its body with the arguments put in."""
+    import sqlglot
+    from sqlglot import exp
+
+    parsed = {name: (parameters, sqlglot.parse_one(body, read="clickhouse")) for name, (parameters, body) in bodies.items()}
+    tree = sqlglot.parse_one(sql, read="clickhouse")
+    for node in reversed(list(tree.walk())):
+        if isinstance(node, exp.Anonymous) and str(node.this) in parsed:
+            parameters, body = parsed[str(node.this)]
+            arguments = dict(zip(parameters, node.expressions, strict=True))
+            expanded = body.copy()
+            for column in list(expanded.find_all(exp.Column)):
+                if not column.table and column.name in arguments:
+                    column.replace(exp.Paren(this=arguments[column.name].copy()))
+            node.replace(exp.Paren(this=expanded))
+    return tree.sql(dialect="clickhouse")
