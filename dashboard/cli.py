@@ -34,8 +34,12 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
 
 
 @click.command("dashboard")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False),
-              help="DuckDB span store to show (opened read-only; a collector may keep writing it).")
+@click.option("--db", "db", type=click.Path(dir_okay=False),
+              help="DuckDB span store to show (opened read-only; a collector may keep writing it); the same as "
+                   "--source PATH.")
+@click.option("--source", "source_text", metavar="SOURCE",
+              help="Where the spans are: a DuckDB store path, chdb:PATH or clickhouse://USER@HOST:PORT/DATABASE "
+                   "(password from RESTORELENS_CLICKHOUSE_PASSWORD); read only, frames kept for a minute.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
 @click.option("--max", "limits", multiple=True, metavar="METRIC.STAT=N",
@@ -51,9 +55,9 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="TOML file whose [analysis.labels] table maps labels onto your attribute names (other tables "
                    "ignored).")
-def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int,
+def dashboard(db: str | None, source_text: str | None, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int,
               labels: tuple[str, ...], config_file: str | None) -> None:
-    """Open the recovery dashboard on DB at http://HOST:PORT.
+    """Open the recovery dashboard on DB (or --source) at http://HOST:PORT.
 
     Pages: overview (episode counts, where each episode's time went, distributions per policy and
     wake path, broken limits), lending and wake episodes with their timelines and the engine's
@@ -69,10 +73,19 @@ def dashboard(db: str, host: str, port: int, limits: tuple[str, ...], max_upload
     for text in limits:
         parse_limit(text, "--max")
     mapping = label_mapping(config_file, labels)
-    path = Path(db).resolve()
+    from restorelens.errors import SettingError
+    from restorelens.sources import parse_source
+
+    if (db is None) == (source_text is None):
+        raise SettingError("--source", "give the spans' store: --db PATH or --source SOURCE (one of them)")
+    where = parse_source(source_text, "--source") if source_text is not None else parse_source(f"duckdb:{db}")
+    if where.kind == "duckdb":
+        path = str(Path(where.path).resolve())
+    else:
+        path = f"chdb:{Path(where.path).resolve()}" if where.kind == "chdb" else source_text.strip()  # type: ignore[union-attr]
     source.validate_store(path)
     env = dict(os.environ)
-    env[source.DB_ENV] = str(path)
+    env[source.DB_ENV] = path
     env[source.MAX_UPLOAD_ENV] = str(max_upload_bytes)
     if limits:
         env[source.LIMITS_ENV] = ";".join(limits)

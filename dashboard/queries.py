@@ -68,6 +68,13 @@ class StoreReader:
     @contextlib.contextmanager
     def analysis(self, slo: Slo | None = None) -> Iterator[Analysis]:
         with self._lock:
+            if source.is_warehouse(self.path):
+                from restorelens.analysis.sources import open_analysis
+                from restorelens.sources import parse_source
+
+                with open_analysis(parse_source(self.path), slo=slo, labels=self.labels) as analysis:
+                    yield analysis
+                return
             con = open_read_only(self.path, timeout_s=source.READ_LOCK_TIMEOUT_S)
             try:
                 yield Analysis(con, labels=self.labels, slo=slo)

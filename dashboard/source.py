@@ -48,6 +48,7 @@ __all__ = [
     "shown_name",
     "store_stamp",
     "upload_size_mib",
+    "is_warehouse",
     "validate_store",
     "work_folder",
 ]
@@ -65,6 +66,8 @@ MAX_LABELS_ENV_CHARS = 16 * 1024
 #: Recorded traces shipped with the repository (present in a source checkout).
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_traces"
 
+#: ClickHouse frames are read again after this long (a fleet's table grows all the time).
+WAREHOUSE_REFRESH_S = 60
 #: How long a page waits for a writer (``restorelens collect``) to release the store.
 READ_LOCK_TIMEOUT_S = 5.0
 
@@ -149,9 +152,17 @@ def sample_files(folder: Path | None = None) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith((".jsonl", ".json", ".jsonl.gz")))
 
 
+def is_warehouse(store: str | os.PathLike[str]) -> bool:
+    """Whether ``store`` names ClickHouse or chDB (``--source``) rather than a DuckDB file."""
+    return str(store).startswith(("chdb:", "clickhouse://", "clickhouses://"))
+
+
 def store_stamp(path: str | os.PathLike[str]) -> tuple[int, ...]:
     """Size and modification time of the store and its write-ahead log: a cache key that changes
-    whenever a writer commits, so cached frames never outlive new spans."""
+    whenever a writer commits, so cached frames never outlive new spans. ClickHouse has no file to
+    look at: its frames are kept for the minute (``WAREHOUSE_REFRESH_S``)."""
+    if is_warehouse(path):
+        return (int(time.time() // WAREHOUSE_REFRESH_S),)
     stamp: list[int] = []
     for candidate in (Path(path), Path(f"{path}.wal")):
         try:
@@ -164,7 +175,15 @@ def store_stamp(path: str | os.PathLike[str]) -> tuple[int, ...]:
 
 
 def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK_TIMEOUT_S) -> None:
-    """A one-line ``InputError`` unless ``path`` is a DuckDB file holding ``otel_traces``."""
+    """A one-line ``InputError`` unless ``path`` is a DuckDB file holding ``otel_traces``, or a
+    ClickHouse / chDB source (``--source``) whose ``otel_traces`` can be read."""
+    if is_warehouse(path):
+        from restorelens.analysis.sources import open_analysis
+        from restorelens.sources import parse_source
+
+        with open_analysis(parse_source(str(path))) as analysis:
+            analysis.runs()  # reads otel_traces: a missing table or server is a one-line error here
+        return
     con = open_read_only(path, timeout_s=timeout_s)
     try:
         tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}

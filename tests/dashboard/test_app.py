@@ -193,3 +193,31 @@ def test_the_sidebar_slo_rescores_the_policy_page(experiment_store_path: Path,
 
     default, strict = frontier_x(5.0), frontier_x(0.05)
     assert len(default) == len(strict) and sum(strict) < sum(default)
+
+
+def test_the_dashboard_reads_chdb_as_it_reads_the_duckdb_store(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """--source chdb:PATH: every page renders from the warehouse, with the DuckDB store's numbers."""
+    from click.testing import CliRunner
+
+    from restorelens.cli import cli
+
+    files = source.sample_files()
+    duck = queries.sample_store(tuple(map(str, files)), tuple(int(p.stat().st_mtime_ns) for p in files))
+    chdb = f"chdb:{tmp_path / 'chdb'}"
+    assert CliRunner().invoke(cli, ["export", "--db", duck, "--to", chdb]).exit_code == 0
+    seen = {}
+    for store in (duck, chdb):
+        monkeypatch.setenv(source.DB_ENV, store)
+        app = AppTest.from_file(str(APP), default_timeout=120).run()
+        assert not app.exception, [e.value for e in app.exception]
+        counts = {m.label: m.value for m in app.metric}
+        bars = json.loads(app.get("plotly_chart")[0].proto.spec)
+        pages = {}
+        for page in ("lending", "wakes", "engine", "policies", "lifecycle", "traces"):
+            app.switch_page(str(APP.parent / f"{page}.py")).run()
+            assert not app.exception, (store, page, [e.value for e in app.exception])
+            pages[page] = len(app.get("plotly_chart"))
+        seen[store] = (counts, sorted({y for trace in bars["data"] for y in trace["y"]}), pages)
+    assert seen[chdb] == seen[duck]
+    assert int(seen[duck][0]["wake episodes"]) > 0
