@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+from functools import cache
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -128,15 +129,15 @@ class ClickHouseAnalysis(Analysis):
         where, values = window_filter(self.window, dialect="clickhouse")
         values.update(parameters)
         types = {name: _param_type(value) for name, value in values.items()}
-        body = _to_clickhouse(sql, types)
+        body = self._inline(_to_clickhouse(sql, types))
         ctes = [("otel_traces", f"select * from {self.database}.otel_traces where {where}"),
                 ("rl_label_map", self._label_map(values)),
                 ("engine_metrics", _NO_ENGINE_METRICS)]
         needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
-        ctes += [(name, clickhouse.layer_sql(name)) for name in VIEW_LAYERS if name in needed]
+        ctes += [(name, _layer_text(name)) for name in VIEW_LAYERS if name in needed]
         ctes += list(extra)
         composed = "with " + ",\n".join(f"{name} as ({text})" for name, text in ctes) + f"\nselect * from ({body})"
-        return self._inline(composed), values
+        return composed, values
 
     def _label_map(self, values: dict[str, Any]) -> str:
         if not self.labels:
@@ -163,7 +164,7 @@ class ClickHouseAnalysis(Analysis):
     def paired_differences(self) -> pl.DataFrame:
         summary = load_query("policy_summary")
         types = {name: _param_type(value) for name, value in self.slo.parameters().items()}
-        extra = [("policy_summary", _to_clickhouse(summary.sql, types))]
+        extra = [("policy_summary", self._inline(_to_clickhouse(summary.sql, types)))]
         text, values = self._compose(load_query("paired_differences").sql, self.slo.parameters(), extra)
         frame = self.client.frame(text, values)
         return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
@@ -199,6 +200,15 @@ def _to_clickhouse(sql: str, types: Mapping[str, str]) -> str:
         raise InputError("query", f"parameter ${exc.args[0]} has no value") from None
 
 
+@cache
+def _layer_text(name: str) -> str:
+    """A layer's ClickHouse text with its macros inlined, made once per process: transpiling and
+    inlining cost more than a small query itself."""
+    text = clickhouse.layer_sql(name)
+    return _inline_macros(text, _macro_bodies()) if any(m in text for m in MACROS) else text
+
+
+@cache
 def _macro_bodies() -> dict[str, tuple[tuple[str, ...], str]]:
     """Each macro's parameters and ClickHouse body, from ``sql/clickhouse/<macro>.sql``."""
     bodies = {}
