@@ -47,6 +47,8 @@ def _where(db_path: str | None, source_text: str | None, since: str | None, unti
 
     if (db_path is None) == (source_text is None):
         raise SettingError("--source", "give the spans' store: --db PATH or --source SOURCE (one of them)")
+    if any(not run.strip() for run in runs):
+        raise SettingError("--run", "needs a run id (restore.run_id), not an empty one")
     source = parse_source(source_text, "--source") if source_text is not None else parse_source(f"duckdb:{db_path}")
     window = Window(since_ns=parse_time(since, "--since") if since else None,
                     until_ns=parse_time(until, "--until") if until else None, runs=tuple(runs))

@@ -27,10 +27,12 @@ differs on ClickHouse (docs/design.md, "One analysis, two engines"). The rules:
   of a tuple (a NULL is a value), ``bool_or`` -> ``toBool(max)``, ``list_append`` ->
   ``arrayPushBack``, ``struct_pack`` -> ``tuple``;
 - a CTE's ``materialized`` hint is dropped (ClickHouse has no syntax for it);
-- a ``$name`` parameter becomes the query parameter ``{name:Type}`` (``PARAMETER_TYPES``);
+- a ``$name`` parameter becomes the query parameter ``{name:Type}`` (the caller's types, or
+  ``PARAMETER_TYPES`` for the parameterised queries);
 - the shared macros (``rl_*``) have a ClickHouse definition each, in ``sql/clickhouse/``;
-- ``SETTINGS``, on the session before any view is created (a view's column types are fixed
-  then): unmatched join columns are NULL, an aggregate of no rows is NULL, a cast keeps
+- ``SETTINGS``, with every query (``on_clickhouse`` appends them), or on the session before any
+  view is created when layers are views (a view's column types are fixed then): unmatched join
+  columns are NULL, an aggregate of no rows is NULL, a cast keeps
   ``Nullable``, a name inside an expression is the column before any alias.
 
 What sqlglot's own transpilation already gets right, and the tests hold it to: ``filter (where)``,

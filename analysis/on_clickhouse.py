@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import re
+from pathlib import Path
 from functools import cache
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -89,6 +90,9 @@ class _Server:
 
 def connect(source: Source) -> Any:
     """The client for a chdb or clickhouse ``source``; an unreachable one is a one-line ``InputError``."""
+    if source.kind == "chdb" and not Path(source.path).is_dir():
+        # chDB would make the folder: reading must not create anything
+        raise InputError(source.describe(), "no such chDB data folder")
     try:
         return _Chdb(source.path) if source.kind == "chdb" else _Server(source)
     except ImportError as exc:
@@ -118,19 +122,24 @@ class ClickHouseAnalysis(Analysis):
     # --- how a query reaches ClickHouse ---------------------------------------------------------
 
     def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
-        text, values = self._compose(sql, parameters or {})
+        return _as_duckdb_gives(self._run(*self._compose(sql, parameters or {})), sql, parameters or {})
+
+    def _run(self, text: str, values: dict[str, Any]) -> pl.DataFrame:
         try:
             return self.client.frame(text, values)
-        except Exception as exc:
-            raise InputError(self.client.name, f"cannot decompose its spans: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:  # the drivers raise their own types; the line names what failed
+            raise InputError(self.client.name, f"cannot decompose its spans: {str(exc).strip().splitlines()[0]}") \
+                from None
 
     def _compose(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> tuple[str, dict[str, Any]]:
         """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table."""
-        where, values = window_filter(self.window, dialect="clickhouse")
+        table = f"{self.database}.otel_traces"
+        where, values = window_filter(self.window, dialect="clickhouse", table=table)
         values.update(parameters)
         types = {name: _param_type(value) for name, value in values.items()}
         body = self._inline(_to_clickhouse(sql, types))
-        ctes = [("otel_traces", f"select * from {self.database}.otel_traces where {where}"),
+        # one row per span: the Collector delivers at least once, and its MergeTree keeps repeats
+        ctes = [("otel_traces", f"select * from {table} where {where} limit 1 by TraceId, SpanId"),
                 ("rl_label_map", self._label_map(values)),
                 ("engine_metrics", _NO_ENGINE_METRICS)]
         needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
@@ -165,13 +174,56 @@ class ClickHouseAnalysis(Analysis):
         summary = load_query("policy_summary")
         types = {name: _param_type(value) for name, value in self.slo.parameters().items()}
         extra = [("policy_summary", self._inline(_to_clickhouse(summary.sql, types)))]
-        text, values = self._compose(load_query("paired_differences").sql, self.slo.parameters(), extra)
-        frame = self.client.frame(text, values)
+        frame = self._run(*self._compose(load_query("paired_differences").sql, self.slo.parameters(), extra))
         return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
 
     def traces_for_request(self, request_id: str) -> list[str]:
         frame = self._frame(load_query("traces_for_request").sql, {"request_id": request_id})
         return frame[frame.columns[0]].to_list()
+
+
+_EMPTY_STORE: list[Any] = []
+
+
+def _duckdb_schema(sql: str, parameters: Mapping[str, Any]) -> pl.Schema:
+    """The columns and types DuckDB gives ``sql``: run on an empty in-memory store (cached per query
+    text), so both engines hand back the same frame types (ClickHouse's flags are UInt8, its
+    instants carry UTC, its counts are unsigned)."""
+    return _schema_of(sql, tuple(sorted((name, repr(value)) for name, value in parameters.items())))
+
+
+@cache
+def _schema_of(sql: str, parameters: tuple[tuple[str, str], ...]) -> pl.Schema:
+    import ast
+
+    import duckdb
+
+    from restorelens.collector.schema import create_schema
+
+    if not _EMPTY_STORE:
+        con = duckdb.connect()
+        create_schema(con)
+        _EMPTY_STORE.append(Analysis(con))
+    values = {name: ast.literal_eval(text) for name, text in parameters}
+    return _EMPTY_STORE[0]._frame(f"select * from ({sql}) limit 0", values or None).schema
+
+
+def _as_duckdb_gives(frame: pl.DataFrame, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
+    schema = _duckdb_schema(sql, parameters)
+    if list(schema) != frame.columns:
+        return frame
+    columns = []
+    for name, dtype in schema.items():
+        column = frame[name]
+        if isinstance(dtype, pl.Datetime) and isinstance(column.dtype, pl.Datetime) and column.dtype.time_zone:
+            column = column.dt.replace_time_zone(None)
+        if column.dtype != dtype:
+            try:
+                column = column.cast(dtype, strict=False)
+            except pl.exceptions.InvalidOperationError:
+                pass  # an internal integer key (UInt128 arrives as bytes): no page reads it as a number
+        columns.append(column)
+    return pl.DataFrame(columns)
 
 
 def _layers_needed(sql: str) -> set[str]:

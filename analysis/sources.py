@@ -65,7 +65,7 @@ def _windowed_duckdb(source: Source, window: Window, slo: Any, materialize: bool
     except duckdb.Error as exc:
         raise InputError(str(path), first_line(exc)) from None
     try:
-        clause, parameters = window_filter(window, dialect="duckdb")
+        clause, parameters = window_filter(window, dialect="duckdb", table="main.otel_traces")
         # a table, not a view: a view cannot hold parameters, and the values are never SQL text
         con.execute(f"create or replace temp table otel_traces as select * from main.otel_traces where {clause}",
                     parameters)
@@ -75,27 +75,34 @@ def _windowed_duckdb(source: Source, window: Window, slo: Any, materialize: bool
         raise
 
 
-def window_filter(window: Window, *, dialect: str) -> tuple[str, dict[str, Any]]:
-    """The ``where`` clause of ``window`` on ``otel_traces`` and its parameters (never inlined)."""
+def window_filter(window: Window, *, dialect: str, table: str) -> tuple[str, dict[str, Any]]:
+    """The ``where`` clause of ``window`` on ``table`` (the spans) and its parameters (never inlined).
+
+    A run keeps whole traces: every span of a trace holding a span of the run, so the engine's
+    spans (vLLM's carry no run id) stay with the requests they served."""
     clauses: list[str] = []
     parameters: dict[str, Any] = {}
     if dialect == "duckdb":
-        timestamp, run_of = 'epoch_ns("Timestamp")', '"{column}"[' + f"'{ATTR_RUN_ID}']"
-        since, until, runs = "$rl_since_ns", "$rl_until_ns", "$rl_runs"
-        contains = "list_contains({runs}, {value})"
+        since, until = '"Timestamp" >= make_timestamp_ns($rl_since_ns)', '"Timestamp" < make_timestamp_ns($rl_until_ns)'
+        run_of = '"{column}"[' + f"'{ATTR_RUN_ID}']"
+        contains, trace = "list_contains($rl_runs, {value})", '"TraceId"'
     else:
-        timestamp, run_of = "toUnixTimestamp64Nano(Timestamp)", "{column}[" + f"'{ATTR_RUN_ID}']"
-        since, until, runs = "{rl_since_ns:Int64}", "{rl_until_ns:Int64}", "{rl_runs:Array(String)}"
-        contains = "has({runs}, {value})"
+        # compared as DateTime64 (not as nanoseconds), so the exporter's primary key and partitions prune
+        since = "Timestamp >= fromUnixTimestamp64Nano({rl_since_ns:Int64}, 'UTC')"
+        until = "Timestamp < fromUnixTimestamp64Nano({rl_until_ns:Int64}, 'UTC')"
+        # a missing key is '' in ClickHouse: only a present one names a run
+        run_of = "if(mapContains({column}, " + f"'{ATTR_RUN_ID}'), " + "{column}[" + f"'{ATTR_RUN_ID}'], NULL)"
+        contains, trace = "has({{rl_runs:Array(String)}}, {value})", "TraceId"
     if window.since_ns is not None:
-        clauses.append(f"{timestamp} >= {since}")
+        clauses.append(since)
         parameters["rl_since_ns"] = window.since_ns
     if window.until_ns is not None:
-        clauses.append(f"{timestamp} < {until}")
+        clauses.append(until)
         parameters["rl_until_ns"] = window.until_ns
     if window.runs:
-        either = " or ".join(contains.format(runs=runs, value=run_of.format(column=column))
+        either = " or ".join(contains.format(value=run_of.format(column=column))
                              for column in ("SpanAttributes", "ResourceAttributes"))
-        clauses.append(f"({either})")
+        within = " and ".join([*clauses, f"({either})"])
+        clauses.append(f"{trace} in (select {trace} from {table} where {within})")
         parameters["rl_runs"] = list(window.runs)
     return (" and ".join(clauses) or "true"), parameters

@@ -200,15 +200,15 @@ def export(db: str, fmt: str | None, target: str | None, out: str | None, force:
     from restorelens.errors import InputError, SettingError
 
     if target is not None:
-        if out is not None or fmt is not None:
-            raise SettingError("--to", "writes to ClickHouse: give OUT and --format only without it")
+        if out is not None or fmt is not None or force:
+            raise SettingError("--to", "writes to ClickHouse: give OUT, --format and --force only without it")
         from restorelens.sources import parse_source
 
         destination = parse_source(target, "--to")
         if destination.kind == "duckdb":
             raise SettingError("--to", "takes clickhouse://USER@HOST:PORT/DATABASE or chdb:PATH")
         count = export_to_clickhouse(db, destination)
-        click.echo(f"{count} spans written to {destination.describe()}")
+        click.echo(f"{count} spans written to {destination.describe()} (engine scrapes stay in the store)")
         return
     if out is None or fmt is None:
         raise SettingError("OUT", "give OUT and --format (a file), or --to (ClickHouse)")

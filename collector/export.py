@@ -241,6 +241,13 @@ def export_otlp_jsonl(
     return written
 
 
+def _refuse_filled(target: str, spans: int) -> None:
+    """A table that holds spans already would get them twice: ClickHouse does not deduplicate."""
+    if spans:
+        raise InputError(target, f"otel_traces holds {spans} spans already; export into an empty table "
+                                 "(the analysis reads each span once, but a second copy doubles the storage)")
+
+
 def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
                          lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> int:
     """Copy every span of the store into ``otel_traces`` of ``target`` (a ``restorelens.sources.Source``
@@ -248,7 +255,9 @@ def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
     DDL when it does not exist, so the exporter and restorelens can share it. Returns the count.
 
     The spans go through a zstd Parquet copy in a temporary folder, in one insert: ClickHouse wants
-    few large inserts. Spans are appended; a table that already holds them gets them twice.
+    few large inserts. A table holding spans already is refused (an ``InputError``): ClickHouse
+    keeps repeats. The store's engine scrapes (``engine_metrics``) stay behind: the Collector's
+    schema has no place for them.
     """
     import tempfile
 
@@ -265,8 +274,12 @@ def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
                 chdb = session.Session(target.path)
                 try:
                     chdb.query(EXPORTER_DDL)
-                    # the file's path is ours (a temporary folder), never the user's text
-                    chdb.query(f"insert into otel_traces select * from file('{copy}', Parquet)")
+                    _refuse_filled(described, int(chdb.query("select count() from otel_traces", "CSV").bytes()))
+                    # a string literal of our own temporary path (never the user's text), escaped as
+                    # ClickHouse reads one; columns by name, whatever order the table has them in
+                    literal = "'" + str(copy).replace("\\", "\\\\").replace("'", "\\'") + "'"
+                    names = ", ".join(f"`{name}`" for name in pq.read_schema(copy).names)
+                    chdb.query(f"insert into otel_traces ({names}) select {names} from file({literal}, Parquet)")
                 finally:
                     chdb.close()
             else:
@@ -279,6 +292,7 @@ def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
                                                        secure=target.secure)
                 try:
                     client.command(EXPORTER_DDL)
+                    _refuse_filled(described, int(client.command("select count() from otel_traces")))
                     client.insert_arrow("otel_traces", pq.read_table(copy))
                 finally:
                     client.close()

@@ -1,5 +1,5 @@
-"""Where spans live besides a DuckDB store: the ``--source`` text every command reads, and
-ClickHouse clients (a server through clickhouse-connect, or chDB, the embedded engine).
+"""Where spans live besides a DuckDB store: the ``--source`` text every command reads (a
+ClickHouse server, read through clickhouse-connect, or chDB, the embedded engine), and times.
 
 - ``PATH`` (or ``duckdb:PATH``): a DuckDB store, the embedded default;
 - ``chdb:PATH``: a chDB data folder holding ``otel_traces`` in the OpenTelemetry Collector
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from urllib.parse import unquote, urlsplit
 
 from restorelens.errors import SettingError
@@ -26,6 +26,9 @@ __all__ = ["PASSWORD_ENV", "Source", "parse_source", "parse_time", "password"]
 #: Where a ClickHouse source's password comes from.
 PASSWORD_ENV = "RESTORELENS_CLICKHOUSE_PASSWORD"
 _SCHEMES = ("clickhouse", "clickhouses")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: What a signed 64-bit count of nanoseconds holds: DuckDB's and ClickHouse's instants both are one.
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
 
@@ -89,7 +92,11 @@ def parse_time(text: str, setting: str) -> int:
         raise SettingError(setting, f"{text!r} is not an ISO 8601 time, e.g. 2026-12-02T10:00:00Z") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1_000
+    # exact integer arithmetic (a float timestamp rounds, and truncates the wrong way before 1970)
+    nanoseconds = (moment - _EPOCH) // timedelta(microseconds=1) * 1_000
+    if not _MIN_NS <= nanoseconds <= _MAX_NS:
+        raise SettingError(setting, f"{text!r} is outside what nanoseconds since 1970 can hold (1677 to 2262)")
+    return nanoseconds
 
 
 def password() -> str:

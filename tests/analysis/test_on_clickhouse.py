@@ -28,7 +28,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     chdb = f"chdb:{folder / 'chdb'}"
     result = CliRunner().invoke(main, ["export", "--db", str(duck), "--to", chdb])
     assert result.exit_code == 0, result.output
-    assert result.output.strip().endswith(f"spans written to {chdb}")
+    assert f"spans written to {chdb} (engine scrapes stay in the store)" in result.output
     return duck, chdb
 
 
@@ -102,7 +102,61 @@ def test_reading_creates_nothing_on_the_server(stores: tuple[Path, str]) -> None
 
 
 def test_a_store_without_otel_traces_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(main, ["report", "--source", f"chdb:{tmp_path / 'empty'}"])
     assert result.exit_code != 0
     message = result.output.strip()
     assert message.startswith(f"Error: chdb:{tmp_path / 'empty'}") and "\n" not in message and "otel_traces" in message
+
+
+def test_a_missing_chdb_folder_is_refused_not_made(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["report", "--source", f"chdb:{tmp_path / 'nosuch' / 'deep'}"])
+    assert result.exit_code != 0 and "no such chDB data folder" in result.output
+    assert not (tmp_path / "nosuch").exists()  # reading creates nothing
+
+
+def test_exporting_into_a_table_that_holds_spans_is_refused(stores: tuple[Path, str]) -> None:
+    duck, chdb = stores
+    result = CliRunner().invoke(main, ["export", "--db", str(duck), "--to", chdb])
+    assert result.exit_code != 0 and "holds 931 spans already" in result.output
+
+
+def test_spans_the_collector_delivered_twice_count_once(stores: tuple[Path, str], tmp_path: Path) -> None:
+    from chdb import session
+
+    duck, _ = stores
+    twice = tmp_path / "twice"
+    assert CliRunner().invoke(main, ["export", "--db", str(duck), "--to", f"chdb:{twice}"]).exit_code == 0
+    con = session.Session(str(twice))
+    try:  # the Collector delivers at least once: a retried batch lands again
+        con.query("insert into otel_traces select * from otel_traces where SpanName != 'llm_request'")
+    finally:
+        con.close()
+    assert _csv("--source", f"chdb:{twice}") == _csv("--db", str(duck))
+
+
+def test_a_run_keeps_the_engine_spans_of_its_traces(stores: tuple[Path, str], tmp_path: Path) -> None:
+    """vLLM's spans carry no run id: a run keeps every span of the traces it holds."""
+    import duckdb
+
+    duck, _ = stores
+    bare = tmp_path / "bare.duckdb"
+    from restorelens.collector.schema import create_schema
+
+    con = duckdb.connect(str(bare))
+    create_schema(con)
+    con.execute(f"attach '{duck}' as original (read_only)")
+    con.execute("insert into otel_traces select * from original.otel_traces")
+    con.execute("""update otel_traces set "ResourceAttributes" = map() where "SpanName" = 'llm_request'""")
+    con.close()
+    run = "sample-moflux-balanced-lend"
+    chdb = f"chdb:{tmp_path / 'bare-ch'}"
+    assert CliRunner().invoke(main, ["export", "--db", str(bare), "--to", chdb]).exit_code == 0
+    whole = open_analysis(parse_source(str(bare)))
+    expected = whole.lending_episodes().filter(pl.col("run_id") == run).select("span_id", "engine_schedule_s", "ttft_s")
+    whole.close()
+    assert expected.height and expected["engine_schedule_s"].null_count() == 0
+    for text in (str(bare), chdb):
+        with open_analysis(parse_source(text), window=Window(runs=(run,))) as analysis:
+            got = analysis.lending_episodes().select("span_id", "engine_schedule_s", "ttft_s")
+        assert got.sort("span_id").equals(expected.sort("span_id")), text

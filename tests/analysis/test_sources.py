@@ -47,13 +47,17 @@ def test_times_are_iso_8601_and_naive_ones_utc() -> None:
     assert parse_time("1970-01-01T00:00:01Z", "--since") == 1_000_000_000
     assert parse_time("1970-01-01T00:00:01", "--since") == 1_000_000_000
     assert parse_time("1970-01-01T01:00:01.5+01:00", "--until") == 1_500_000_000
+    assert parse_time("1969-12-31T23:59:59.5Z", "--since") == -500_000_000  # exact before 1970 too
+    assert parse_time("2026-12-02T10:00:00.123456Z", "--since") == 1_796_205_600_123_456_000
     with pytest.raises(SettingError, match="--since"):
         parse_time("yesterday", "--since")
+    with pytest.raises(SettingError, match="--until.*1677 to 2262"):  # past what nanoseconds hold
+        parse_time("2300-01-01", "--until")
 
 
 @pytest.mark.parametrize("dialect", ["duckdb", "clickhouse"])
 def test_the_window_is_parameters_never_sql_text(dialect: str) -> None:
     runs = ("it's'); drop table otel_traces; --",)
-    clause, parameters = window_filter(Window(since_ns=1, until_ns=2, runs=runs), dialect=dialect)
+    clause, parameters = window_filter(Window(since_ns=1, until_ns=2, runs=runs), dialect=dialect, table="t")
     assert "drop" not in clause and parameters == {"rl_since_ns": 1, "rl_until_ns": 2, "rl_runs": list(runs)}
-    assert window_filter(Window(), dialect=dialect) == ("true", {})
+    assert window_filter(Window(), dialect=dialect, table="t") == ("true", {})
