@@ -292,9 +292,11 @@ def experiment_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def plotted(page, index: int = 0) -> list[dict]:
-    """The traces of a page's ``index``-th chart as Plotly drew them (name, x, y, showlegend)."""
-    chart = page.get_by_test_id("stPlotlyChart").nth(index)
+def plotted(page, index: int | str = 0) -> list[dict]:
+    """The traces of a page's chart as Plotly drew them (name, x, y, showlegend): the ``index``-th,
+    or the one whose drawn text holds ``index`` (its title), waited for by that text."""
+    charts = page.get_by_test_id("stPlotlyChart")
+    chart = charts.nth(index) if isinstance(index, int) else charts.filter(has_text=index).first
     chart.locator("svg.main-svg").first.wait_for(timeout=RENDER_MS)
     return chart.locator(".js-plotly-plot").evaluate(
         "el => el.data.map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []), "
@@ -307,9 +309,13 @@ def legend(page, index: int = 0) -> list[str]:
     return chart.locator(".legendtext").all_text_contents()
 
 
-def bars_per_episode(page, index: int = 0) -> int:
-    """How many distinct bars (y categories) a "where the time went" chart draws."""
-    return len({y for trace in plotted(page, index) for y in trace["y"]})
+def bars_per_episode(page, kind: str = "lending") -> int:
+    """How many distinct bars (y categories) the ``kind`` (lending, wake) "where the time went"
+    chart draws, found by its title: a page's charts can appear in any order while it draws."""
+    from restorelens.dashboard.figures import TIME_BAR_TITLES
+
+    title = TIME_BAR_TITLES[kind].split(" (")[0]
+    return len({y for trace in plotted(page, title) for y in trace["y"]})
 
 
 def test_every_page_of_the_sample_traces_answers_at_a_glance(browser, samples_url: str, samples_store: Path,
@@ -323,13 +329,13 @@ def test_every_page_of_the_sample_traces_answers_at_a_glance(browser, samples_ur
     page = open_page(browser, samples_url)  # the root forwards to /overview
     page.wait_for_url("**/overview*", timeout=RENDER_MS)
     assert page.locator("h1").first.inner_text().strip() == "Recovery overview"
-    assert bars_per_episode(page, 0) == lending and bars_per_episode(page, 1) == wakes
+    assert bars_per_episode(page, "lending") == lending and bars_per_episode(page, "wake") == wakes
     assert legend(page, 0) == ["grant restored", "borrowed drained", "engine scheduled", "first token"]
     page.screenshot(path=str(screenshots / "samples-overview.png"), full_page=True)
     page.close()
-    for name, count in (("lending", lending), ("wakes", wakes)):
+    for name, kind, count in (("lending", "lending", lending), ("wakes", "wake", wakes)):
         page = open_page(browser, f"{samples_url}/{name}")
-        assert bars_per_episode(page, 0) == count, name
+        assert bars_per_episode(page, kind) == count, name
         page.screenshot(path=str(screenshots / f"samples-{name}.png"), full_page=True)
         page.close()
     page = open_page(browser, f"{samples_url}/lifecycle")
@@ -362,12 +368,12 @@ def test_the_overview_has_its_own_path_and_the_filter_stays_in_the_link(browser,
     assert 0 < balanced < episodes.height
     page = open_page(browser, f"{samples_url}/overview?scenario=moflux-balanced&policy=lend")
     assert page.locator("h1").first.inner_text().strip() == "Recovery overview"
-    assert bars_per_episode(page, 0) == balanced
+    assert bars_per_episode(page, "lending") == balanced
     # another page keeps the selection, in its link too
     page.get_by_test_id("stSidebarNav").get_by_text("Lending episodes").click()
     page.wait_for_url("**/lending*", timeout=RENDER_MS)
     page.wait_for_selector("[data-testid='stApp'][data-test-script-state='notRunning']", timeout=RENDER_MS)
-    assert bars_per_episode(page, 0) == balanced
+    assert bars_per_episode(page, "lending") == balanced
     assert "scenario=moflux-balanced" in page.url and "policy=lend" in page.url
     page.close()
 
@@ -419,6 +425,6 @@ def test_every_page_of_an_experiment_store_and_its_frontier(browser, experiment_
         page = open_page(browser, f"{experiment_url}/{name}")
         assert page.locator("h1").first.inner_text().strip(), name
         if name in ("overview", "lending"):
-            assert bars_per_episode(page, 0) > 0, name
+            assert bars_per_episode(page, "lending") > 0, name
         page.screenshot(path=str(screenshots / f"experiment-{name}.png"), full_page=True)
         page.close()
