@@ -1,10 +1,18 @@
 """The analysis read from ClickHouse or chDB: the same layers and the same ``Analysis`` methods,
-each query sent as the layers it needs (``clickhouse.layer_sql``) in CTEs over ``otel_traces``.
+each query sent as the layers it needs (``clickhouse.layer_sql``) over ``otel_traces``.
 
-Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing is created on the
-server; the shared macros are inlined, the label mapping and the (absent) ``engine_metrics`` table
-are CTEs, and the window (``sources.Window``) is a ``where`` on the one CTE that reads the table,
-so ClickHouse prunes partitions and granules by time before any layer runs.
+ClickHouse computes a CTE again at every reference to it, and the layers reference each other many
+times over (``wake_episodes`` alone reads the typed layers dozens of times as CTEs). So the layers
+in ``KEPT_LAYERS`` (the typed and trace layers, and those several others read) are computed once per
+``ClickHouseAnalysis``, when a query first needs them, into session temporary tables
+(``CREATE TEMPORARY TABLE``, which ``readonly=2`` allows); the rest are CTEs. A typed layer reads
+only its own span name, filtered before the spans are deduplicated, so the exporter's sort key
+(``ServiceName, SpanName, Timestamp``) prunes the scan.
+
+Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing outlives the session:
+the shared macros are inlined, the label mapping and the (absent) ``engine_metrics`` table are
+CTEs, and the window (``sources.Window``) is a ``where`` on the CTE that reads the table, so
+ClickHouse prunes partitions and granules by time before any layer runs.
 """
 
 from __future__ import annotations
@@ -19,16 +27,24 @@ from typing import Any
 import polars as pl
 
 from restorelens.analysis import clickhouse
-from restorelens.analysis.layers import MACROS, PARAMETERISED, VIEW_LAYERS
+from restorelens.analysis.layers import DERIVED_LAYERS, MACROS, PARAMETERISED, SHARED_LAYERS, SPAN_LAYERS, VIEW_LAYERS
 from restorelens.analysis.queries import load_query
 from restorelens.analysis.sources import Window, window_filter
 from restorelens.analysis.views import Analysis, Slo, checked_labels
 from restorelens.errors import InputError
 from restorelens.sources import Source, password
 
-__all__ = ["ClickHouseAnalysis", "connect"]
+__all__ = ["KEPT_LAYERS", "ClickHouseAnalysis", "connect"]
+
+#: Layers computed once per analysis into session temporary tables, in dependency order: the typed
+#: and trace layers (a collector's store keeps the same ones) and the others several layers read.
+KEPT_LAYERS = tuple(name for name in VIEW_LAYERS if name in DERIVED_LAYERS or name in SHARED_LAYERS)
+#: The temporary tables' engine: columns compressed on the server's temporary disk, not in its
+#: memory, so a fleet-sized window's layers fit.
+KEPT_ENGINE = "MergeTree order by tuple()"
 
 _WORD = re.compile(r"\b[a-z_][a-z0-9_]*\b")
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 #: ``engine_metrics``' columns as ``collector/engine_metrics.sql`` types them: a fleet's ClickHouse
 #: has no such table (restorelens's collector writes it), so its layers read none.
 _NO_ENGINE_METRICS = ("select cast(null, 'Nullable(DateTime64(9))') as Timestamp, '' as Target, '' as MetricName, "
@@ -48,6 +64,9 @@ def _param_type(value: Any) -> str:
     return "String"
 
 
+_SETTINGS = ", ".join(f"{name} = {value}" for name, value in clickhouse.SETTINGS.items())
+
+
 class _Chdb:
     """The embedded engine on a data folder."""
 
@@ -60,10 +79,12 @@ class _Chdb:
     def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
         import pyarrow as pa
 
-        settings = ", ".join(f"{k} = {v}" for k, v in clickhouse.SETTINGS.items())
-        answer = self._session.query(f"{sql}\nsettings {settings}", "ArrowStream",
+        answer = self._session.query(f"{sql}\nsettings {_SETTINGS}", "ArrowStream",
                                      params=clickhouse.chdb_parameters(parameters) or None)
         return pl.from_arrow(pa.ipc.open_stream(io.BytesIO(answer.bytes())).read_all())  # type: ignore[return-value]
+
+    def execute(self, sql: str, parameters: Mapping[str, Any]) -> None:
+        self._session.query(f"{sql}\nsettings {_SETTINGS}", params=clickhouse.chdb_parameters(parameters) or None)
 
     def close(self) -> None:
         self._session.close()
@@ -83,6 +104,9 @@ class _Server:
 
     def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
         return pl.from_arrow(self._client.query_arrow(sql, parameters=dict(parameters)))  # type: ignore[return-value]
+
+    def execute(self, sql: str, parameters: Mapping[str, Any]) -> None:
+        self._client.command(sql, parameters=dict(parameters))
 
     def close(self) -> None:
         self._client.close()
@@ -113,11 +137,15 @@ class ClickHouseAnalysis(Analysis):
         self.database = database
         self.window = window
         self.slo = slo or Slo()
-        self.materialize = False
+        # always: a layer kept in a temporary table costs less than the same layer as a CTE, which
+        # ClickHouse computes at every reference
+        self.materialize = True
         self.labels = checked_labels("labels", labels or {})
         self.stored_layers = frozenset()
         self._summary_materialized_for = None
         self._macros = _macro_bodies()
+        #: The layers computed so far into this session's temporary tables (``KEPT_LAYERS``).
+        self.kept: list[str] = []
 
     # --- how a query reaches ClickHouse ---------------------------------------------------------
 
@@ -132,21 +160,49 @@ class ClickHouseAnalysis(Analysis):
                 from None
 
     def _compose(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> tuple[str, dict[str, Any]]:
-        """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table."""
-        table = f"{self.database}.otel_traces"
-        where, values = window_filter(self.window, dialect="clickhouse", table=table)
-        values.update(parameters)
+        """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table and the
+        kept layers, computing those it needs first."""
+        values = dict(parameters)
         types = {name: _param_type(value) for name, value in values.items()}
         body = self._inline(_to_clickhouse(sql, types))
+        needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
+        self._keep(needed)
+        return self._with(body, values, needed, extra)
+
+    def _with(self, body: str, parameters: Mapping[str, Any], needed: set[str],
+              extra: Sequence[tuple[str, str]] = (), span_name: str | None = None) -> tuple[str, dict[str, Any]]:
+        """``body`` (ClickHouse) under the CTEs it reads: the window's spans (only ``span_name``'s,
+        when given), the label mapping and every needed layer not kept in a table."""
+        table = f"{self.database}.otel_traces"
+        where, values = window_filter(self.window, dialect="clickhouse", table=table)
+        if span_name is not None:
+            # before the dedupe: a span's repeats share its name, and the sort key prunes by it
+            where += " and SpanName = {rl_span_name:String}"
+            values["rl_span_name"] = span_name
+        values.update(parameters)
         # one row per span: the Collector delivers at least once, and its MergeTree keeps repeats
         ctes = [("otel_traces", f"select * from {table} where {where} limit 1 by TraceId, SpanId"),
                 ("rl_label_map", self._label_map(values)),
                 ("engine_metrics", _NO_ENGINE_METRICS)]
-        needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
-        ctes += [(name, _layer_text(name)) for name in VIEW_LAYERS if name in needed]
+        ctes += [(name, _layer_text(name)) for name in VIEW_LAYERS if name in needed and name not in self.kept]
         ctes += list(extra)
         composed = "with " + ",\n".join(f"{name} as ({text})" for name, text in ctes) + f"\nselect * from ({body})"
         return composed, values
+
+    def _keep(self, needed: set[str]) -> None:
+        """Compute each kept layer in ``needed`` not yet computed into a temporary table, in
+        dependency order (each reads the ones kept before it)."""
+        for name in KEPT_LAYERS:
+            if name not in needed or name in self.kept:
+                continue
+            reads = _layers_needed(load_query(name).sql) - {name}
+            text, values = self._with(_layer_text(name), {}, reads, span_name=SPAN_LAYERS.get(name))
+            try:
+                self.client.execute(f"create temporary table {name} engine = {KEPT_ENGINE} as {text}", values)
+            except Exception as exc:  # the drivers raise their own types; the line names what failed
+                raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
+                                                   f"{str(exc).strip().splitlines()[0]}") from None
+            self.kept.append(name)
 
     def _label_map(self, values: dict[str, Any]) -> str:
         if not self.labels:
@@ -161,9 +217,9 @@ class ClickHouseAnalysis(Analysis):
         return _inline_macros(sql, self._macros) if any(m in sql for m in MACROS) else sql
 
     def _has_spans(self, span_name: str) -> bool:
-        frame = self._frame("select count(*) > 0 as present from (select 1 from otel_traces "
-                            'where "SpanName" = $rl_span_name limit 1)', {"rl_span_name": span_name})
-        return bool(frame["present"][0])
+        text, values = self._with("select count() > 0 as present from (select 1 from otel_traces limit 1)", {}, set(),
+                                  span_name=span_name)
+        return bool(self._run(text, values)["present"][0])
 
     def close(self) -> None:
         self.client.close()
@@ -228,6 +284,11 @@ def _as_duckdb_gives(frame: pl.DataFrame, sql: str, parameters: Mapping[str, Any
 
 def _layers_needed(sql: str) -> set[str]:
     """The layers ``sql`` names, with every layer they read, transitively."""
+    return set(_reads(_COMMENT.sub(" ", sql)))
+
+
+@cache
+def _reads(sql: str) -> frozenset[str]:
     known = set(VIEW_LAYERS) | set(PARAMETERISED)
     needed: set[str] = set()
     pending = [word for word in _WORD.findall(sql) if word in known]
@@ -237,8 +298,8 @@ def _layers_needed(sql: str) -> set[str]:
             continue
         needed.add(name)
         if name in VIEW_LAYERS:
-            pending += [word for word in _WORD.findall(load_query(name).sql) if word in known]
-    return needed
+            pending += [word for word in _WORD.findall(_COMMENT.sub(" ", load_query(name).sql)) if word in known]
+    return frozenset(needed)
 
 
 _MACRO = re.compile(r"create function if not exists (\w+) as \(([^)]*)\) ->(.*)", re.DOTALL)
