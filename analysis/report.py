@@ -62,7 +62,9 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
     percentile and median (``PERCENTILE_METHODS``)."""
     lending = analysis.lending_episodes()
     wakes = analysis.wake_episodes()
-    requests = analysis.requests()
+    # the statistics' columns only: a store's requests and engine requests are as many as its
+    # spans, and each of their other columns would be read, sent and held for nothing
+    requests = analysis.view("requests", ["traffic_class", *REQUEST_METRICS])
     counts = pl.DataFrame(
         {
             "episodes": ["lending", "wake"],
@@ -87,8 +89,8 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
         "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
         "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path"], method=percentile),
         "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
-        "engine": percentiles_of(analysis.engine_requests(), ENGINE_METRICS, ["engine", "traffic_class"],
-                                 method=percentile),
+        "engine": percentiles_of(analysis.view("engine_requests", ["engine", "traffic_class", *ENGINE_METRICS]),
+                                 ENGINE_METRICS, ["engine", "traffic_class"], method=percentile),
         "policy_summary": analysis.policy_summary(),
         "paired_differences": medians,
     }

@@ -209,16 +209,30 @@ class Analysis:
 
     # --- the views ----------------------------------------------------------------------------
 
-    def view(self, name: str) -> pl.DataFrame:
-        """Any registered layer by name (``VIEW_LAYERS``), e.g. ``"gate_requests"``."""
+    def view(self, name: str, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """Any registered layer by name (``VIEW_LAYERS``), e.g. ``"gate_requests"``; ``columns``
+        reads only those, in that order (a report's statistics need a few of a view's many
+        columns, and an engine reads and sends only those)."""
         if name not in VIEW_LAYERS:
             raise SettingError("view", f"unknown view {name!r}; valid: {', '.join(VIEW_LAYERS)}")
+        if columns is not None:
+            known = self._empty_frame(name).columns
+            unknown = [column for column in columns if column not in known]
+            if unknown:
+                raise SettingError("column", f"unknown column {unknown[0]!r} in {name}; valid: {', '.join(known)}")
         if self._is_empty(name):
             # the same columns and types as the computed view, without computing anything
-            if name not in _EMPTY_FRAMES:
-                _EMPTY_FRAMES[name] = self._frame(f"select * from {name} limit 0")
-            return _EMPTY_FRAMES[name].clear()
-        return self._frame(f"select * from {name}")
+            empty = self._empty_frame(name).clear()
+            return empty if columns is None else empty.select(columns)
+        # the names were checked against the view's own columns above, so quoting them is enough
+        chosen = "*" if columns is None else ", ".join(f'"{column}"' for column in columns)
+        return self._frame(f"select {chosen} from {name}")
+
+    def _empty_frame(self, name: str) -> pl.DataFrame:
+        """Layer ``name``'s columns and types, no rows (made once per process)."""
+        if name not in _EMPTY_FRAMES:
+            _EMPTY_FRAMES[name] = self._frame(f"select * from {name} limit 0")
+        return _EMPTY_FRAMES[name]
 
     def requests(self) -> pl.DataFrame:
         """One row per logical request (client + attempts + gate + engine)."""

@@ -4,6 +4,7 @@ ClickHouse exporter schema holds the spans: the same report, the same window, no
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import polars as pl
@@ -177,3 +178,31 @@ def test_a_run_keeps_the_engine_spans_of_its_traces(stores: tuple[Path, str], tm
         with open_analysis(parse_source(text), window=Window(runs=(run,))) as analysis:
             got = analysis.lending_episodes().select("span_id", "engine_schedule_s", "ttft_s")
         assert got.sort("span_id").equals(expected.sort("span_id")), text
+
+
+def test_each_shared_layer_is_computed_once_per_analysis(stores: tuple[Path, str]) -> None:
+    """ClickHouse computes a CTE at every reference: the layers several others read are kept in
+    session temporary tables, each made once, in dependency order, when a query first needs it."""
+    from restorelens.analysis.on_clickhouse import KEPT_LAYERS
+    from restorelens.analysis.queries import load_query
+    from restorelens.analysis.report import build_report
+
+    _, chdb = stores
+    with open_analysis(parse_source(chdb)) as analysis:
+        assert analysis.kept == []
+        analysis.lending_episodes()
+        lending = list(analysis.kept)
+        assert "typed_gate_restores" in lending and "typed_model_wakes" not in lending
+        first = build_report(analysis)
+        kept = list(analysis.kept)
+        assert kept[:len(lending)] == lending
+        assert kept == list(dict.fromkeys(kept)) and set(kept) <= set(KEPT_LAYERS)
+        for index, name in enumerate(kept):  # each made after the kept layers it reads
+            read = set(re.findall(r"\b(?:from|join)\s+(\w+)", load_query(name).sql))
+            reads = {other for other in KEPT_LAYERS if other in read}
+            assert reads <= set(kept[:index]), name
+        assert {"typed_model_wakes", "request_attempts", "requests"} <= set(kept)
+        again = build_report(analysis)
+        assert analysis.kept == kept  # nothing made twice (ClickHouse refuses an existing name anyway)
+    for name, frame in first.items():
+        assert frame.equals(again[name]), name

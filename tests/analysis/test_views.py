@@ -98,6 +98,23 @@ def test_materialised_layers_give_the_same_frames_as_views() -> None:
     assert Analysis(con).attempts().height == 6
 
 
+def test_a_view_read_by_columns_is_those_columns_of_the_whole_view() -> None:
+    traces = Traces()
+    wakes(traces, {"in-place": [0.5, 1.5], "make-room": [3.0]})
+    analysis = Analysis(traces.store())
+    columns = ["e2e_s", "traffic_class", "attempts"]
+    chosen = analysis.view("requests", columns)
+    assert chosen.columns == columns
+    assert chosen.sort("e2e_s").equals(analysis.view("requests").select(columns).sort("e2e_s"))
+    # a view without its driving spans: still those columns, typed as computed
+    empty = Analysis(Traces().store()).view("wake_episodes", ["overshoot_s", "wake_path"])
+    assert empty.height == 0 and empty.schema == analysis.view("wake_episodes").select("overshoot_s", "wake_path").schema
+    with pytest.raises(SettingError, match="setting column: unknown column 'e2e' in requests; valid: "):
+        analysis.view("requests", ["e2e_s", "e2e"])
+    with pytest.raises(SettingError, match="unknown column 'x\" from otel_traces --'"):
+        analysis.view("requests", ['x" from otel_traces --'])
+
+
 def test_a_view_without_its_driving_spans_is_empty_with_the_computed_columns() -> None:
     # requests but no wake, restore or state spans: those views are answered without running them
     without = Traces()
