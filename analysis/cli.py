@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-__all__ = ["COMMANDS", "check", "report"]
+__all__ = ["COMMANDS", "check", "report", "window_options"]
 
 _DB = click.option(
     "--db",
@@ -32,28 +32,29 @@ _RUN = click.option("--run", "runs", multiple=True, metavar="RUN_ID",
                     help="Only spans of this run (restore.run_id on the span or its resource; repeatable).")
 
 
-def _sources(command: Any) -> Any:
-    for option in reversed((_DB, _SOURCE, _SINCE, _UNTIL, _RUN)):
+def window_options(command: Any) -> Any:
+    """``--since``, ``--until`` and ``--run`` (the command takes ``since``, ``until`` and ``runs``;
+    ``analysis.sources.parse_window`` reads them): the window of every command that reads a store."""
+    for option in reversed((_SINCE, _UNTIL, _RUN)):
         command = option(command)
     return command
+
+
+def _sources(command: Any) -> Any:
+    return _DB(_SOURCE(window_options(command)))
 
 
 def _where(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
            runs: tuple[str, ...]) -> tuple[Any, Any]:
     """The source (``--db`` or ``--source``, exactly one) and the window the options name."""
-    from restorelens.analysis.sources import Window
-    from restorelens.sources import parse_source, parse_time
+    from restorelens.analysis.sources import parse_window
     from restorelens.errors import SettingError
+    from restorelens.sources import parse_source
 
     if (db_path is None) == (source_text is None):
         raise SettingError("--source", "give the spans' store: --db PATH or --source SOURCE (one of them)")
-    if any(not run.strip() for run in runs):
-        raise SettingError("--run", "needs a run id (restore.run_id), not an empty one")
+    window = parse_window(since, until, runs)
     source = parse_source(source_text, "--source") if source_text is not None else parse_source(f"duckdb:{db_path}")
-    window = Window(since_ns=parse_time(since, "--since") if since else None,
-                    until_ns=parse_time(until, "--until") if until else None, runs=tuple(runs))
-    if window.since_ns is not None and window.until_ns is not None and window.until_ns <= window.since_ns:
-        raise SettingError("--until", "must be after --since")
     return source, window
 
 

@@ -250,3 +250,33 @@ def test_check_help_and_the_docs_state_the_exit_codes() -> None:
     assert "2 the check could not run" in text
     docs = " ".join((Path(__file__).parents[2] / "docs" / "analysis.md").read_text().split())
     assert "| 2 | the check could not run:" in docs
+
+
+def test_report_and_check_read_only_the_window(store: Path) -> None:
+    """The wakes' traces start at 00:00:00, the lending one at 00:01:00 (builders.BASE_S is 2026-01-01)."""
+    def counts(*window: str) -> tuple[int, int]:
+        result = invoke("report", "--db", str(store), "--format", "json", "--section", "episode_counts", *window)
+        assert result.exit_code == 0, result.output
+        rows = {row["episodes"]: row["count"] for row in json.loads(result.output)["episode_counts"]}
+        return rows["lending"], rows["wake"]
+
+    assert counts() == (1, 2)
+    assert counts("--since", "2026-01-01T00:00:30Z") == (1, 0)
+    assert counts("--until", "2026-01-01T00:00:30Z") == (0, 2)
+    drained = invoke("check", "--db", str(store), "--max", "drain_s.max=5")
+    assert drained.exit_code == 0, drained.output
+    outside = invoke("check", "--db", str(store), "--max", "drain_s.max=5", "--until", "2026-01-01T00:00:30Z")
+    assert outside.exit_code == 1 and "drain_s.max" in outside.output and "nothing to check" in outside.output
+
+
+@pytest.mark.parametrize(("window", "message"), [
+    (["--since", "yesterday"], "setting --since: 'yesterday' is not an ISO 8601 time"),
+    (["--since", "2026-01-02", "--until", "2026-01-01"], "setting --until: must be after --since"),
+    (["--run", "a", "--run", ""], "setting --run: needs a run id"),
+])
+def test_a_bad_window_is_one_line_for_report_and_check(store: Path, window: list[str], message: str) -> None:
+    for args, exit_code in ((["report"], 1), (["check", "--max", "drain_s.max=1"], 2)):
+        result = invoke(*args, "--db", str(store), *window)
+        assert result.exit_code == exit_code
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith(f"Error: {message}")
