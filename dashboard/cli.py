@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from restorelens.analysis.cli import window_options
+
 __all__ = ["COMMANDS", "DEFAULT_MAX_UPLOAD_BYTES", "dashboard", "streamlit_command"]
 
 #: ``source.DEFAULT_MAX_UPLOAD_BYTES`` (a test keeps them equal): source imports DuckDB, and
@@ -40,6 +42,7 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
 @click.option("--source", "source_text", metavar="SOURCE",
               help="Where the spans are: a DuckDB store path, chdb:PATH or clickhouse://USER@HOST:PORT/DATABASE "
                    "(password from RESTORELENS_CLICKHOUSE_PASSWORD); read only, frames kept for a minute.")
+@window_options
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8501, show_default=True, type=click.IntRange(1, 65535), help="HTTP port.")
 @click.option("--max", "limits", multiple=True, metavar="METRIC.STAT=N",
@@ -55,8 +58,9 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
               help="TOML file whose [analysis.labels] table maps labels onto your attribute names (other tables "
                    "ignored).")
-def dashboard(db: str | None, source_text: str | None, host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int,
-              labels: tuple[str, ...], config_file: str | None) -> None:
+def dashboard(db: str | None, source_text: str | None, since: str | None, until: str | None, runs: tuple[str, ...],
+              host: str, port: int, limits: tuple[str, ...], max_upload_bytes: int, labels: tuple[str, ...],
+              config_file: str | None) -> None:
     """Open the recovery dashboard on DB (or --source) at http://HOST:PORT.
 
     Pages: overview (episode counts, where each episode's time went, distributions per policy and
@@ -65,14 +69,21 @@ def dashboard(db: str | None, source_text: str | None, host: str, port: int, lim
     policy experiment (frontier and the study's gates), model lifecycle per run, model and pod,
     trace explorer. The sidebar filters runs (scenario, policy, seed, run id), sets the SLO and
     the percentile method, and can switch to the sample traces or an uploaded OTLP JSON(L) file.
+
+    --since, --until and --run read DB (or --source) for that window only, pushed down to the
+    store as report and check push it (at most 64 KiB of run ids); the sample traces and
+    uploads are read whole.
     """
     from restorelens.analysis import parse_limit
     from restorelens.analysis.settings import label_mapping
+    from restorelens.analysis.sources import parse_window
     from restorelens.dashboard import source
 
     for text in limits:
         parse_limit(text, "--max")
     mapping = label_mapping(config_file, labels)
+    window = parse_window(since, until, runs)
+    window_text = source.window_env_value(window)
     from restorelens.errors import SettingError
     from restorelens.sources import parse_source
 
@@ -83,7 +94,7 @@ def dashboard(db: str | None, source_text: str | None, host: str, port: int, lim
         path = str(Path(where.path).resolve())
     else:
         path = f"chdb:{Path(where.path).resolve()}" if where.kind == "chdb" else source_text.strip()  # type: ignore[union-attr]
-    source.validate_store(path)
+    source.validate_store(path, window=window)
     env = dict(os.environ)
     env[source.DB_ENV] = path
     env[source.MAX_UPLOAD_ENV] = str(max_upload_bytes)
@@ -93,6 +104,9 @@ def dashboard(db: str | None, source_text: str | None, host: str, port: int, lim
     env.pop(source.LABELS_ENV, None)
     if mapping:
         env[source.LABELS_ENV] = source.labels_env_value(mapping)
+    env.pop(source.WINDOW_ENV, None)  # the same for a window
+    if not window.everything:
+        env[source.WINDOW_ENV] = window_text
     command = streamlit_command(host, port, max_upload_bytes)
     click.echo(f"restorelens dashboard: http://{host}:{port} (spans from {path}); Ctrl-C stops it", err=True)
     sys.stdout.flush()

@@ -56,23 +56,27 @@ TTL_S = 10 * 60
 
 class StoreReader:
     """Opens short-lived read-only ``Analysis`` objects on one store (thread-safe: one at a time),
-    each with the label mapping the CLI set (``--label``, ``--config``), whichever store it is."""
+    each with the label mapping the CLI set (``--label``, ``--config``), whichever store it is, and
+    over the window the CLI set (``--since``, ``--until``, ``--run``) when it is the CLI's store."""
 
     def __init__(self, path: str) -> None:
-        source.validate_store(path)
+        # read once: the CLI fixes the mapping and the window for the life of the process, as it
+        # fixes the store
+        self.window = source.store_window(path)
+        source.validate_store(path, window=self.window)
         self.path = path
-        # read once: the CLI fixes the mapping for the life of the process, as it fixes the store
         self.labels = source.configured_labels()
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
     def analysis(self, slo: Slo | None = None) -> Iterator[Analysis]:
         with self._lock:
-            if source.is_warehouse(self.path):
+            if source.is_warehouse(self.path) or not self.window.everything:
                 from restorelens.analysis.sources import open_analysis
-                from restorelens.sources import parse_source
+                from restorelens.sources import Source, parse_source
 
-                with open_analysis(parse_source(self.path), slo=slo, labels=self.labels) as analysis:
+                store = parse_source(self.path) if source.is_warehouse(self.path) else Source("duckdb", path=self.path)
+                with open_analysis(store, window=self.window, slo=slo, labels=self.labels) as analysis:
                     yield analysis
                 return
             con = open_read_only(self.path, timeout_s=source.READ_LOCK_TIMEOUT_S)

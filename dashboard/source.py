@@ -1,7 +1,8 @@
 """Where the dashboard's spans come from: the ``--db`` store, the sample traces, or an uploaded file.
 
 No Streamlit here. The store named by ``--db`` reaches the Streamlit process through
-``DB_ENV``; sample and uploaded traces are loaded into a temporary store by the collector's loader,
+``DB_ENV``, and the window it is read for (``--since``, ``--until``, ``--run``) through
+``WINDOW_ENV``; sample and uploaded traces are loaded into a temporary store by the collector's loader,
 in one folder per dashboard process (``work_folder``), removed when the process exits.
 
 An upload is untrusted: its size is bounded before and after decompression (``MAX_UPLOAD_ENV``),
@@ -25,6 +26,7 @@ from typing import IO, Any
 
 import duckdb
 
+from restorelens.analysis.sources import Window
 from restorelens.collector import load_paths, open_read_only
 from restorelens.collector.schema import TABLE
 from restorelens.errors import InputError, SettingError
@@ -35,10 +37,13 @@ __all__ = [
     "LABELS_ENV",
     "LIMITS_ENV",
     "MAX_UPLOAD_ENV",
+    "MAX_WINDOW_ENV_CHARS",
     "SAMPLE_DIR",
+    "WINDOW_ENV",
     "configured_labels",
     "configured_limits",
     "configured_max_upload_bytes",
+    "configured_window",
     "copy_upload",
     "load_into_store",
     "labels_env_value",
@@ -47,9 +52,11 @@ __all__ = [
     "sample_files",
     "shown_name",
     "store_stamp",
+    "store_window",
     "upload_size_mib",
     "is_warehouse",
     "validate_store",
+    "window_env_value",
     "work_folder",
 ]
 
@@ -63,6 +70,13 @@ LABELS_ENV = "RESTORELENS_DASHBOARD_LABELS"
 #: The mapping's longest JSON text: six labels of 256-character names fit many times over, and the
 #: app reads no more than this from its environment before parsing it.
 MAX_LABELS_ENV_CHARS = 16 * 1024
+#: The window (``--since``, ``--until``, ``--run``) as one JSON object ``{"since_ns": int | null,
+#: "until_ns": int | null, "runs": [str, ...]}``: data for ``json.loads``, never code or SQL. It
+#: applies to the ``DB_ENV`` store only.
+WINDOW_ENV = "RESTORELENS_DASHBOARD_WINDOW"
+#: The window's longest JSON text: thousands of run ids, and well inside what Linux lets one
+#: environment string hold (128 KiB); the app reads no more than this before parsing it.
+MAX_WINDOW_ENV_CHARS = 64 * 1024
 #: Recorded traces shipped with the repository (present in a source checkout).
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "sample_traces"
 
@@ -126,6 +140,46 @@ def configured_labels() -> dict[str, str]:
     return checked_labels(LABELS_ENV, value)
 
 
+def window_env_value(window: Window) -> str:
+    """The window as ``WINDOW_ENV`` carries it (checked by the CLI before it gets here); runs longer
+    than ``MAX_WINDOW_ENV_CHARS`` together are a ``SettingError`` naming ``--run``."""
+    text = json.dumps({"since_ns": window.since_ns, "until_ns": window.until_ns, "runs": list(window.runs)},
+                      ensure_ascii=True, sort_keys=True)
+    if len(text) > MAX_WINDOW_ENV_CHARS:
+        raise SettingError("--run", f"the run ids take more than {MAX_WINDOW_ENV_CHARS} characters together "
+                                    "(as JSON): name fewer runs, or a time window instead")
+    return text
+
+
+def configured_window() -> Window:
+    """The window the CLI set (``WINDOW_ENV``), checked again as the CLI checks it: the environment
+    is the app's input too. None set: every span."""
+    from restorelens.analysis.sources import checked_window
+
+    text = os.environ.get(WINDOW_ENV)
+    if not text:
+        return Window()
+    if len(text) > MAX_WINDOW_ENV_CHARS:
+        raise SettingError(WINDOW_ENV, f"longer than {MAX_WINDOW_ENV_CHARS} characters")
+    shape = 'not a JSON object {"since_ns": int | null, "until_ns": int | null, "runs": [str, ...]}'
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: a deeply nested array
+        raise SettingError(WINDOW_ENV, shape) from None
+    if (not isinstance(value, dict) or not set(value) <= {"since_ns", "until_ns", "runs"}
+            or not isinstance(value.get("runs", []), list)):
+        raise SettingError(WINDOW_ENV, shape)
+    window = Window(since_ns=value.get("since_ns"), until_ns=value.get("until_ns"), runs=tuple(value.get("runs", [])))
+    return checked_window(window, since=f"{WINDOW_ENV} since_ns", until=f"{WINDOW_ENV} until_ns",
+                          run=f"{WINDOW_ENV} runs")
+
+
+def store_window(path: str | os.PathLike[str]) -> Window:
+    """The window ``path`` is read for: the CLI's (``configured_window``) for the store the CLI
+    named (``DB_ENV``), every span of any other (the sample traces, an upload)."""
+    return configured_window() if str(path) == os.environ.get(DB_ENV) else Window()
+
+
 def configured_max_upload_bytes() -> int:
     """The upload limit the CLI set (``MAX_UPLOAD_ENV``), or ``DEFAULT_MAX_UPLOAD_BYTES``."""
     text = os.environ.get(MAX_UPLOAD_ENV)
@@ -174,14 +228,15 @@ def store_stamp(path: str | os.PathLike[str]) -> tuple[int, ...]:
     return tuple(stamp)
 
 
-def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK_TIMEOUT_S) -> None:
+def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK_TIMEOUT_S,
+                   window: Window = Window()) -> None:
     """A one-line ``InputError`` unless ``path`` is a DuckDB file holding ``otel_traces``, or a
-    ClickHouse / chDB source (``--source``) whose ``otel_traces`` can be read."""
+    ClickHouse / chDB source (``--source``) whose ``otel_traces`` can be read (for ``window``)."""
     if is_warehouse(path):
         from restorelens.analysis.sources import open_analysis
         from restorelens.sources import parse_source
 
-        with open_analysis(parse_source(str(path))) as analysis:
+        with open_analysis(parse_source(str(path)), window=window) as analysis:
             analysis.runs()  # reads otel_traces: a missing table or server is a one-line error here
         return
     con = open_read_only(path, timeout_s=timeout_s)

@@ -73,7 +73,8 @@ def source_picker() -> None:
     """Sidebar: choose the --db store, the sample traces or an uploaded file (entrypoint only).
 
     The choice always sets the store the pages read, even to none: a failed upload shows its error,
-    never the --db store in its place. A caption under the choice says which store is shown.
+    never the --db store in its place. A caption under the choice says which store is shown, and
+    the window (--since, --until, --run) the --db store is read for.
     """
     db = os.environ.get(source.DB_ENV)
     samples = source.sample_files()
@@ -83,7 +84,8 @@ def source_picker() -> None:
         choice = st.radio("Spans from", options, key="source")
         try:
             if choice == _SOURCE_DB:
-                _show(db, f"the store {db} (read-only)")
+                window = source.configured_window().describe()
+                _show(db, f"the store {db} (read-only)" + (f", {window}" if window else ""))
             elif choice == _SOURCE_SAMPLES:
                 stamps = tuple(int(p.stat().st_mtime_ns) for p in samples)
                 _show(queries.sample_store(tuple(str(p) for p in samples), stamps), f"{len(samples)} sample file(s)")

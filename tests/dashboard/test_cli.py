@@ -10,11 +10,21 @@ from click.testing import CliRunner
 
 from restorelens.cli import cli
 from restorelens.dashboard import cli as dashboard_cli
-from restorelens.dashboard.source import DB_ENV, LIMITS_ENV, MAX_UPLOAD_ENV
+from restorelens.dashboard.source import DB_ENV, LABELS_ENV, LIMITS_ENV, MAX_UPLOAD_ENV, WINDOW_ENV
 
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, ["dashboard", *args])
+
+
+def handed_over(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment the command hands Streamlit (os.execve would replace the
+    test process: it is recorded instead; the browser test starts the real command)."""
+    seen: dict = {}
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(argv=argv, env=env))
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return seen["argv"], seen["env"]
 
 
 def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
@@ -94,27 +104,24 @@ def test_the_label_mapping_reaches_the_app_as_data_the_flag_winning_over_the_fil
     config = tmp_path / "restorelens.toml"
     config.write_text('[gate]\nport = 1\n\n[analysis.labels]\ntraffic_class = "app.class"\n'
                       'workload = "deployment.environment"\n')
-    seen: dict = {}
-    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(argv=argv, env=env))
-    result = invoke("--db", str(store_path), "--config", str(config), "--label", "traffic_class=app.tier",
-                    "--label", "run=app.run")
-    assert result.exit_code == 0, result.output
+    argv, env = handed_over(monkeypatch, "--db", str(store_path), "--config", str(config),
+                            "--label", "traffic_class=app.tier", "--label", "run=app.run")
     mapping = {"traffic_class": "app.tier", "workload": "deployment.environment", "run_id": "app.run"}
-    assert json.loads(seen["env"][LABELS_ENV]) == mapping
-    assert not any("app.tier" in arg for arg in seen["argv"])  # the environment, never the command line
-    monkeypatch.setenv(LABELS_ENV, seen["env"][LABELS_ENV])
+    assert json.loads(env[LABELS_ENV]) == mapping
+    assert not any("app.tier" in arg for arg in argv)  # the environment, never the command line
+    monkeypatch.setenv(LABELS_ENV, env[LABELS_ENV])
     assert configured_labels() == mapping  # what the app reads back
 
 
-def test_without_a_mapping_an_inherited_one_does_not_reach_the_app(store_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from restorelens.dashboard.source import LABELS_ENV
-
-    monkeypatch.setenv(LABELS_ENV, '{"traffic_class": "stale.attribute"}')
-    seen: dict = {}
-    monkeypatch.setattr(os, "execve", lambda path, argv, env: seen.update(env=env))
-    assert invoke("--db", str(store_path)).exit_code == 0
-    assert LABELS_ENV not in seen["env"]
+@pytest.mark.parametrize(("name", "inherited"), [
+    (LABELS_ENV, '{"traffic_class": "stale.attribute"}'),
+    (WINDOW_ENV, '{"runs": ["stale-run"]}'),
+])
+def test_without_a_mapping_or_window_an_inherited_one_does_not_reach_the_app(
+        store_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, inherited: str) -> None:
+    monkeypatch.setenv(name, inherited)
+    _, env = handed_over(monkeypatch, "--db", str(store_path))
+    assert name not in env
 
 
 @pytest.mark.parametrize(("args", "problem"), [
@@ -159,4 +166,81 @@ def test_the_app_checks_the_mapping_it_is_handed(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(LABELS_ENV, value)
     with pytest.raises(SettingError, match=LABELS_ENV) as raised:
         configured_labels()
+    assert problem in str(raised.value) and "\n" not in str(raised.value)
+
+
+# --- the window (--since, --until, --run) -----------------------------------------------------
+
+
+def test_the_window_options_are_report_and_checks_own() -> None:
+    from restorelens.analysis.cli import check, report
+
+    def options(command) -> dict:
+        return {p.name: (p.opts, p.help, p.metavar, p.multiple) for p in command.params
+                if p.name in ("since", "until", "runs")}
+
+    assert len(options(dashboard_cli.dashboard)) == 3
+    assert options(dashboard_cli.dashboard) == options(report) == options(check)
+
+
+def test_the_window_reaches_the_app_as_data(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from restorelens.analysis.sources import Window
+    from restorelens.dashboard.source import WINDOW_ENV, configured_window
+
+    argv, env = handed_over(monkeypatch, "--db", str(store_path), "--since", "2026-01-01T00:00:00Z",
+                            "--until", "2026-01-01T02:00:00+01:00", "--run", "lend-1", "--run", "it's; drop")
+    window = Window(since_ns=1_767_225_600 * 10**9, until_ns=1_767_229_200 * 10**9, runs=("lend-1", "it's; drop"))
+    assert json.loads(env[WINDOW_ENV]) == {"since_ns": window.since_ns, "until_ns": window.until_ns,
+                                           "runs": list(window.runs)}
+    assert not any("lend-1" in arg for arg in argv)  # the environment, never the command line
+    monkeypatch.setenv(WINDOW_ENV, env[WINDOW_ENV])
+    assert configured_window() == window  # what the app reads back
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--since", "yesterday"], "setting --since: 'yesterday' is not an ISO 8601 time"),
+    (["--since", ""], "setting --since: '' is not an ISO 8601 time"),
+    (["--until", "2300-01-01"], "setting --until: '2300-01-01' is outside what nanoseconds since 1970 can hold"),
+    (["--since", "2026-01-02", "--until", "2026-01-02T00:00:00Z"], "setting --until: must be after --since"),
+    (["--run", "a", "--run", ""], "setting --run: needs a run id"),
+    (["--run", "  "], "setting --run: needs a run id"),
+    (["--run", "r" * 65_536], "setting --run: the run ids take more than 65536 characters together"),
+    ([arg for i in range(2_000) for arg in ("--run", f"run-{i:040d}")],
+     "setting --run: the run ids take more than 65536 characters together"),
+])
+def test_a_bad_window_is_one_line_before_streamlit_starts_as_in_report(
+        store_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], problem: str) -> None:
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("Streamlit started"))
+    result = invoke("--db", str(store_path), *args)
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"Error: {problem}")
+    if "65536" not in problem:  # report reads any number of runs; the environment holds a bounded one
+        report = CliRunner().invoke(cli, ["report", "--db", str(store_path), *args])
+        assert report.output.strip() == line
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("not json", "not a JSON object"),
+    ('["since_ns", 1]', "not a JSON object"),
+    ('{"since": 1}', "not a JSON object"),
+    ('{"runs": "lend-1"}', "not a JSON object"),
+    ("[" * 10_000, "not a JSON object"),
+    ('{"since_ns": 1.5}', "since_ns: is not a whole number of nanoseconds"),
+    ('{"until_ns": true}', "until_ns: is not a whole number of nanoseconds"),
+    ('{"since_ns": 9223372036854775808}', "since_ns: is not a whole number of nanoseconds since 1970"),
+    ('{"runs": ["lend-1", ""]}', "runs: needs a run id"),
+    ('{"runs": [["lend-1"]]}', "runs: needs a run id"),
+    ('{"since_ns": 2, "until_ns": 1}', "until_ns: must be after RESTORELENS_DASHBOARD_WINDOW since_ns"),
+    ('{"runs": ["' + "r" * 70_000 + '"]}', "longer than 65536 characters"),
+])
+def test_the_app_checks_the_window_it_is_handed(monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
+    from restorelens.dashboard.source import WINDOW_ENV, configured_window
+    from restorelens.errors import SettingError
+
+    monkeypatch.setenv(WINDOW_ENV, value)
+    with pytest.raises(SettingError, match=WINDOW_ENV) as raised:
+        configured_window()
     assert problem in str(raised.value) and "\n" not in str(raised.value)
