@@ -18,10 +18,11 @@ engine cache, buffer pool or Python state survives; the OS page cache is not dro
 stores are read once before timing, so both start from it alike):
 
 - full: ``build_report`` (every section of ``restorelens report``) on ``open_analysis`` of the
-  source with ``materialize=True``, as ``restorelens report --source`` runs it. On chDB every query
-  is the layers as CTEs over ``otel_traces``; on DuckDB the store has no derived tables (the copies
-  went in by SQL, past the collector), so every layer is computed from ``otel_traces`` too: the
-  like-for-like pair. Up to ``DERIVE_UP_TO`` spans the DuckDB store's derived tables are then built
+  source with ``materialize=True``, as ``restorelens report --source`` runs it. On chDB the layers
+  others read are computed once into session temporary tables (``on_clickhouse.KEPT_LAYERS``) and
+  the rest are CTEs over them; on DuckDB the store has no derived tables (the copies went in by
+  SQL, past the collector), so every layer is computed from ``otel_traces`` too, the shared ones
+  into temporary tables: the like-for-like pair. Up to ``DERIVE_UP_TO`` spans the DuckDB store's derived tables are then built
   (as a collector keeps them) and the DuckDB report is timed again on them;
 - windowed: the same report on a 1-hour ``Window`` in the middle of the 24 hours (ClickHouse: a
   ``where`` on the scan, pruned by partition and granule; DuckDB: a temporary ``otel_traces`` of
@@ -411,7 +412,7 @@ def measure(size: int, base: tuple[Path, int, dict[str, int]], folder: Path, rou
 
     b = result["best"]
     print(f"  (best of {rounds} each, a fresh process per run)")
-    print(line("full report, chDB (CTEs over otel_traces)", b["chdb"], spans))
+    print(line("full report, chDB (every layer from otel_traces)", b["chdb"], spans))
     print(line("full report, DuckDB (every layer from otel_traces)", b["duckdb"], spans))
     if "duckdb derived" in b:
         print(f"  DuckDB derived tables built (as a collector keeps them) in {result['derive_s']:.1f} s; store "
