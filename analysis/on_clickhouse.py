@@ -4,21 +4,25 @@ each query sent as the layers it needs (``clickhouse.layer_sql``) over ``otel_tr
 ClickHouse computes a CTE again at every reference to it, and the layers reference each other many
 times over (``wake_episodes`` alone reads the typed layers dozens of times as CTEs). So the layers
 in ``KEPT_LAYERS`` (the typed and trace layers, and those several others read) are computed once per
-``ClickHouseAnalysis``, when a query first needs them, into session temporary tables
-(``CREATE TEMPORARY TABLE``, which ``readonly=2`` allows); the rest are CTEs. A typed layer reads
-only its own span name, filtered before the spans are deduplicated, so the exporter's sort key
-(``ServiceName, SpanName, Timestamp``) prunes the scan.
+``ClickHouseAnalysis``, when a query first needs them, into session temporary tables named
+``rl_kept_<layer>`` (``CREATE TEMPORARY TABLE``), which later queries read through a CTE of the
+layer's name; the rest are CTEs. A typed layer reads only its own span name, filtered before the
+spans are deduplicated (the exporter's sort key, ``ServiceName, SpanName, Timestamp``, prunes by it
+within each service). A user who may not create temporary tables (``readonly = 1``, or no
+``CREATE TEMPORARY TABLE`` grant) gets every layer as CTEs instead: the same answers, slower.
 
-Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing outlives the session:
-the shared macros are inlined, the label mapping and the (absent) ``engine_metrics`` table are
-CTEs, and the window (``sources.Window``) is a ``where`` on the CTE that reads the table, so
-ClickHouse prunes partitions and granules by time before any layer runs.
+Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing outlives the
+analysis: ``close()`` drops the temporary tables (and the session's end would); the shared macros
+are inlined, the label mapping and the (absent) ``engine_metrics`` table are CTEs, and the window
+(``sources.Window``) is a ``where`` on the CTE that reads the table, so ClickHouse prunes
+partitions and granules by time before any layer runs.
 """
 
 from __future__ import annotations
 
 import io
 import re
+import uuid
 from pathlib import Path
 from functools import cache
 from collections.abc import Mapping, Sequence
@@ -33,18 +37,32 @@ from restorelens.analysis.sources import Window, window_filter
 from restorelens.analysis.views import Analysis, Slo, checked_labels
 from restorelens.errors import InputError
 from restorelens.sources import Source, password
+from restorelens.spans import SPAN_CLIENT_REQUEST
 
 __all__ = ["KEPT_LAYERS", "ClickHouseAnalysis", "connect"]
 
 #: Layers computed once per analysis into session temporary tables, in dependency order: the typed
 #: and trace layers (a collector's store keeps the same ones) and the others several layers read.
 KEPT_LAYERS = tuple(name for name in VIEW_LAYERS if name in DERIVED_LAYERS or name in SHARED_LAYERS)
-#: The temporary tables' engine: columns compressed on the server's temporary disk, not in its
-#: memory, so a fleet-sized window's layers fit.
-KEPT_ENGINE = "MergeTree order by tuple()"
+#: The temporary tables' engines, the first the user may create: MergeTree keeps the columns
+#: compressed on disk (chDB's folder, the server's default disk) rather than in memory, so a
+#: fleet-sized window's layers fit; it needs ``CREATE ARBITRARY TEMPORARY TABLE`` (ClickHouse 23.3
+#: on), Memory only ``CREATE TEMPORARY TABLE``.
+KEPT_ENGINES = ("MergeTree order by tuple()", "Memory")
+#: A kept layer's temporary table: a name no user table is likely to have, so a layer never reads
+#: one of the user's tables in its place (e.g. after the server ended the session).
+KEPT_PREFIX = "rl_kept_"
+#: ClickHouse error codes meaning "this user or server may not create that temporary table":
+#: BAD_ARGUMENTS, UNKNOWN_STORAGE, INCORRECT_QUERY, READONLY, ACCESS_DENIED.
+_REFUSED_CODES = frozenset({36, 56, 80, 164, 497})
+#: How long a server keeps an idle session (and its temporary tables), in seconds.
+SESSION_TIMEOUT_S = 3600
+_CODE = re.compile(r"Code: (\d+)")
+_UNKNOWN_TABLE = 60
 
 _WORD = re.compile(r"\b[a-z_][a-z0-9_]*\b")
-_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+#: Comments and string literals: a layer's name inside either is not a read of that layer.
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", re.DOTALL)
 #: ``engine_metrics``' columns as ``collector/engine_metrics.sql`` types them: a fleet's ClickHouse
 #: has no such table (restorelens's collector writes it), so its layers read none.
 _NO_ENGINE_METRICS = ("select cast(null, 'Nullable(DateTime64(9))') as Timestamp, '' as Target, '' as MetricName, "
@@ -97,9 +115,12 @@ class _Server:
         import clickhouse_connect
 
         self.name = source.describe()
+        # a session of its own, named here rather than left to the driver's global default, so
+        # the kept layers' temporary tables are there for every later query of this analysis
         self._client = clickhouse_connect.get_client(
             host=source.host, port=source.port, username=source.user, password=password(),
-            database=source.database, secure=source.secure, settings={**clickhouse.SETTINGS, "readonly": 2},
+            database=source.database, secure=source.secure, session_id=f"restorelens-{uuid.uuid4()}",
+            settings={**clickhouse.SETTINGS, "readonly": 2, "session_timeout": SESSION_TIMEOUT_S},
         )
 
     def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
@@ -146,18 +167,28 @@ class ClickHouseAnalysis(Analysis):
         self._macros = _macro_bodies()
         #: The layers computed so far into this session's temporary tables (``KEPT_LAYERS``).
         self.kept: list[str] = []
+        #: The engines temporary tables may still be made with; none: every layer is a CTE.
+        self._engines = list(KEPT_ENGINES)
 
     # --- how a query reaches ClickHouse ---------------------------------------------------------
 
     def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
-        return _as_duckdb_gives(self._run(*self._compose(sql, parameters or {})), sql, parameters or {})
+        return _as_duckdb_gives(self._answer(sql, parameters or {}), sql, parameters or {})
 
-    def _run(self, text: str, values: dict[str, Any]) -> pl.DataFrame:
-        try:
-            return self.client.frame(text, values)
-        except Exception as exc:  # the drivers raise their own types; the line names what failed
-            raise InputError(self.client.name, f"cannot decompose its spans: {str(exc).strip().splitlines()[0]}") \
-                from None
+    def _answer(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> pl.DataFrame:
+        """``sql`` composed and run; once again from the spans if the server ended the session
+        (and its temporary tables with it) since the kept layers were made."""
+        for again in (False, True):
+            text, values = self._compose(sql, parameters, extra)
+            try:
+                return self.client.frame(text, values)
+            except Exception as exc:  # the drivers raise their own types; the line names what failed
+                if not again and self.kept and _code(exc) == _UNKNOWN_TABLE and KEPT_PREFIX in str(exc):
+                    self.kept.clear()
+                    continue
+                raise InputError(self.client.name,
+                                 f"cannot decompose its spans: {str(exc).strip().splitlines()[0]}") from None
+        raise AssertionError("unreachable")
 
     def _compose(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> tuple[str, dict[str, Any]]:
         """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table and the
@@ -176,7 +207,8 @@ class ClickHouseAnalysis(Analysis):
         table = f"{self.database}.otel_traces"
         where, values = window_filter(self.window, dialect="clickhouse", table=table)
         if span_name is not None:
-            # before the dedupe: a span's repeats share its name, and the sort key prunes by it
+            # before the dedupe: a span's repeats share its name, and within each service the
+            # exporter's sort key (ServiceName, SpanName, Timestamp) prunes by it
             where += " and SpanName = {rl_span_name:String}"
             values["rl_span_name"] = span_name
         values.update(parameters)
@@ -184,7 +216,8 @@ class ClickHouseAnalysis(Analysis):
         ctes = [("otel_traces", f"select * from {table} where {where} limit 1 by TraceId, SpanId"),
                 ("rl_label_map", self._label_map(values)),
                 ("engine_metrics", _NO_ENGINE_METRICS)]
-        ctes += [(name, _layer_text(name)) for name in VIEW_LAYERS if name in needed and name not in self.kept]
+        ctes += [(name, f"select * from {KEPT_PREFIX}{name}" if name in self.kept else _layer_text(name))
+                 for name in VIEW_LAYERS if name in needed]
         ctes += list(extra)
         composed = "with " + ",\n".join(f"{name} as ({text})" for name, text in ctes) + f"\nselect * from ({body})"
         return composed, values
@@ -197,11 +230,20 @@ class ClickHouseAnalysis(Analysis):
                 continue
             reads = _layers_needed(load_query(name).sql) - {name}
             text, values = self._with(_layer_text(name), {}, reads, span_name=SPAN_LAYERS.get(name))
-            try:
-                self.client.execute(f"create temporary table {name} engine = {KEPT_ENGINE} as {text}", values)
-            except Exception as exc:  # the drivers raise their own types; the line names what failed
-                raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
-                                                   f"{str(exc).strip().splitlines()[0]}") from None
+            while self._engines:
+                try:
+                    # a table left by a create the driver gave up on would refuse the name
+                    self.client.execute(f"drop temporary table if exists {KEPT_PREFIX}{name}", {})
+                    self.client.execute(f"create temporary table {KEPT_PREFIX}{name} engine = {self._engines[0]} "
+                                        f"as {text}", values)
+                    break
+                except Exception as exc:  # the drivers raise their own types; the line names what failed
+                    if _code(exc) not in _REFUSED_CODES:
+                        raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
+                                                           f"{str(exc).strip().splitlines()[0]}") from None
+                    self._engines.pop(0)  # not this engine for this user: the next, else CTEs
+            if not self._engines:
+                return
             self.kept.append(name)
 
     def _label_map(self, values: dict[str, Any]) -> str:
@@ -219,10 +261,29 @@ class ClickHouseAnalysis(Analysis):
     def _has_spans(self, span_name: str) -> bool:
         text, values = self._with("select count() > 0 as present from (select 1 from otel_traces limit 1)", {}, set(),
                                   span_name=span_name)
-        return bool(self._run(text, values)["present"][0])
+        try:
+            return bool(self.client.frame(text, values)["present"][0])
+        except Exception as exc:  # the drivers raise their own types; the line names what failed
+            raise InputError(self.client.name, f"cannot read its spans: {str(exc).strip().splitlines()[0]}") from None
+
+    def probe(self) -> None:
+        """Read ``otel_traces`` once, cheaply: a missing table or server is a one-line error here."""
+        self._has_spans(SPAN_CLIENT_REQUEST)
+
+    def _empty_frame(self, name: str) -> pl.DataFrame:
+        # DuckDB's columns and types (the frames are cast to them), from an empty store: asking
+        # ClickHouse would compute the kept layers under the view just to learn its columns
+        return pl.DataFrame(schema=_duckdb_schema(f"select * from {name}", {}))
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            for name in reversed(self.kept):
+                self.client.execute(f"drop temporary table if exists {KEPT_PREFIX}{name}", {})
+        except Exception:  # noqa: S110 - the session's end drops them too; closing must not fail on it
+            pass
+        finally:
+            self.kept.clear()
+            self.client.close()
 
     # --- the methods whose DuckDB form keeps state on the connection ------------------------------
 
@@ -230,7 +291,7 @@ class ClickHouseAnalysis(Analysis):
         summary = load_query("policy_summary")
         types = {name: _param_type(value) for name, value in self.slo.parameters().items()}
         extra = [("policy_summary", self._inline(_to_clickhouse(summary.sql, types)))]
-        frame = self._run(*self._compose(load_query("paired_differences").sql, self.slo.parameters(), extra))
+        frame = self._answer(load_query("paired_differences").sql, self.slo.parameters(), extra)
         return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
 
     def traces_for_request(self, request_id: str) -> list[str]:
@@ -239,6 +300,12 @@ class ClickHouseAnalysis(Analysis):
 
 
 _EMPTY_STORE: list[Any] = []
+
+
+def _code(exc: Exception) -> int | None:
+    """The ClickHouse error code in a driver's exception (both put ``Code: N`` in the message)."""
+    match = _CODE.search(str(exc))
+    return int(match.group(1)) if match else None
 
 
 def _duckdb_schema(sql: str, parameters: Mapping[str, Any]) -> pl.Schema:

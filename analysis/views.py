@@ -26,7 +26,7 @@ from restorelens.analysis.queries import load_query
 from restorelens.collector.derived import fresh_layers
 from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, engine_metrics_sql
 from restorelens.errors import InputError, SettingError, first_line
-from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE
+from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE, SPAN_CLIENT_REQUEST
 
 __all__ = ["GROUP_ALIASES", "LABELS", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_labels",
            "checked_seconds", "nearest_rank"]
@@ -157,6 +157,10 @@ class Analysis:
         ).fetchall()
         return bool(rows[0][0])
 
+    def probe(self) -> None:
+        """Read ``otel_traces`` once, cheaply: a missing table or server is a one-line error here."""
+        self._has_spans(SPAN_CLIENT_REQUEST)
+
     def _is_empty(self, name: str) -> bool:
         """True when layer ``name`` has no rows because the store holds none of its driving spans."""
         span_name = DRIVING_SPANS.get(name)
@@ -216,6 +220,8 @@ class Analysis:
         if name not in VIEW_LAYERS:
             raise SettingError("view", f"unknown view {name!r}; valid: {', '.join(VIEW_LAYERS)}")
         if columns is not None:
+            if isinstance(columns, str) or not columns or len(set(columns)) != len(columns):
+                raise SettingError("column", f"give {name}'s columns as a list of distinct names, got {columns!r}")
             known = self._empty_frame(name).columns
             unknown = [column for column in columns if column not in known]
             if unknown:

@@ -237,7 +237,7 @@ def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK
         from restorelens.sources import parse_source
 
         with open_analysis(parse_source(str(path)), window=window) as analysis:
-            analysis.runs()  # reads otel_traces: a missing table or server is a one-line error here
+            analysis.probe()
         return
     con = open_read_only(path, timeout_s=timeout_s)
     try:

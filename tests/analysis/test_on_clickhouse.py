@@ -98,7 +98,7 @@ def test_a_window_reads_the_same_spans_on_both_engines(stores: tuple[Path, str],
         assert 0 < frames[0][0].height < 206 and frames[0][1] > 0  # some requests and wakes, not all
 
 
-def test_reading_creates_nothing_on_the_server(stores: tuple[Path, str]) -> None:
+def test_reading_leaves_nothing_behind(stores: tuple[Path, str]) -> None:
     from chdb import session
 
     _, chdb = stores
@@ -206,3 +206,58 @@ def test_each_shared_layer_is_computed_once_per_analysis(stores: tuple[Path, str
         assert analysis.kept == kept  # nothing made twice (ClickHouse refuses an existing name anyway)
     for name, frame in first.items():
         assert frame.equals(again[name]), name
+
+
+def _temporary_tables(analysis: object) -> list[str]:
+    answer = analysis.client._session.query(  # type: ignore[attr-defined]
+        "select name from system.tables where is_temporary order by name", "CSV")
+    return [line.strip('"') for line in answer.bytes().decode().split()]
+
+
+def test_kept_layers_are_temporary_tables_dropped_on_close(stores: tuple[Path, str]) -> None:
+    _, chdb = stores
+    folder = Path(chdb.removeprefix("chdb:"))
+    with open_analysis(parse_source(chdb)) as analysis:
+        analysis.requests()
+        assert _temporary_tables(analysis) == sorted(f"rl_kept_{name}" for name in analysis.kept)
+        assert "rl_kept_requests" in _temporary_tables(analysis)
+    leftovers = folder / "data" / "_temporary_and_external_tables"
+    assert not leftovers.exists() or not any(leftovers.iterdir())
+
+
+def test_a_kept_layer_the_session_lost_is_made_again(stores: tuple[Path, str]) -> None:
+    """A server ends an idle session and its temporary tables with it: the next query makes the
+    layers again instead of failing (or reading a user's table of that name)."""
+    duck, chdb = stores
+    with open_analysis(parse_source(str(duck))) as analysis:
+        expected = analysis.wake_episodes()
+    with open_analysis(parse_source(chdb)) as analysis:
+        analysis.requests()
+        for name in reversed(analysis.kept):
+            analysis.client._session.query(f"drop temporary table rl_kept_{name}")
+        assert analysis.wake_episodes().equals(expected)
+        assert "typed_model_wakes" in analysis.kept
+        assert _temporary_tables(analysis) == sorted(f"rl_kept_{name}" for name in analysis.kept)
+
+
+@pytest.mark.parametrize("engines", [("NoSuchEngine", "Memory"), ("NoSuchEngine",)])
+def test_a_user_who_may_not_make_a_kept_table_gets_the_same_report(
+        stores: tuple[Path, str], engines: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine the server refuses (ClickHouse's own error, as for a user without the grant) is
+    skipped: the next one keeps the layers, and with none left every layer is a CTE."""
+    from restorelens.analysis import on_clickhouse
+
+    duck, chdb = stores
+    monkeypatch.setattr(on_clickhouse, "KEPT_ENGINES", engines)
+    with open_analysis(parse_source(chdb)) as analysis:
+        analysis.requests()
+        assert bool(analysis.kept) == (len(engines) > 1)
+    assert _csv("--source", chdb) == _csv("--db", str(duck))
+
+
+def test_the_report_with_a_label_mapping_is_the_same_on_both_engines(stores: tuple[Path, str]) -> None:
+    duck, chdb = stores
+    label = ["--label", f"run_id={ATTR_SCENARIO}", "--label", f"workload={ATTR_SCENARIO}"]
+    on_duckdb = _csv("--db", str(duck), *label)
+    assert on_duckdb != _csv("--db", str(duck))  # the mapping changes the report
+    assert _csv("--source", chdb, *label) == on_duckdb

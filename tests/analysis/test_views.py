@@ -113,6 +113,9 @@ def test_a_view_read_by_columns_is_those_columns_of_the_whole_view() -> None:
         analysis.view("requests", ["e2e_s", "e2e"])
     with pytest.raises(SettingError, match="unknown column 'x\" from otel_traces --'"):
         analysis.view("requests", ['x" from otel_traces --'])
+    for bad in ([], ["e2e_s", "e2e_s"], "e2e_s"):
+        with pytest.raises(SettingError, match="setting column: give requests's columns as a list of distinct names"):
+            analysis.view("requests", bad)
 
 
 def test_a_view_without_its_driving_spans_is_empty_with_the_computed_columns() -> None:
