@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -342,6 +343,9 @@ def timed(spec: dict) -> dict:
         process.kill()
         process.communicate()
         return {"error": f"timed out after {WORKER_TIMEOUT_S} s"}
+    if process.returncode == -signal.SIGKILL:
+        # nothing on stderr: the kernel's OOM killer is what sends SIGKILL to a worker here
+        return {"error": "killed by SIGKILL (out of memory: the kernel's OOM killer; see dmesg)"}
     if process.returncode != 0:
         lines = [line for line in err.strip().splitlines() if line.strip()]
         return {"error": f"exit {process.returncode}: {lines[-1] if lines else '?'}"}
