@@ -8,8 +8,9 @@ in ``KEPT_LAYERS`` (the typed and trace layers, and those several others read) a
 ``rl_kept_<layer>`` (``CREATE TEMPORARY TABLE``), which later queries read through a CTE of the
 layer's name; the rest are CTEs. A typed layer reads only its own span name, filtered before the
 spans are deduplicated (the exporter's sort key, ``ServiceName, SpanName, Timestamp``, prunes by it
-within each service). A user who may not create temporary tables (``readonly = 1``, or no
-``CREATE TEMPORARY TABLE`` grant) gets every layer as CTEs instead: the same answers, slower.
+within each service). A user who may not create MergeTree temporary tables (no ``CREATE
+ARBITRARY TEMPORARY TABLE`` grant, or a server before 23.3) keeps them in Memory; one who may
+create none gets every layer as CTEs: the same answers, slower.
 
 Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing outlives the
 analysis: ``close()`` drops the temporary tables (and the session's end would); the shared macros
@@ -35,7 +36,7 @@ from restorelens.analysis.layers import DERIVED_LAYERS, MACROS, PARAMETERISED, S
 from restorelens.analysis.queries import load_query
 from restorelens.analysis.sources import Window, window_filter
 from restorelens.analysis.views import Analysis, Slo, checked_labels
-from restorelens.errors import InputError
+from restorelens.errors import InputError, first_line
 from restorelens.sources import Source, password
 from restorelens.spans import SPAN_CLIENT_REQUEST
 
@@ -144,7 +145,7 @@ def connect(source: Source) -> Any:
         raise InputError(source.describe(), f"needs the clickhouse extra (pip install 'restorelens[clickhouse]'): "
                                             f"{exc.name} is missing") from None
     except Exception as exc:  # the drivers raise their own types; the message names what failed
-        raise InputError(source.describe(), f"cannot connect: {str(exc).splitlines()[0]}") from None
+        raise InputError(source.describe(), f"cannot connect: {first_line(exc)}") from None
 
 
 class ClickHouseAnalysis(Analysis):
@@ -187,7 +188,7 @@ class ClickHouseAnalysis(Analysis):
                     self.kept.clear()
                     continue
                 raise InputError(self.client.name,
-                                 f"cannot decompose its spans: {str(exc).strip().splitlines()[0]}") from None
+                                 f"cannot decompose its spans: {first_line(exc)}") from None
         raise AssertionError("unreachable")
 
     def _compose(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> tuple[str, dict[str, Any]]:
@@ -240,7 +241,7 @@ class ClickHouseAnalysis(Analysis):
                 except Exception as exc:  # the drivers raise their own types; the line names what failed
                     if _code(exc) not in _REFUSED_CODES:
                         raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
-                                                           f"{str(exc).strip().splitlines()[0]}") from None
+                                                           f"{first_line(exc)}") from None
                     self._engines.pop(0)  # not this engine for this user: the next, else CTEs
             if not self._engines:
                 return
@@ -264,7 +265,7 @@ class ClickHouseAnalysis(Analysis):
         try:
             return bool(self.client.frame(text, values)["present"][0])
         except Exception as exc:  # the drivers raise their own types; the line names what failed
-            raise InputError(self.client.name, f"cannot read its spans: {str(exc).strip().splitlines()[0]}") from None
+            raise InputError(self.client.name, f"cannot read its spans: {first_line(exc)}") from None
 
     def probe(self) -> None:
         """Read ``otel_traces`` once, cheaply: a missing table or server is a one-line error here."""
