@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from opentelemetry.sdk.resources import SERVICE_NAME
 
+from restorelens.collector.phases import ARROW_BUILD, DECODE, Phases
 from restorelens.collector.rows import ARROW_SCHEMA, KIND_NAMES, STATUS_NAMES, double_to_str
 
 __all__ = ["BLOCK_BYTES", "Unsupported", "read_collector_jsonl"]
@@ -225,15 +226,24 @@ class _Unclosed:
         self.closed = True
 
 
-def read_collector_jsonl(stream: IO[bytes]) -> Iterator[pa.Table]:
-    """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream; may raise Unsupported."""
+def read_collector_jsonl(stream: IO[bytes], phases: Phases | None = None) -> Iterator[pa.Table]:
+    """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream; may raise Unsupported.
+    ``phases`` gets the seconds spent reading JSON (decode) and flattening it (Arrow build)."""
+    phases = phases if phases is not None else Phases()
     try:
-        reader = pj.open_json(
-            pa.PythonFile(_Unclosed(stream), mode="r"),  # type: ignore[arg-type]
-            read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
-            parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="error"),
-        )
-        for batch in reader:
-            yield _flatten(batch.column(0))
+        with phases.timing(DECODE):
+            reader = pj.open_json(
+                pa.PythonFile(_Unclosed(stream), mode="r"),  # type: ignore[arg-type]
+                read_options=pj.ReadOptions(block_size=BLOCK_BYTES),
+                parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="error"),
+            )
+        while True:
+            with phases.timing(DECODE):
+                batch = next(reader, None)
+            if batch is None:
+                return
+            with phases.timing(ARROW_BUILD):
+                table = _flatten(batch.column(0))
+            yield table
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, pa.ArrowIndexError) as exc:
         raise Unsupported(str(exc).splitlines()[0]) from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,12 +29,14 @@ from restorelens.collector.decode_tempo import decode_tempo_json, is_tempo_json
 from restorelens.collector.fast_jsonl import read_collector_jsonl
 from restorelens.collector.files import (
     ParquetProblem,
+    Payload,
     compression,
     is_parquet,
     open_stream,
     read_parquet_tables,
     read_payloads,
 )
+from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
@@ -87,6 +89,8 @@ class LoadSummary:
     errors: list[str] = field(default_factory=list)
     #: One per file, in the order read.
     inputs: list[FileRead] = field(default_factory=list)
+    #: Seconds per step of the load (``phases.py``).
+    phases: Phases = field(default_factory=Phases)
 
     def add_error(self, message: str) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -142,7 +146,7 @@ def _load_fast(
             if not is_json:
                 return False
             loaded = total = 0
-            for table in read_collector_jsonl(stream):
+            for table in read_collector_jsonl(stream, store.phases):
                 loaded += store.insert_table(con, table, skip_existing=skip_existing)
                 total += table.num_rows
     except duckdb.ConstraintException:
@@ -224,6 +228,16 @@ def _decode_json(obj: Any, rows: SpanRows, where: str, check_unicode: bool) -> t
     return OTLP_JSON, ""
 
 
+def _timed(payloads: Iterator[Payload], phases: Phases) -> Iterator[Payload]:
+    """``payloads``, the time spent reading and parsing each counted as decoding."""
+    while True:
+        with phases.timing(DECODE):
+            payload = next(payloads, None)
+        if payload is None:
+            return
+        yield payload
+
+
 def _labelled(name: str, packing: str) -> str:
     return f"{name} ({packing})" if packing else name
 
@@ -256,7 +270,9 @@ def load_paths(
 
     summary = LoadSummary(files=len(files))
     # derived tables for 200k spans at a time (or a whole file, once committed), not per block
-    with SpanStore(db_path, lock_timeout_s=lock_timeout_s, max_underived_spans=DERIVE_EVERY_SPANS) as store:
+    with SpanStore(
+        db_path, lock_timeout_s=lock_timeout_s, max_underived_spans=DERIVE_EVERY_SPANS, phases=summary.phases
+    ) as store:
         rows = SpanRows()
 
         def flush() -> None:
@@ -295,7 +311,7 @@ def load_paths(
             formats: dict[str, None] = {}
             notes: dict[str, None] = {}
             file_spans = 0
-            for payload in read_payloads(path, on_bytes):
+            for payload in _timed(read_payloads(path, on_bytes), summary.phases):
                 where = f"{path}:{payload.number}"
                 if payload.error:
                     summary.malformed += 1
@@ -304,11 +320,12 @@ def load_paths(
                 mark = len(rows.rows)
                 before = len(rows)
                 try:
-                    if payload.data is not None:
-                        decode_traces_proto_columns(payload.data, rows, f"{where}: ")
-                        name, note = OTLP_PROTOBUF, ""
-                    else:
-                        name, note = _decode_json(payload.parsed, rows, f"{where}: ", payload.may_hold_surrogates)
+                    with summary.phases.timing(DECODE):
+                        if payload.data is not None:
+                            decode_traces_proto_columns(payload.data, rows, f"{where}: ")
+                            name, note = OTLP_PROTOBUF, ""
+                        else:
+                            name, note = _decode_json(payload.parsed, rows, f"{where}: ", payload.may_hold_surrogates)
                 except PayloadError as exc:
                     del rows.rows[mark:]
                     summary.malformed += 1

@@ -19,6 +19,7 @@ import hmac
 import json
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -36,6 +37,7 @@ from starlette.routing import Route
 
 from restorelens.collector.decode_json import decode_traces_json, may_hold_surrogates
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
+from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.scrape import (
@@ -123,7 +125,12 @@ def _success(media_type: str, rows: SpanRows) -> Response:
     return Response(json.dumps(body), 200, media_type=JSON)
 
 
-def _decode(media_type: str, body: bytes) -> SpanRows:
+def _decode(media_type: str, body: bytes, phases: Phases) -> SpanRows:
+    with phases.timing(DECODE):
+        return _decode_rows(media_type, body)
+
+
+def _decode_rows(media_type: str, body: bytes) -> SpanRows:
     rows = SpanRows()
     if media_type == PROTOBUF:
         decode_traces_proto_columns(body, rows)
@@ -158,8 +165,11 @@ def create_receiver_app(
     ``scrape_targets`` (a Prometheus /metrics URL) is scraped into ``engine_metrics`` every
     ``scrape_interval_s`` during the lifespan, through the same writer.
     """
+    # each step's CPU measured on the thread doing it: requests decode concurrently with the writer
+    phases = Phases(time.thread_time)
     writer = StoreWriter(
-        db_path, max_pending_spans=max_pending_spans, lock_timeout_s=lock_timeout_s, **(writer_options or {})
+        db_path, max_pending_spans=max_pending_spans, lock_timeout_s=lock_timeout_s, phases=phases,
+        **(writer_options or {}),
     )
     expected_token = token.encode() if token else None
     retry_after = {"Retry-After": str(retry_after_s)}
@@ -206,7 +216,7 @@ def create_receiver_app(
         except CorruptBody as exc:
             return _status(answer_type, 400, str(exc))
         try:
-            rows = await run_in_threadpool(_decode, media_type, body)
+            rows = await run_in_threadpool(_decode, media_type, body, phases)
         except PayloadError as exc:
             return _status(answer_type, 400, str(exc))
         if not len(rows):
@@ -248,6 +258,7 @@ def create_receiver_app(
         lifespan=lifespan,
     )
     app.state.writer = writer
+    app.state.phases = phases  # seconds per step: decoding here, the writer's store steps
     app.state.scraper = scraper
 
     def head_refused() -> None:

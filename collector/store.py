@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from restorelens.collector import derived
 from restorelens.collector.decode_json import decode_traces_json
+from restorelens.collector.phases import ARROW_BUILD, COMMIT, DEDUPE, DERIVED, INSERT, OPEN_CLOSE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, create_schema
@@ -72,6 +73,8 @@ class SpanStore:
     those layers; a crash in between is repaired by the next writer that opens the store. Taking
     the file back after :meth:`release`, the store checks the derived tables again if anyone else
     wrote meanwhile (``derived.snapshot``), so another writer's spans are never left underived.
+
+    ``phases`` collects the seconds each step takes (``phases.py``; ``bench_collector`` prints them).
     """
 
     def __init__(
@@ -81,8 +84,10 @@ class SpanStore:
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         threads: int | None = None,
         max_underived_spans: int = 0,
+        phases: Phases | None = None,
     ) -> None:
         self.path = str(path)
+        self.phases = phases if phases is not None else Phases()
         self.lock_timeout_s = lock_timeout_s
         self.threads = threads
         self.max_underived_spans = max_underived_spans
@@ -97,25 +102,29 @@ class SpanStore:
 
     def connection(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            if self.path != ":memory:":
-                folder = Path(self.path).parent
-                try:
-                    folder.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise InputError(self.path, f"cannot create folder {folder}: {exc.strerror or exc}") from None
-            con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
-            try:
-                if self.threads:
-                    con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
-                create_schema(con)
-                if self._left_as is None or derived.snapshot(con) != self._left_as:
-                    derived.ensure(con)  # first open, or another writer (maybe older) was here
-                    self._derive_failed = False
-            except BaseException:
-                con.close()
-                raise
-            self._con = con
+            with self.phases.timing(OPEN_CLOSE):
+                self._con = self._open()
         return self._con
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        if self.path != ":memory:":
+            folder = Path(self.path).parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise InputError(self.path, f"cannot create folder {folder}: {exc.strerror or exc}") from None
+        con = connect(self.path, read_only=False, timeout_s=self.lock_timeout_s)
+        try:
+            if self.threads:
+                con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
+            create_schema(con)
+            if self._left_as is None or derived.snapshot(con) != self._left_as:
+                derived.ensure(con)  # first open, or another writer (maybe older) was here
+                self._derive_failed = False
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     @property
     def is_open(self) -> bool:
@@ -134,10 +143,11 @@ class SpanStore:
         assert self._con is not None
         derived_all = self.derive_pending() and not self._derive_failed
         self._left_as = None
-        if derived_all:
-            with contextlib.suppress(duckdb.Error):
-                self._left_as = derived.snapshot(self._con)
-        self._con.close()
+        with self.phases.timing(OPEN_CLOSE):
+            if derived_all:
+                with contextlib.suppress(duckdb.Error):
+                    self._left_as = derived.snapshot(self._con)
+            self._con.close()
         self._con = None
 
     def derive_pending(self) -> bool:
@@ -149,7 +159,7 @@ class SpanStore:
         try:
             # the batches come from different decoders; "permissive" unifies any type difference
             batch = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
-            with self.transaction() as con:
+            with self.transaction(commit_step=DERIVED) as con, self.phases.timing(DERIVED):
                 derived.insert_table(con, batch)
         # Anything: this runs after the spans' own commit (often inside the caller's transaction
         # block), and an error here must not read as if they were not stored. The next writer to
@@ -170,14 +180,16 @@ class SpanStore:
         self.close()
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
+    def transaction(self, *, commit_step: str = COMMIT) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction: committed when the block ends, rolled back if it raises. The commit's
+        time counts as ``commit_step`` in :attr:`phases`."""
         con = self.connection()
         underived = len(self._underived)
         con.begin()
         try:
             yield con
-            con.commit()
+            with self.phases.timing(commit_step):
+                con.commit()
         except BaseException:
             del self._underived[underived:]  # those spans were not stored after all
             # a failed commit has already ended the transaction: rolling back would raise and
@@ -201,13 +213,14 @@ class SpanStore:
         if not skip_existing:
             # No named view to unregister: a failed insert aborts the transaction, and unregistering
             # then would raise and hide the ConstraintException.
-            con.from_arrow(table).insert_into(TABLE)
+            with self.phases.timing(INSERT):
+                con.from_arrow(table).insert_into(TABLE)
             new = table
         else:
             # `returning` gives exactly the rows stored: not those already there, and of two
             # copies in one table the one `insert or ignore` kept (with several DuckDB threads,
             # not necessarily the first)
-            with derived.registered(con, "rl_incoming", table):
+            with self.phases.timing(DEDUPE), derived.registered(con, "rl_incoming", table):
                 new = con.sql(f"insert or ignore into {TABLE} select * from rl_incoming returning *").to_arrow_table()
         if new.num_rows:
             self._underived.append(new)
@@ -236,7 +249,8 @@ class SpanStore:
 
     def insert_batches(self, batches: Sequence[SpanRows]) -> list[tuple[int, int]]:
         """Insert each batch, all in one transaction; per batch (loaded, duplicate)."""
-        tables = [batch.to_arrow() for batch in batches]
+        with self.phases.timing(ARROW_BUILD):
+            tables = [batch.to_arrow() for batch in batches]
         loaded = self.insert_tables(tables)
         return [(n, table.num_rows - n) for n, table in zip(loaded, tables, strict=True)]
 

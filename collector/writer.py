@@ -28,6 +28,7 @@ from concurrent.futures import Future
 
 import pyarrow as pa
 
+from restorelens.collector.phases import Phases
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import SpanStore, read_requested
 
@@ -55,6 +56,7 @@ class StoreWriter:
         reader_window_s: float = 0.05,
         max_group_spans: int = 50_000,
         poll_s: float = 0.05,
+        phases: Phases | None = None,
     ) -> None:
         self.max_pending_spans = max_pending_spans
         self.max_pending_samples = max_pending_samples
@@ -66,7 +68,11 @@ class StoreWriter:
         # Fails fast if the file is locked. One DuckDB thread: a few thousand rows per insert gain
         # nothing from parallelism, and coordinating threads cost the receiver a quarter of its CPU.
         # Derived tables for up to 100k spans at once (and whenever the file is let go)
-        self._store = SpanStore(db_path, lock_timeout_s=lock_timeout_s, threads=1, max_underived_spans=100_000)
+        # (the writer thread's own CPU: with one DuckDB thread, the store's work runs on it)
+        self._store = SpanStore(
+            db_path, lock_timeout_s=lock_timeout_s, threads=1, max_underived_spans=100_000,
+            phases=phases if phases is not None else Phases(time.thread_time),
+        )
         self._store.release()
         self._queue: queue.Queue[object] = queue.Queue()
         self._pending = 0
@@ -74,6 +80,11 @@ class StoreWriter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._opened_at = 0.0
+
+    @property
+    def phases(self) -> Phases:
+        """Seconds per step of the writes so far (``phases.py``)."""
+        return self._store.phases
 
     @property
     def pending_spans(self) -> int:

@@ -200,3 +200,17 @@ def test_a_lone_surrogate_rejects_its_span_alone_naming_file_and_line(tmp_path: 
     assert (summary.loaded, summary.rejected) == (2, 1)
     assert summary.errors == [f"{first}:2: resourceSpans[0].scopeSpans[0].spans[0]: a string holds a lone "
                               "surrogate (\\ud800), which is not Unicode"]
+
+
+def test_a_load_says_which_steps_its_time_went_to(tmp_path: Path) -> None:
+    from restorelens.collector import phases
+
+    db = tmp_path / "t.duckdb"
+    fresh = load_paths([EXPORTER_LINES], db)
+    again = load_paths([EXPORTER_LINES], db)  # every span already stored: the dedupe step
+    lenient = load_paths([EXPORTER_LINES], tmp_path / "u.duckdb", fast=False)
+    steps = (phases.DECODE, phases.ARROW_BUILD, phases.INSERT, phases.DERIVED, phases.COMMIT, phases.OPEN_CLOSE)
+    assert list(fresh.phases.as_dict()) == list(steps)
+    assert phases.DEDUPE in again.phases.as_dict()
+    assert set(lenient.phases.as_dict()) >= set(steps)
+    assert all(wall >= 0 and cpu >= 0 for wall, cpu in fresh.phases.as_dict().values())
