@@ -1,31 +1,43 @@
-"""Decompose generated episodes: DuckDB SQL (analysis/sql) side by side with the same in polars.
+"""Decompose generated episodes: DuckDB SQL (analysis/sql) beside its anchor, polars from the raw spans.
 
 Default: 100k and 1M spans; ``--10m`` (or RESTORELENS_BENCH_10M=1) adds 10M (goal: <= 10 s on
 2 cores, near-linear). Each unit of 16 spans is one lending episode (returning request + restore),
 one wake episode (503 attempt, retry, engine, wake span) and two lifecycle state intervals.
 
-Timed, on a store file opened read-only (as ``restorelens report`` does), best of 3 runs at 10M
-and of 2 below (the machine is shared; others only ever add time): from the stored span tables
-to every public view computed (requests, attempts, lending
-and wake episodes, lifecycle intervals) and the policy summary, with the SQL layers materialised
-once (the report's mode). The collector keeps the typed layers and the trace layers
-(``gate_requests``, ``request_attempts``) as tables written with every batch
-(``collector/derived.py``); the generated spans go straight into ``otel_traces``, so those tables
-are derived after generation and that cost is printed on its own line (in a real store it is paid
-at load). Also timed: the same decomposition computing every layer from ``otel_traces`` (no
-derived tables), plain views (up to 1M spans), and the two episode views alone as plain views
-(what the dashboard's overview reads). The polars side starts from the same
-rows already in memory as Arrow (its load time is printed apart) and computes the same metrics;
-their totals are compared to make sure the two decompositions agree.
+Every side starts from the same store file (a generated ``otel_traces``, as ``restorelens report
+--db`` reads it), each run on a fresh connection, best of the same number of runs (``--repeats``,
+3 by default) for every side, the sides taking turns round by round. The work, every side alike:
+every public view of the decomposition (requests, attempts, lending and wake episodes, lifecycle
+intervals) and the policy summary, as polars DataFrames; their row counts and metric totals are
+checked equal between the sides.
+
+(a) The like-for-like comparison, both from the raw spans: SQL computing every layer from
+``otel_traces`` (shared layers materialised once, the report's mode) against the anchor, polars
+reading the columns it uses from the same file and computing the same decomposition. The ratio
+is printed both against that whole and against polars' decomposition alone (spans already in
+memory).
+
+(b) The store as a collector keeps it: the typed and trace layers kept as tables
+(``collector/derived.py``). Their build (one transaction, as a writer's ``derived.ensure`` runs it,
+plus a checkpoint) is timed on its own line, and the SQL reading them beside it, alone and build +
+query against the anchor.
+
+(c) Also timed: plain views on the derived tables, and the two episode views alone (what the
+dashboard's overview reads).
+
+Where the time goes: each side's best run, split by ``STAGES`` into the same parts on every side
+(SQL: each layer ``Analysis`` materialises and each view it reads; polars: the same steps).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -38,6 +50,8 @@ from restorelens.collector import derived
 from restorelens.collector.schema import create_schema
 
 SPANS_PER_UNIT = 16
+#: Runs of every side at every size; the fastest of each side is printed.
+REPEATS = 3
 BASE_NS = 1_767_225_600 * 1_000_000_000
 
 # Synthetic traces in the otel_traces layout. Offsets in nanoseconds within a unit; each unit is
@@ -157,6 +171,21 @@ def generate(con: duckdb.DuckDBPyConnection, spans: int) -> int:
     return units * SPANS_PER_UNIT
 
 
+class Laps:
+    """Wall and CPU seconds (this process, all threads) between successive marks, summed by the
+    name of the part that ended at each mark: the breakdown of one run, both sides alike."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, tuple[float, float]] = {}
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def mark(self, name: str) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        spent_wall, spent_cpu = self.parts.get(name, (0.0, 0.0))
+        self.parts[name] = (spent_wall + wall - self._wall, spent_cpu + cpu - self._cpu)
+        self._wall, self._cpu = wall, cpu
+
+
 # --- the same decomposition in polars ------------------------------------------------------------
 
 
@@ -183,8 +212,13 @@ def _base(spans: pl.DataFrame, name: str, *extra: pl.Expr) -> pl.DataFrame:
 
 
 def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: float = 30.0,
-                     excluded_phases: tuple[str, ...] = (S.ARRIVAL_PHASE_WAKE,)) -> dict[str, pl.DataFrame]:
-    """The layers of analysis/sql, written with polars expressions (same joins, same metrics)."""
+                     excluded_phases: tuple[str, ...] = (S.ARRIVAL_PHASE_WAKE,), laps: Laps | None = None
+                     ) -> dict[str, pl.DataFrame]:
+    """The layers of analysis/sql, written with polars expressions (same joins, same metrics).
+
+    Eager on purpose: each step runs where it is written, so ``laps`` can time it (``STAGES``
+    names the steps beside the SQL layers they stand for)."""
+    laps = laps if laps is not None else Laps()
     clients = _base(
         spans, S.SPAN_CLIENT_REQUEST,
         _event_ns(S.EVENT_RESPONSE_FIRST_CHUNK).alias("first_chunk_ns"),
@@ -217,6 +251,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         (start + (queue_s * 1e9).round().cast(pl.Int64)).alias("engine_scheduled_ns"),
         (start + (ttft_s * 1e9).round().cast(pl.Int64)).alias("engine_first_token_ns"),
     ).rename({"start_ns": "engine_arrival_ns", "span_id": "engine_span_id"})
+    laps.mark("typed")
 
     upstream = posts.select("trace_id", "span_id", pl.col("parent_span_id").alias("gate_span_id"),
                             pl.col("start_ns").alias("upstream_start_ns"))
@@ -228,6 +263,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
     )
     gate_requests = gates.join(engine_via_upstream, left_on=["trace_id", "span_id"],
                                right_on=["trace_id", "gate_span_id"], how="left")
+    laps.mark("gate_requests")
 
     client_attempts = posts.join(
         clients.select("trace_id", pl.col("span_id").alias("client_span_id"), "request_id",
@@ -264,6 +300,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
             ((pl.col("engine_scheduled_ns") - pl.col("start_ns")) / 1e9).alias("engine_schedule_s"),
         )
     )
+    laps.mark("attempts")
 
     last = attempts.filter(pl.col("attempt_index") == pl.col("attempt_count"))
     requests = clients.join(
@@ -274,6 +311,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("e2e_s"),
         ((pl.coalesce("first_chunk_ns", "engine_first_token_ns") - pl.col("start_ns")) / 1e9).alias("ttft_s"),
     )
+    laps.mark("requests")
 
     restores = _base(
         spans, S.SPAN_GATE_RESTORE,
@@ -296,6 +334,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("engine_scheduled_ns") - pl.col("grant_restored_ns")) / 1e9).alias("engine_schedule_s"),
         ((pl.col("first_token_ns") - pl.col("start_ns")) / 1e9).alias("ttft_s"),
     )
+    laps.mark("lending_episodes")
 
     wakes = _base(
         spans, S.SPAN_MODELCLAIM_WAKE,
@@ -335,6 +374,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("engine_scheduled_ns") - pl.col("success_start_ns")) / 1e9).alias("engine_schedule_s"),
         ((pl.col("first_token_ns") - pl.col("t0_ns")) / 1e9).alias("total_s"),
     )
+    laps.mark("wake_episodes")
 
     states = _base(spans, S.SPAN_MODELCLAIM_STATE, _attr(S.ATTR_GEN_AI_REQUEST_MODEL).alias("model"),
                    _attr(S.ATTR_MODELCLAIM_PHASE).alias("phase"))
@@ -342,6 +382,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         ((pl.col("end_ns") - pl.col("start_ns")) / 1e9).alias("duration_s"),
         pl.int_range(1, pl.len() + 1).over("model").alias("interval_index"),
     )
+    laps.mark("lifecycle_intervals")
 
     scored = requests.filter(~pl.col("arrival_phase").is_in(excluded_phases).fill_null(False)).with_columns(
         pl.col("policy").fill_null("none"),
@@ -363,6 +404,7 @@ def polars_decompose(spans: pl.DataFrame, slo_ttft_s: float = 5.0, slo_e2e_s: fl
         .alias("interactive_slo_goodput_rps"),
         (pl.col("batch_borrow_completed").sum() / pl.col("borrow_window_s").sum()).alias("batch_borrow_goodput_rps"),
     )
+    laps.mark("policy_summary")
     return {"requests": requests, "attempts": attempts, "lending_episodes": lending, "wake_episodes": wake,
             "lifecycle_intervals": lifecycle, "policy_summary": summary}
 
@@ -380,12 +422,63 @@ COMPARED = {
     "policy_summary": ("interactive_slo_goodput_rps", "batch_borrow_goodput_rps"),
 }
 
+#: The otel_traces columns the polars twin reads (the SQL, too, reads only the columns it uses).
+POLARS_COLUMNS = ("Timestamp", "TraceId", "SpanId", "ParentSpanId", "SpanName", "SpanAttributes", "Duration",
+                  "Events.Timestamp", "Events.Name", "Links.TraceId", "Links.SpanId")
 
-def sql_decompose(con: duckdb.DuckDBPyConnection, *, materialize: bool, use_derived: bool = True
-                  ) -> dict[str, pl.DataFrame]:
-    analysis = Analysis(con, materialize=materialize, use_derived=use_derived)
-    frames = {name: analysis.view(name) for name in PUBLIC}
+#: Where each run's time goes: a row of the breakdown -> the SQL parts it sums (a layer made into a
+#: temporary table by ``Analysis``, or ``read VIEW``: computing a view and converting it to
+#: polars) and the polars steps (``Laps`` marks in ``polars_decompose``) that do the same work.
+#: SQL parts named nowhere (macros, label map, engine metrics, empty views) fall into SETUP.
+SETUP = "set up / read the spans"
+STAGES = {
+    SETUP: ((), ("read",)),
+    "typed layers (client, HTTP, engine spans)": (
+        ("typed_client_requests", "typed_http_attempts", "typed_engine_requests"), ("typed",)),
+    "gate_requests (with typed gate spans)": (("gate_requests",), ("gate_requests",)),
+    "request_attempts + attempts": (("request_attempts", "read attempts"), ("attempts",)),
+    "span_labels + requests": (("span_labels", "requests", "read requests"), ("requests",)),
+    "lending_episodes": (("read lending_episodes",), ("lending_episodes",)),
+    "wake_episodes": (("read wake_episodes",), ("wake_episodes",)),
+    "lifecycle_intervals": (("read lifecycle_intervals",), ("lifecycle_intervals",)),
+    "policy_summary": (("policy_summary",), ("policy_summary",)),
+}
+
+_CREATED = re.compile(r"\s*create\s+(?:or\s+replace\s+)?temp(?:orary)?\s+(?:table|view)\s+(\w+)", re.IGNORECASE)
+
+
+class _LayerTimer:
+    """Stands in for the DuckDB connection ``Analysis`` is given and marks every layer it creates,
+    so that the breakdown times the real Analysis code rather than a copy of its steps."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, laps: Laps) -> None:
+        self._con = con
+        self._laps = laps
+
+    def execute(self, query: str, *args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        created = _CREATED.match(query)
+        if created is None:
+            return self._con.execute(query, *args, **kwargs)
+        self._laps.mark(SETUP)
+        result = self._con.execute(query, *args, **kwargs)
+        self._laps.mark(created.group(1))
+        return result
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._con, name)
+
+
+def sql_decompose(con: duckdb.DuckDBPyConnection, *, materialize: bool, use_derived: bool = True,
+                  laps: Laps | None = None) -> dict[str, pl.DataFrame]:
+    laps = laps if laps is not None else Laps()
+    analysis = Analysis(_LayerTimer(con, laps), materialize=materialize, use_derived=use_derived)  # type: ignore[arg-type]
+    laps.mark(SETUP)
+    frames = {}
+    for name in PUBLIC:
+        frames[name] = analysis.view(name)
+        laps.mark(f"read {name}")
     frames["policy_summary"] = analysis.policy_summary()
+    laps.mark("policy_summary")
     return frames
 
 
@@ -393,13 +486,6 @@ def sql_episodes(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
     """What the dashboard's overview reads: both episode views, as plain views, nothing else."""
     analysis = Analysis(con)
     return {"lending_episodes": analysis.lending_episodes(), "wake_episodes": analysis.wake_episodes()}
-
-
-def _timed(function, *args, **kwargs):
-    """(result, wall seconds, CPU seconds of this process over all its threads)."""
-    started, cpu_started = time.perf_counter(), time.process_time()
-    result = function(*args, **kwargs)
-    return result, time.perf_counter() - started, time.process_time() - cpu_started
 
 
 def _agree(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> list[str]:
@@ -414,74 +500,229 @@ def _agree(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> lis
     return problems
 
 
-def decompose_file(db: Path, *, materialize: bool, use_derived: bool = True) -> dict[str, pl.DataFrame]:
-    """``sql_decompose`` on a fresh read-only connection, as each ``restorelens report`` opens one."""
+# Each side below is one run from the store file: a fresh connection (as each `restorelens report`
+# opens one), closed before the next side starts. Each returns (frames or None, Laps).
+
+def sql_from_file(db: Path, *, use_derived: bool, materialize: bool = True) -> tuple[dict[str, pl.DataFrame], Laps]:
+    laps = Laps()
     with duckdb.connect(str(db), read_only=True) as con:
-        return sql_decompose(con, materialize=materialize, use_derived=use_derived)
+        frames = sql_decompose(con, materialize=materialize, use_derived=use_derived, laps=laps)
+    return frames, laps
 
 
-def _best(repeats: int, function, *args, **kwargs):
-    """The fastest of ``repeats`` runs (a shared machine only ever adds time): (result, wall, CPU)."""
-    runs = [_timed(function, *args, **kwargs) for _ in range(repeats)]
-    return min(runs, key=lambda run: run[1])
+def episodes_from_file(db: Path) -> tuple[dict[str, pl.DataFrame], Laps]:
+    laps = Laps()
+    with duckdb.connect(str(db), read_only=True) as con:
+        frames = sql_episodes(con)
+    laps.mark("episodes")
+    return frames, laps
 
 
-def run(spans: int, folder: Path) -> dict[str, float]:
-    # A store file, as users have it (`restorelens report --db`), read through a read-only connection
+def polars_from_file(db: Path) -> tuple[dict[str, pl.DataFrame], Laps]:
+    """The anchor: the spans polars needs read from the same store file (the only copy of the raw
+    spans a user has), then the same decomposition in polars."""
+    laps = Laps()
+    columns = ", ".join(f'"{column}"' for column in POLARS_COLUMNS)
+    with duckdb.connect(str(db), read_only=True) as con:
+        spans = con.sql(f"select {columns} from otel_traces").pl()
+    laps.mark("read")
+    return polars_decompose(spans, laps=laps), laps
+
+
+def build_derived(db: Path) -> tuple[None, Laps]:
+    """The derived tables built from every stored span, as a writer's ``derived.ensure`` does on
+    open (one transaction), then checkpointed: what a store pays for them at load."""
+    laps = Laps()
+    with duckdb.connect(str(db)) as writer:
+        writer.begin()
+        derived.rebuild(writer)
+        writer.commit()
+        writer.execute("checkpoint")
+    laps.mark("build")
+    return None, laps
+
+
+#: The sides of one size, each run once per round in this order: name -> (what it runs, its line's
+#: label, what that line includes; the legend is printed once at the start).
+SIDES = {
+    "build": (build_derived, "derived tables, build:",
+              "the 9 typed and trace layers built from otel_traces in one transaction + checkpoint, as a "
+              "writer's derived.ensure does (a real store pays this while loading)"),
+    "sql_raw": (lambda db: sql_from_file(db, use_derived=False), "SQL from raw spans:",
+                "every layer computed from otel_traces (the derived tables ignored), the shared layers "
+                "materialised once; the 5 public views and the policy summary read into polars"),
+    "polars": (polars_from_file, "anchor, polars from raw spans:",
+               f"the {len(POLARS_COLUMNS)} otel_traces columns it uses read from the same store file into polars, "
+               "then the same decomposition (same views, same metrics)"),
+    "sql_derived": (lambda db: sql_from_file(db, use_derived=True), "SQL on the derived tables:",
+                    "the 9 kept layers read from the store's tables, the rest computed (shared ones "
+                    "materialised once); the same views and summary read into polars; build not included"),
+    "sql_views": (lambda db: sql_from_file(db, use_derived=True, materialize=False), "SQL, plain views:",
+                  "as the line above, with nothing materialised (each view computes what it reads)"),
+    "episodes": (episodes_from_file, "SQL, the two episode views alone:",
+                 "the lending and wake episode views on the derived tables, as plain views (what the "
+                 "dashboard's overview reads)"),
+}
+
+
+def legend() -> list[str]:
+    """What each printed line includes (every run: a fresh connection to the store file; the
+    time from opening it to the last DataFrame)."""
+    return [f"  {label:<34s} {includes}" for _, label, includes in SIDES.values()]
+
+
+@dataclass
+class Measured:
+    """One side's best run of a size (the fastest by wall: a shared machine only ever adds time)."""
+
+    wall_s: float
+    cpu_s: float
+    laps: Laps
+    runs: int
+
+    @classmethod
+    def best(cls, runs: list[tuple[float, float, Laps]]) -> Measured:
+        wall_s, cpu_s, laps = min(runs, key=lambda run: run[0])
+        return cls(wall_s, cpu_s, laps, len(runs))
+
+    def part(self, *names: str) -> tuple[float, float]:
+        found = [self.laps.parts.get(name, (0.0, 0.0)) for name in names]
+        return sum(wall for wall, _ in found), sum(cpu for _, cpu in found)
+
+
+def _sql_stages(measured: Measured) -> dict[str, tuple[float, float]]:
+    """The SQL side's parts summed into ``STAGES`` rows, whatever no row names counted as SETUP."""
+    rows = {stage: measured.part(*sql_parts) for stage, (sql_parts, _) in STAGES.items()}
+    named = {part for sql_parts, _ in STAGES.values() for part in sql_parts}
+    rest = [name for name in measured.laps.parts if name not in named]
+    rows[SETUP] = measured.part(*rest)
+    return rows
+
+
+def _polars_stages(measured: Measured) -> dict[str, tuple[float, float]]:
+    return {stage: measured.part(*polars_parts) for stage, (_, polars_parts) in STAGES.items()}
+
+
+def _ratio(anchor: float, ours: float) -> str:
+    return f"{anchor / ours:.2f}x" if ours > 0 else "n/a"
+
+
+def measure(db: Path, repeats: int) -> tuple[dict[str, Measured], list[str]]:
+    """Every side ``repeats`` times, round by round (so a busy spell of the shared machine slows
+    every side alike), and the disagreements between SQL (both starts) and polars."""
+    runs: dict[str, list[tuple[float, float, Laps]]] = {name: [] for name in SIDES}
+    frames: dict[str, dict[str, pl.DataFrame]] = {}
+    for _ in range(repeats):
+        for name, (side, _, _) in SIDES.items():
+            started, cpu_started = time.perf_counter(), time.process_time()
+            result, laps = side(db)
+            runs[name].append((time.perf_counter() - started, time.process_time() - cpu_started, laps))
+            if name in ("sql_raw", "sql_derived", "polars") and name not in frames:
+                frames[name] = result
+            del result
+    problems = [f"SQL from raw spans vs polars: {p}" for p in _agree(frames["sql_raw"], frames["polars"])]
+    problems += [f"SQL on derived tables vs polars: {p}" for p in _agree(frames["sql_derived"], frames["polars"])]
+    return {name: Measured.best(side_runs) for name, side_runs in runs.items()}, problems
+
+
+def _line(side: str, measured: Measured, extra: str = "") -> str:
+    label = SIDES[side][1]
+    return f"    {label:<34s} {measured.wall_s:7.2f} s wall, {measured.cpu_s:7.2f} s CPU{extra}"
+
+
+def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
+    # A store file, as users have it (`restorelens report --db`), read through read-only connections
     db = folder / f"bench-{spans}.duckdb"
     with duckdb.connect(str(db)) as writer:
         spans, generate_s, _ = _timed(generate, writer, spans)
-        _, derive_s, derive_cpu_s = _timed(derived.rebuild, writer)
         writer.execute("checkpoint")
-    repeats = 3 if spans >= 10_000_000 else 2
-    materialized, sql_s, sql_cpu_s = _best(repeats, decompose_file, db, materialize=True)
-    _, bare_s, bare_cpu_s = _timed(decompose_file, db, materialize=True, use_derived=False)
-    con = duckdb.connect(str(db), read_only=True)
-    views = ""
-    if spans <= 1_000_000:  # plain views recompute shared layers per view: minutes at 10M
-        _, views_s, views_cpu_s = _timed(sql_decompose, con, materialize=False)
-        views = f"    SQL, plain views:              {views_s:6.2f} s wall, {views_cpu_s:6.2f} s CPU\n"
-    _, episodes_s, episodes_cpu_s = _timed(sql_episodes, con)
-    table, load_s, _ = _timed(lambda: con.sql("select * from otel_traces").pl())
-    polars_frames, polars_s, polars_cpu_s = _timed(polars_decompose, table)
-    problems = _agree(materialized, polars_frames)
-    print(
-        f"{spans:>10,} spans (generated in {generate_s:.1f} s)\n"
-        f"    derived tables (at load):      {derive_s:6.2f} s wall, {derive_cpu_s:6.2f} s CPU "
-        "(a real store pays this while loading)\n"
-        f"    SQL, layers materialised once: {sql_s:6.2f} s wall, {sql_cpu_s:6.2f} s CPU (best of {repeats}) "
-        f"({spans / sql_s / 1e6:.2f} M spans/s wall; goal at 10M: <= 10 s)\n"
-        f"    SQL, same, every layer from otel_traces: {bare_s:6.2f} s wall, {bare_cpu_s:6.2f} s CPU "
-        f"(derived tables save {1 - sql_s / bare_s:.0%})\n"
-        f"{views}"
-        f"    SQL, episodes only (views):    {episodes_s:6.2f} s wall, {episodes_cpu_s:6.2f} s CPU "
-        "(lending + wake, what the dashboard overview reads)\n"
-        f"    polars (same decomposition):   {polars_s:6.2f} s wall, {polars_cpu_s:6.2f} s CPU "
-        f"(+ {load_s:.2f} s to load the rows into polars)\n"
-        f"    ratio polars / SQL: {polars_s / sql_s:.2f}x wall, {polars_cpu_s / sql_cpu_s:.2f}x CPU; "
-        f"results {'agree' if not problems else 'DISAGREE'}",
-        flush=True,
-    )
-    for problem in problems:
-        print(f"    DISAGREE {problem}", flush=True)
-    con.close()
+    best, problems = measure(db, repeats)
+    build, raw, anchor, on_derived = best["build"], best["sql_raw"], best["polars"], best["sql_derived"]
+    read_s, _ = anchor.part("read")
+    compute_s = anchor.wall_s - read_s
+    build_and_query_s = build.wall_s + on_derived.wall_s
+    build_and_query_cpu_s = build.cpu_s + on_derived.cpu_s
+    lines = [
+        f"{spans:>10,} spans (generated in {generate_s:.1f} s); every line: best of {repeats} runs, the sides "
+        "alternating, each run on a fresh connection to the store file",
+        "  (a) from the raw spans, both sides",
+        _line("sql_raw", raw, f"  ({spans / raw.wall_s / 1e6:.2f} M spans/s wall)"),
+        _line("polars", anchor,
+              f"  (read the spans {read_s:.2f} s + decompose {compute_s:.2f} s)"),
+        f"    restorelens vs anchor: {_ratio(anchor.wall_s, raw.wall_s)} faster wall, "
+        f"{_ratio(anchor.cpu_s, raw.cpu_s)} less CPU (SQL from raw spans vs polars from raw spans; < 1 is slower); "
+        f"vs polars' decomposition alone, spans already in memory: {_ratio(compute_s, raw.wall_s)} wall",
+        "  (b) on the derived tables a collector keeps, their build beside",
+        _line("build", build),
+        _line("sql_derived", on_derived,
+              f"  ({spans / on_derived.wall_s / 1e6:.2f} M spans/s wall; goal at 10M: <= 10 s)"),
+        f"    on derived tables vs anchor: {_ratio(anchor.wall_s, on_derived.wall_s)} faster wall, "
+        f"{_ratio(anchor.cpu_s, on_derived.cpu_s)} less CPU (query alone); build + query {build_and_query_s:.2f} s wall, "
+        f"{build_and_query_cpu_s:.2f} s CPU vs anchor {anchor.wall_s:.2f} s: {_ratio(anchor.wall_s, build_and_query_s)} "
+        f"faster wall, {_ratio(anchor.cpu_s, build_and_query_cpu_s)} less CPU",
+        "  (c) other readings, on the derived tables",
+        _line("sql_views", best["sql_views"]),
+        _line("episodes", best["episodes"]),
+        f"  results: SQL from raw spans, SQL on the derived tables and polars "
+        f"{'agree' if not problems else 'DISAGREE'} (rows of every view, totals of "
+        f"{sum(map(len, COMPARED.values()))} metrics)",
+    ]
+    lines += [f"    DISAGREE {problem}" for problem in problems]
+    lines += _breakdown(raw, on_derived, anchor)
+    print("\n".join(lines), flush=True)
     db.unlink()
-    return {"spans": spans, "sql_s": sql_s, "sql_cpu_s": sql_cpu_s}
+    db.with_suffix(".duckdb.wal").unlink(missing_ok=True)
+    return {"spans": spans, "raw_cpu_s": raw.cpu_s, "derived_cpu_s": on_derived.cpu_s, "polars_cpu_s": anchor.cpu_s}
+
+
+def _breakdown(raw: Measured, on_derived: Measured, anchor: Measured) -> list[str]:
+    """Where each side's best run went, row by row of ``STAGES`` (wall s / CPU s)."""
+    sides = (_sql_stages(raw), _sql_stages(on_derived), _polars_stages(anchor))
+    header = f"    {'wall s / CPU s':<44s} {'SQL from raw':>15s} {'SQL on derived':>15s} {'polars':>15s} {'raw/polars':>10s}"
+    lines = ["  where the time goes (the best run of each side):", header]
+    for stage in STAGES:
+        cells = [f"{side[stage][0]:6.2f} / {side[stage][1]:5.2f}" for side in sides]
+        ratio = sides[0][stage][0] / sides[2][stage][0] if sides[2][stage][0] > 0 else float("nan")
+        lines.append(f"    {stage:<44s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {ratio:9.2f}x")
+    totals = [f"{m.wall_s:6.2f} / {m.cpu_s:5.2f}" for m in (raw, on_derived, anchor)]
+    lines.append(f"    {'total':<44s} {totals[0]:>15s} {totals[1]:>15s} {totals[2]:>15s} "
+                 f"{raw.wall_s / anchor.wall_s:9.2f}x")
+    return lines
+
+
+def _timed(function, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """(result, wall seconds, CPU seconds of this process over all its threads)."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = function(*args, **kwargs)
+    return result, time.perf_counter() - started, time.process_time() - cpu_started
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--10m", dest="ten_million", action="store_true",
+                        help="add 10M spans (~10 GiB and ~5 minutes; also RESTORELENS_BENCH_10M=1)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs of every side at every size (best kept)")
+    args = parser.parse_args(sys.argv[1:] if argv is None and __name__ == "__main__" else argv or [])
     sizes = [100_000, 1_000_000]
-    if "--10m" in argv or os.environ.get("RESTORELENS_BENCH_10M") == "1":
+    if args.ten_million or os.environ.get("RESTORELENS_BENCH_10M") == "1":
         sizes.append(10_000_000)
-    print("analysis decomposition: DuckDB SQL (analysis/sql) vs the same in polars; goal <= 10 s for 10M spans "
-          "on 2 cores (CPU seconds / 2 estimates that on a shared machine)")
+    print("analysis decomposition: DuckDB SQL (analysis/sql) vs the anchor, the same decomposition in polars from "
+          "the raw spans; goal <= 10 s for 10M spans on 2 cores (CPU seconds / 2 estimates that on a shared "
+          f"machine); load average {_load()}\nwhat each line includes:\n" + "\n".join(legend()), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-analysis-") as folder:
-        results = [run(size, Path(folder)) for size in sizes]
+        results = [run(size, Path(folder), args.repeats) for size in sizes]
     first = results[0]
     for result in results[1:]:
-        growth = (result["sql_cpu_s"] / first["sql_cpu_s"]) / (result["spans"] / first["spans"])
-        print(f"SQL CPU time per span at {result['spans']:,} vs {first['spans']:,}: {growth:.2f}x (1.00 = linear)")
+        scale = result["spans"] / first["spans"]
+        growth = ", ".join(f"{label} {(result[key] / first[key]) / scale:.2f}x" for label, key in
+                           (("SQL from raw", "raw_cpu_s"), ("SQL on derived", "derived_cpu_s"),
+                            ("polars", "polars_cpu_s")))
+        print(f"CPU time per span at {result['spans']:,} vs {first['spans']:,} (1.00 = linear): {growth}")
+    print(f"load average at the end: {_load()}")
+
+
+def _load() -> str:
+    return " / ".join(f"{value:.2f}" for value in os.getloadavg()) + f" (1/5/15 min) on {os.cpu_count()} cores"
 
 
 if __name__ == "__main__":
