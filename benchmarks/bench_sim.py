@@ -1,12 +1,22 @@
-"""Simulator speed: live requests/s with tracing on, and CPU time of a virtual-time MoFlux arm.
+"""Simulator speed: live requests/s and server CPU per request and per token, and CPU time of a
+virtual-time MoFlux arm.
 
-Live: `restorelens sim` (tiny-cpu, spans to an OTLP JSON file through the batch processor) in its
-own process, driven by 32 keep-alive connections of a lean raw HTTP/1.1 client in this one (httpx
-cost more CPU per request than the simulator and capped the rate); anchor: a trivial Starlette app
-returning a fixed JSON body, served by the same uvicorn in its own process, same client, same run.
+Live, shell cost: `restorelens sim` (tiny-cpu, spans to an OTLP JSON file through the batch
+processor) in its own process at --time-scale 100 with max_tokens 2, so its modelled engine time
+(4 sequences per step) hardly caps the rate: the figure is the cost of the shell (parse, schedule,
+step, span, metrics, respond), not of any engine setting. Driven by 32 keep-alive connections of a
+lean raw HTTP/1.1 client in this process (httpx cost more CPU per request than the simulator and
+capped the rate). Anchor: a trivial Starlette app answering the same request with as many filler
+words as max_tokens, served by the same uvicorn in its own process, same client, same run.
 Server CPU per request comes from /proc: the comparable figure on a shared machine.
-The simulator runs at --time-scale 100 so its modelled engine time (4 sequences per step) does not
-cap the rate: the figure is the cost of the shell (parse, schedule, step, span, metrics, respond).
+
+Live, engine settings: the same simulator at --time-scale 1 (modelled engine time in real time)
+on the default preset (tiny-cpu) and on a production GPU's shape (llama-8b-h20), answering
+128-token completions to a ~430-character prompt over max_num_seqs + 4 connections (the batch
+full, a request waiting to take each freed slot), closed loop, the clients started over 3 s,
+measured over a 10-s window after 4 s. Printed: achieved requests/s and tokens/s beside what the
+engine model itself gives the same loop in virtual time (how well the shell keeps the modelled
+clock), and server CPU per request and per token beside the anchor's at the same answer size.
 
 Virtual: one arm of the 105-s MoFlux long-context protocol (interactive 0.25 req/s for 0-25 s and
 0.5 req/s for 60-85 s; batch 0.15 req/s of 7,100-character prompts from 25 to 85 s) on the
@@ -17,6 +27,7 @@ emission; anchor: a bare loop over the same arrivals.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import re
@@ -24,11 +35,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from benchmarks.http_load import Client, closed_loop, cpu_seconds, event_loop_and_parser
+from restorelens.spans import SPAN_LLM_REQUEST
 
 LIVE_REQUESTS = int(os.environ.get("BENCH_SIM_REQUESTS", "3000"))
 LIVE_CONCURRENCY = 32
@@ -36,21 +49,44 @@ WARMUP_REQUESTS = 300
 VIRTUAL_REPEATS = 20
 TARGET_LIVE_RPS = 500.0
 TARGET_VIRTUAL_CPU_S = 1.0
-BODY = b'{"model":"tiny","prompt":"hello there","max_tokens":2}'
+SHELL_TIME_SCALE = 100
+SHELL_MAX_TOKENS = 2
 
+#: The engine-setting runs: modelled engine time in real time (--time-scale 1), answers of
+#: REALISTIC_MAX_TOKENS tokens to a MoFlux-interactive-sized prompt, on the default preset and on
+#: a production GPU's shape. Each runs WARMUP_S then is measured for REALISTIC_S (closed loop).
+REALISTIC_PRESETS = ("tiny-cpu", "llama-8b-h20")
+REALISTIC_MAX_TOKENS = 128
+REALISTIC_PROMPT = "Summarise the capacity report for the on-call engineer, in plain words. " * 6  # ~430 chars
+#: Connections beyond the batch (max_num_seqs): a finished sequence's slot is taken at once by a
+#: waiting request instead of idling for a client round trip, so the engine stays busy.
+REALISTIC_EXTRA_CONNECTIONS = 4
+REALISTIC_S = float(os.environ.get("BENCH_SIM_REALISTIC_S", "10"))
+#: Clients start one by one over RAMP_S (identical requests started together would finish together
+#: and arrive again together, in waves the measured window would cut at random); the window opens
+#: after WARMUP_S.
+RAMP_S = 3.0
+WARMUP_S = 4.0
+
+
+def completion_body(max_tokens: int, prompt: str = "hello there") -> bytes:
+    return json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": max_tokens}).encode()
+
+
+# The anchor answers with as many filler words as the request's max_tokens (one per token, as the
+# simulator's text is), so both send bodies of about the same size.
 _ANCHOR_APP = """
-import sys
+import json, sys
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from restorelens.serving import bind_socket
 import uvicorn
-BODY = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "tiny",
-        "choices": [{"index": 0, "text": "the model", "logprobs": None, "finish_reason": "length"}],
-        "usage": {"prompt_tokens": 3, "total_tokens": 5, "completion_tokens": 2}}
 async def completions(request):
-    await request.body()
-    return JSONResponse(BODY)
+    tokens = json.loads(await request.body())["max_tokens"]
+    return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "tiny",
+        "choices": [{"index": 0, "text": " word" * tokens, "logprobs": None, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 3, "total_tokens": 3 + tokens, "completion_tokens": tokens}})
 sock = bind_socket("127.0.0.1", 0)
 print(f"on http://127.0.0.1:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
 uvicorn.Server(uvicorn.Config(Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])]),
@@ -76,13 +112,40 @@ def _start(argv: list[str]) -> tuple[subprocess.Popen[str], str]:
     return process, url
 
 
-def _measure_live(argv: list[str]) -> tuple[float, float, str]:
-    """(requests/s of wall time, server CPU seconds per request, event loop + parser) for one server."""
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End a server this benchmark started (its spans are flushed on SIGTERM) and close its pipe."""
+    process.terminate()
+    process.wait(timeout=15)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+@dataclass
+class Live:
+    """One closed-loop measurement of one server process."""
+
+    requests: int
+    seconds: float
+    server_cpu_s: float
+    stack: str
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    @property
+    def cpu_per_request(self) -> float:
+        return self.server_cpu_s / self.requests
+
+
+def _measure_live(argv: list[str], body: bytes) -> Live:
+    """WARMUP_REQUESTS, then LIVE_REQUESTS over LIVE_CONCURRENCY keep-alive connections as fast as
+    the server answers; server CPU (from /proc) counted over the measured part only."""
     process, url = _start(argv)
     port = int(url.rsplit(":", 1)[1])
 
     async def measure() -> tuple[int, float, float]:
-        client = Client(port, BODY)
+        client = Client(port, body)
         await closed_loop(client, LIVE_CONCURRENCY, total=WARMUP_REQUESTS)
         before = cpu_seconds(process.pid)
         done, seconds = await closed_loop(client, LIVE_CONCURRENCY, total=LIVE_REQUESTS)
@@ -92,33 +155,150 @@ def _measure_live(argv: list[str]) -> tuple[float, float, str]:
 
     try:
         done, seconds, server_cpu_s = asyncio.run(measure())
-        return done / seconds, server_cpu_s / done, event_loop_and_parser(process.pid)
+        return Live(done, seconds, server_cpu_s, event_loop_and_parser(process.pid))
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        _stop(process)
+
+
+def _sim_argv(preset: str, time_scale: float, trace_file: Path) -> list[str]:
+    return [sys.executable, "-m", "restorelens", "sim", "--preset", preset, "--port", "0",
+            "--time-scale", f"{time_scale:g}", "--trace-file", str(trace_file)]
+
+
+def _spans_in(trace_file: Path) -> int:
+    # the file holds compact OTLP JSON: one "name" field per span
+    return trace_file.read_text().count(f'"name":"{SPAN_LLM_REQUEST}"') if trace_file.exists() else 0
+
+
+def _anchor(max_tokens: int) -> Live:
+    return _measure_live([sys.executable, "-c", _ANCHOR_APP], completion_body(max_tokens))
+
+
+def live_shell_cost() -> None:
+    """The simulator's shell cost: modelled engine time divided by 100 and 2-token answers, so the
+    engine model hardly limits the rate and what is measured is parsing, scheduling, stepping,
+    spans, metrics and the response."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_file = Path(tmp) / "spans.jsonl"
+        sim = _measure_live(_sim_argv("tiny-cpu", SHELL_TIME_SCALE, trace_file), completion_body(SHELL_MAX_TOKENS))
+        spans_written = _spans_in(trace_file)
+    anchor = _anchor(SHELL_MAX_TOKENS)
+    print(f"live, shell cost: tiny-cpu at --time-scale {SHELL_TIME_SCALE} (modelled engine time / "
+          f"{SHELL_TIME_SCALE}), max_tokens {SHELL_MAX_TOKENS}, {LIVE_CONCURRENCY} keep-alive connections, "
+          f"{LIVE_REQUESTS} requests after {WARMUP_REQUESTS} of warm-up; not an engine setting anyone serves")
+    print(f"live: servers run on                {sim.stack} (simulator), {anchor.stack} (anchor)")
+    print(f"live: machine load average         {os.getloadavg()[0]:8.2f} on {os.cpu_count()} cores")
+    print(f"live: simulator (tracing to file)  {sim.rps:8.0f} req/s wall   {sim.cpu_per_request * 1e6:6.0f} us server "
+          f"CPU/req   {1 / sim.cpu_per_request:6.0f} req per server CPU-s   target >= {TARGET_LIVE_RPS:.0f} req/s")
+    print(f"live: trivial Starlette anchor     {anchor.rps:8.0f} req/s wall   {anchor.cpu_per_request * 1e6:6.0f} us "
+          f"server CPU/req   {1 / anchor.cpu_per_request:6.0f} req per server CPU-s")
+    print(f"live: simulator / anchor           {sim.rps / anchor.rps:8.2f} wall         "
+          f"{anchor.cpu_per_request / sim.cpu_per_request:6.2f} of the anchor's requests per CPU-s")
+    verdict = "meets" if sim.rps >= TARGET_LIVE_RPS else "misses"
+    print(f"live: {verdict} the target of {TARGET_LIVE_RPS:.0f} req/s with tracing on "
+          f"(CPU-bound capacity on one core: {1 / sim.cpu_per_request:.0f} req/s)")
+    print(f"live: {SPAN_LLM_REQUEST} spans written    {spans_written:8d} (of {LIVE_REQUESTS + WARMUP_REQUESTS} requests)")
+
+
+async def staggered_closed_loop(client: Client, concurrency: int, pid: int) -> tuple[int, int, float]:
+    """``concurrency`` clients, started evenly over RAMP_S, each sending its next request when its
+    last is answered, until WARMUP_S + REALISTIC_S: (requests answered inside the window after
+    WARMUP_S, requests answered in all, server CPU seconds inside the window)."""
+    begin = time.perf_counter()
+    window_start, window_end = begin + WARMUP_S, begin + WARMUP_S + REALISTIC_S
+    answered_at: list[float] = []
+
+    async def one_client(index: int) -> None:
+        await asyncio.sleep(index * RAMP_S / concurrency)
+        while time.perf_counter() < window_end:
+            if await client.call() == float("inf"):
+                raise RuntimeError("a request failed during the engine-setting run")
+            answered_at.append(time.perf_counter())
+
+    async def cpu_at(when: float) -> float:
+        await asyncio.sleep(max(0.0, when - time.perf_counter()))
+        return cpu_seconds(pid)
+
+    cpu_start, cpu_end, *_ = await asyncio.gather(cpu_at(window_start), cpu_at(window_end),
+                                                  *(one_client(index) for index in range(concurrency)))
+    client.close()
+    in_window = sum(window_start < at <= window_end for at in answered_at)
+    return in_window, len(answered_at), cpu_end - cpu_start
+
+
+def modelled_closed_loop(preset: str, concurrency: int, prompt_tokens: int, max_tokens: int) -> float:
+    """Requests/s the engine model itself gives the same staggered closed loop, in virtual time
+    with no HTTP between an answer and the next request, counted over the same window: what a live
+    run at --time-scale 1 reaches if the shell keeps up with the modelled clock."""
+    from restorelens.sim import EngineCore, FinishedEvent, SimRequest, get_preset
+
+    core = EngineCore(get_preset(preset), seed=0)
+    starts = [index * RAMP_S / concurrency for index in range(concurrency)]
+    issued = in_window = 0
+    end_s = WARMUP_S + REALISTIC_S
+
+    def issue(now_s: float) -> None:
+        nonlocal issued
+        core.add_request(SimRequest(f"r{issued}", prompt_tokens, max_tokens), now_s)
+        issued += 1
+
+    while True:
+        next_s = core.next_event_s()
+        if starts and (next_s is None or starts[0] <= next_s):
+            issue(starts.pop(0))
+            continue
+        if next_s is None or next_s > end_s:
+            return in_window / REALISTIC_S
+        for event in core.advance_to(next_s):
+            if isinstance(event, FinishedEvent):
+                in_window += event.at_s > WARMUP_S
+                issue(event.at_s)
+
+
+def live_engine_setting(preset: str, anchor: Live) -> None:
+    """The simulator at an engine setting: modelled time in real time, realistic answers, enough
+    connections to keep the batch full; beside the engine model's own rate and the anchor's CPU."""
+    from restorelens.sim import get_preset
+
+    config = get_preset(preset)
+    concurrency = config.max_num_seqs + REALISTIC_EXTRA_CONNECTIONS
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_file = Path(tmp) / "spans.jsonl"
+        process, url = _start(_sim_argv(preset, 1, trace_file))
+        try:
+            client = Client(int(url.rsplit(":", 1)[1]), completion_body(REALISTIC_MAX_TOKENS, REALISTIC_PROMPT))
+            answered, answered_in_all, server_cpu_s = asyncio.run(
+                staggered_closed_loop(client, concurrency, process.pid))
+        finally:
+            _stop(process)
+        spans_written = _spans_in(trace_file)
+    prompt_tokens = config.estimate_prompt_tokens(len(REALISTIC_PROMPT))
+    modelled_rps = modelled_closed_loop(preset, concurrency, prompt_tokens, REALISTIC_MAX_TOKENS)
+    rps = answered / REALISTIC_S
+    per_request = server_cpu_s / answered
+    # every answer runs to max_tokens: a completion has no end-of-sequence in the simulator
+    per_token = per_request / REALISTIC_MAX_TOKENS
+    anchor_per_token = anchor.cpu_per_request / REALISTIC_MAX_TOKENS
+    print(f"live, engine setting {preset}: --time-scale 1 (modelled engine time in real time), max_num_seqs "
+          f"{config.max_num_seqs}, {concurrency} keep-alive connections (closed loop, started over {RAMP_S:.0f} s), "
+          f"prompt {len(REALISTIC_PROMPT)} chars ({prompt_tokens} tokens), max_tokens {REALISTIC_MAX_TOKENS}, "
+          f"not streamed, spans to a file; {REALISTIC_S:.0f} s window after {WARMUP_S:.0f} s")
+    print(f"live: simulator                    {rps:8.1f} req/s   {rps * REALISTIC_MAX_TOKENS:8.0f} tokens/s   "
+          f"{rps / modelled_rps:.2f} of the engine model's {modelled_rps:.1f} req/s "
+          f"({modelled_rps * REALISTIC_MAX_TOKENS:.0f} tokens/s) for the same loop in virtual time")
+    print(f"live: simulator server CPU         {per_request * 1e6:8.0f} us/req  {per_token * 1e6:8.2f} us/token   "
+          f"{server_cpu_s / REALISTIC_S:.0%} of a core")
+    print(f"live: trivial Starlette anchor     {anchor.cpu_per_request * 1e6:8.0f} us/req  {anchor_per_token * 1e6:8.2f} "
+          f"us/token   (same body sizes, answered at once, {anchor.rps:.0f} req/s)")
+    print(f"live: simulator / anchor CPU       {per_request / anchor.cpu_per_request:8.2f}x per request and per token; "
+          f"{SPAN_LLM_REQUEST} spans written {spans_written} (of {answered_in_all} requests answered)")
 
 
 def live() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        trace_file = Path(tmp) / "spans.jsonl"
-        sim_rps, sim_cpu, stack = _measure_live([
-            sys.executable, "-m", "restorelens", "sim", "--preset", "tiny-cpu", "--port", "0",
-            "--time-scale", "100", "--trace-file", str(trace_file),
-        ])  # fmt: skip
-        spans_written = trace_file.read_text().count('"name":"llm_request"') if trace_file.exists() else 0
-    anchor_rps, anchor_cpu, anchor_stack = _measure_live([sys.executable, "-c", _ANCHOR_APP])
-    print(f"live: servers run on                {stack} (simulator), {anchor_stack} (anchor)")
-    print(f"live: machine load average         {os.getloadavg()[0]:8.2f} on {os.cpu_count()} cores")
-    print(f"live: simulator (tracing to file)  {sim_rps:8.0f} req/s wall   {sim_cpu * 1e6:6.0f} us server CPU/req"
-          f"   {1 / sim_cpu:6.0f} req per server CPU-s   target >= {TARGET_LIVE_RPS:.0f} req/s")
-    print(f"live: trivial Starlette anchor     {anchor_rps:8.0f} req/s wall   {anchor_cpu * 1e6:6.0f} us server CPU/req"
-          f"   {1 / anchor_cpu:6.0f} req per server CPU-s")
-    print(f"live: simulator / anchor           {sim_rps / anchor_rps:8.2f} wall         "
-          f"{anchor_cpu / sim_cpu:6.2f} of the anchor's requests per CPU-s")
-    verdict = "meets" if sim_rps >= TARGET_LIVE_RPS else "misses"
-    print(f"live: {verdict} the target of {TARGET_LIVE_RPS:.0f} req/s with tracing on "
-          f"(CPU-bound capacity on one core: {1 / sim_cpu:.0f} req/s)")
-    print(f"live: llm_request spans written    {spans_written:8d} (of {LIVE_REQUESTS + WARMUP_REQUESTS} requests)")
+    live_shell_cost()
+    anchor = _anchor(REALISTIC_MAX_TOKENS)
+    for preset in REALISTIC_PRESETS:
+        live_engine_setting(preset, anchor)
 
 
 def moflux_long_context_arrivals(seed: int) -> list[tuple[float, str]]:
@@ -186,7 +366,7 @@ def virtual() -> None:
     bare_s = _cpu_s(lambda: _bare_loop(arrivals), VIRTUAL_REPEATS * 50)
     print(f"virtual: MoFlux long-context arm, {len(arrivals)} arrivals, {completed} completed (qwen2.5-1.5b-m1)")
     print(f"virtual: core only                 {core_s * 1e3:8.2f} ms CPU   target well under {TARGET_VIRTUAL_CPU_S:.0f} s")
-    print(f"virtual: core + llm_request spans  {spans_s * 1e3:8.2f} ms CPU")
+    print(f"virtual: core + {SPAN_LLM_REQUEST} spans  {spans_s * 1e3:8.2f} ms CPU")
     print(f"virtual: bare loop anchor          {bare_s * 1e3:8.4f} ms CPU   ratio core/anchor {core_s / bare_s:8.0f}")
 
 
