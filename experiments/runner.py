@@ -83,9 +83,9 @@ class RunTelemetry:
                 raise SettingError("--out", "the file exporter needs a path")
             inner = self.counting = CountingExporter(JsonLinesSpanExporter(path), str(path))
         elif exporter == "otlp":
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from restorelens.otlp_export import OtlpHttpSpanExporter
 
-            inner = self.counting = CountingExporter(OTLPSpanExporter(endpoint=endpoint),
+            inner = self.counting = CountingExporter(OtlpHttpSpanExporter(endpoint),
                                                      endpoint or "the OTLP endpoint (OTEL_EXPORTER_OTLP_*)")
         elif exporter in EXPORTER_NAMES:
             inner = exporter  # "memory" / "none": one provider's own exporter, shared below

@@ -36,10 +36,10 @@ def _tracer_provider(out: str | None, collector: str | None) -> tuple[Any, Any]:
     if out:
         counting = CountingExporter(JsonLinesSpanExporter(out), out)
     elif collector:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from restorelens.otlp_export import OtlpHttpSpanExporter
 
         endpoint = traces_endpoint(collector)
-        counting = CountingExporter(OTLPSpanExporter(endpoint=endpoint), endpoint)
+        counting = CountingExporter(OtlpHttpSpanExporter(endpoint), endpoint)
     else:
         return build_tracer_provider(SERVICE_NAME, "none"), None
     return build_tracer_provider(SERVICE_NAME, counting), counting

@@ -4,12 +4,18 @@ No global state is touched: callers pass the returned provider to the components
 (every component accepts an optional ``tracer_provider``) and shut it down when done.
 
 Exporters:
-- ``"otlp"`` (default): OTLP/HTTP protobuf. Honours ``OTEL_EXPORTER_OTLP_ENDPOINT`` and
-  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default ``http://localhost:4318/v1/traces``).
+- ``"otlp"`` (default): OTLP/HTTP protobuf (``otlp_export.OtlpHttpSpanExporter``: the SDK's wire
+  format without its per-span encoding cost). Honours ``OTEL_EXPORTER_OTLP_ENDPOINT`` and
+  ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (default ``http://localhost:4318/v1/traces``), and the
+  ``*_HEADERS``, ``*_TIMEOUT`` (seconds) and ``*_COMPRESSION`` (gzip or none) variables.
 - ``"file"``: OTLP JSON lines, one ``TracesData`` per batch, as the Collector's file exporter writes.
 - ``"memory"``: an ``InMemorySpanExporter`` with a synchronous processor, for tests.
 - ``"none"``: spans are created but dropped.
 - any ``SpanExporter`` instance.
+
+Batching: ``otlp_export.BoundedBatchSpanProcessor``, sized by ``OTEL_BSP_MAX_QUEUE_SIZE`` (2048),
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512) and ``OTEL_BSP_SCHEDULE_DELAY`` (5000 ms); spans that find
+the queue full are dropped and counted (``provider.restorelens_processor.dropped_spans``).
 
 Service name: ``OTEL_SERVICE_NAME`` wins over the component's default name;
 ``OTEL_RESOURCE_ATTRIBUTES`` adds resource attributes, as the SDK defines.
@@ -26,15 +32,11 @@ from typing import IO, Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME, OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from restorelens.errors import InputError, SettingError
+from restorelens.otlp_export import BoundedBatchSpanProcessor, OtlpHttpSpanExporter
 from restorelens.otlp_json import encode_traces_data
 
 __all__ = ["EXPORTER_NAMES", "JsonLinesSpanExporter", "build_tracer_provider"]
@@ -96,6 +98,30 @@ def _resource(service_name: str, resource_attributes: Mapping[str, Any] | None) 
     return Resource.create(attributes)
 
 
+def _positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise SettingError(name, f"{raw!r} is not a positive whole number")
+    return value
+
+
+def _batch_processor(exporter: SpanExporter, environ: Mapping[str, str]) -> BoundedBatchSpanProcessor:
+    """The batch processor, sized by the SDK's own ``OTEL_BSP_*`` variables."""
+    queue = _positive_int(environ, "OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+    batch = _positive_int(environ, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+    if batch > queue:
+        raise SettingError("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", f"{batch} is larger than OTEL_BSP_MAX_QUEUE_SIZE ({queue})")
+    delay_ms = _positive_int(environ, "OTEL_BSP_SCHEDULE_DELAY", 5000)
+    return BoundedBatchSpanProcessor(exporter, max_queue_size=queue, max_export_batch_size=batch,
+                                     schedule_delay_s=delay_ms / 1000)
+
+
 def build_tracer_provider(
     service_name: str,
     exporter: str | SpanExporter = "otlp",
@@ -115,15 +141,14 @@ def build_tracer_provider(
         resource_attributes: extra resource attributes.
         batch: use a BatchSpanProcessor; default True except for ``"memory"``.
 
-    The in-memory exporter is reachable as ``provider.restorelens_exporter`` for tests.
+    The exporter is reachable as ``provider.restorelens_exporter`` (the in-memory one, for tests)
+    and the span processor as ``provider.restorelens_processor``.
     """
     span_exporter: SpanExporter
     if isinstance(exporter, SpanExporter):
         span_exporter = exporter
     elif exporter == "otlp":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        span_exporter = OTLPSpanExporter(endpoint=endpoint)
+        span_exporter = OtlpHttpSpanExporter(endpoint)
     elif exporter == "file":
         if path is None:
             raise SettingError("exporter", "the 'file' exporter needs a path")
@@ -137,7 +162,8 @@ def build_tracer_provider(
     if batch is None:
         batch = exporter != "memory"
     provider = TracerProvider(resource=_resource(service_name, resource_attributes))
-    processor = BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+    processor = _batch_processor(span_exporter, os.environ) if batch else SimpleSpanProcessor(span_exporter)
     provider.add_span_processor(processor)
     provider.restorelens_exporter = span_exporter  # type: ignore[attr-defined]
+    provider.restorelens_processor = processor  # type: ignore[attr-defined]
     return provider

@@ -48,7 +48,7 @@ def test_otlp_exporter_honours_the_standard_endpoint_variable(monkeypatch: pytes
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9999")
     provider = build_tracer_provider("svc")
     try:
-        assert provider.restorelens_exporter._endpoint == "http://127.0.0.1:9999/v1/traces"
+        assert provider.restorelens_exporter.endpoint == "http://127.0.0.1:9999/v1/traces"
     finally:
         provider.shutdown()
 
