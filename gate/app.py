@@ -72,19 +72,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", error_type, exc.headers)
 
 
-def _build_transport(
-    settings: GateSettings, tracer_provider: TracerProvider | None
-) -> tuple[httpx.AsyncBaseTransport, UpstreamTransport]:
-    """(the transport requests go through, the connection pool under it)."""
-    pool = UpstreamTransport(max_connections=settings.max_connections)
-    if not settings.tracing:
-        return pool, pool
-    from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
-
-    # Per-transport instrumentation: no global patching, spans go to this gate's provider.
-    return AsyncOpenTelemetryTransport(pool, tracer_provider=tracer_provider), pool
-
-
 def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
     if settings.modelclaim is None:
         return None
@@ -109,7 +96,7 @@ class GateEndpoints:
     emitter: GateSpans
     registry: CollectorRegistry
     listing: ModelListing
-    transport: httpx.AsyncBaseTransport  # the proxy's, closed with the app
+    transport: UpstreamTransport  # the proxy's connection pool, closed with the app
     router: ModelRouter | None
     clock: Clock
     refusals: dict[str, int]
@@ -214,14 +201,13 @@ def create_gate_app(
         policy, wait_timeout_s=settings.wait_timeout_s, queue_limit=settings.queue_limit, retry_hint=RetryHint(),
         listeners=[emitter], on_waiter_granted=functools.partial(_wake, waiters), max_retained=settings.max_retained_episodes,
     )
-    transport, pool = _build_transport(settings, tracer_provider)
+    pool = UpstreamTransport(max_connections=settings.max_connections)
     timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
     upstreams = UpstreamTable(settings.upstream_urls())
     refusals = dict.fromkeys(REFUSAL_LIMITS, 0)
     proxy = ProxyEndpoint(
-        settings=settings, admission=admission, emitter=emitter, transport=transport, upstream=pool, timeout=timeout,
-        upstreams=upstreams, clock=clock, router=router, waiters=waiters,
-        tracer_provider=tracer_provider if settings.tracing else None, refusals=refusals,
+        settings=settings, admission=admission, emitter=emitter, upstream=pool, timeout=timeout,
+        upstreams=upstreams, clock=clock, router=router, waiters=waiters, refusals=refusals,
     )
     admission.on_preempt = proxy.preempt
     registry = new_registry(admission, lambda: proxy.upstream_errors, refusals)
@@ -229,7 +215,7 @@ def create_gate_app(
         router.register_metrics(registry)
     # Briefly: one hung engine must not hold the listing for upstream_timeout_s.
     listing = ModelListing([u for urls in upstreams.urls.values() for u in urls], timeout_s=settings.connect_timeout_s)
-    endpoints = GateEndpoints(settings, admission, emitter, registry, listing, transport, router, clock, refusals)
+    endpoints = GateEndpoints(settings, admission, emitter, registry, listing, pool, router, clock, refusals)
     routes = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS] + endpoints.routes()
     routes += router.routes() if router is not None else []
     app = GateApp(routes=routes, lifespan=endpoints.lifespan, exception_handlers={HTTPException: _http_error})

@@ -1,7 +1,8 @@
 """Forwarding one admitted request to its engine and streaming the answer back, chunk by chunk.
 
-Traced: through the instrumented httpx transport (it makes the attempt span and sends the
-traceparent). Untraced: straight to the connection pool with prepared bytes, no httpx models.
+Straight to the connection pool with prepared bytes, no httpx request or response models. Traced,
+the call's CLIENT span (``UpstreamSpans``) is started before the request is written, its
+traceparent goes with the request, and it ends when the engine's status line arrives.
 Engine failures become the gate's 502/504 answers and are counted by kind.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import httpx
-from opentelemetry import context, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from restorelens import spans as S
@@ -18,6 +18,7 @@ from restorelens.clock import Clock
 
 from .gate_spans import GateSpans
 from .proxy_asgi import DisconnectWatch, GateAnswer, Scope, Send
+from .upstream_spans import UpstreamSpans
 from .upstream_transport import Origin, UpstreamTransport, origin_of, request_bytes
 
 __all__ = ["UpstreamForwarder", "token_events"]
@@ -30,6 +31,8 @@ _HOP_BY_HOP = frozenset(
 #: headers, and an answer must carry each once (nginx drops the same two by default).
 _NOT_PASSED_BACK = (_HOP_BY_HOP - {b"content-length"}) | {b"date", b"server"}
 _URL_CACHE_SIZE = 256
+#: What the pool speaks to engines (upstream_transport.py is HTTP/1.1 only).
+_HTTP_VERSION = "HTTP/1.1"
 
 
 #: Server-Sent Events of an OpenAI stream that carry no generated token: the terminator, chat's
@@ -51,19 +54,17 @@ class UpstreamForwarder:
     def __init__(
         self,
         *,
-        transport: httpx.AsyncBaseTransport,
         upstream: UpstreamTransport,
         timeout: httpx.Timeout,
         emitter: GateSpans,
         clock: Clock,
-        tracing: bool,
+        upstream_spans: UpstreamSpans | None,
     ) -> None:
-        self.transport = transport  # the instrumented one when tracing
-        self.upstream = upstream  # the pool itself: the untraced path skips httpx's request/response models
+        self.upstream = upstream
         self.timeout_extension = timeout.as_dict()
         self.emitter = emitter
         self.clock = clock
-        self.tracing = tracing
+        self.upstream_spans = upstream_spans  # None when tracing is off
         self._urls: dict[str, httpx.URL] = {}
         self._raw_routes: dict[str, tuple[Origin, bytes, bytes]] = {}
         self.upstream_errors: dict[str, int] = {"refused": 0, "timeout": 0, "broken": 0}
@@ -78,24 +79,36 @@ class UpstreamForwarder:
         target = upstream + scope["path"]
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
+        method: str = scope["method"]
         out_headers = [(k, v) for k, v in headers if k not in _HOP_BY_HOP]
+        spans, call_span = self.upstream_spans, None
+        if spans is not None:
+            call_span, carried = spans.start(span, method, target, self.clock.now_s())
+            if carried:  # the call's own context replaces whatever trace headers the client sent
+                replaced = {name.encode("latin-1") for name in carried}
+                out_headers = [(k, v) for k, v in out_headers if k not in replaced]
+                out_headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in carried.items()]
+        origin, raw_path, host = self._route_bytes(target)
+        data = request_bytes(method.encode("ascii"), raw_path, host, out_headers, body)
         try:
-            if self.tracing:
-                status, answer_headers, stream = await self._send_traced(scope["method"], target, out_headers, body, span)
-            else:
-                origin, raw_path, host = self._route_bytes(target)
-                data = request_bytes(scope["method"].encode("ascii"), raw_path, host, out_headers, body)
-                status, answer_headers, stream = await self.upstream.exchange(origin, data, self.timeout_extension)
-        except httpx.TimeoutException as exc:
-            self.upstream_errors["timeout"] += 1
-            _record_failure(span, exc)
-            raise GateAnswer(504, "upstream engine timed out", "upstream_timeout") from None
-        except httpx.TransportError as exc:
-            self.upstream_errors["refused"] += 1
-            _record_failure(span, exc)
-            raise GateAnswer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+            status, answer_headers, stream = await self.upstream.exchange(origin, data, self.timeout_extension)
+        except BaseException as exc:
+            if spans is not None and call_span is not None:
+                spans.failed(call_span, exc, self.clock.now_s())
+            if isinstance(exc, httpx.TimeoutException):
+                self.upstream_errors["timeout"] += 1
+                _record_failure(span, exc)
+                raise GateAnswer(504, "upstream engine timed out", "upstream_timeout") from None
+            if isinstance(exc, httpx.TransportError):
+                self.upstream_errors["refused"] += 1
+                _record_failure(span, exc)
+                raise GateAnswer(502, f"upstream engine unreachable ({type(exc).__name__})", "upstream_error") from None
+            raise
         try:
-            self.emitter.first_byte(span, self.clock.now_s())
+            now_s = self.clock.now_s()
+            if spans is not None and call_span is not None:
+                spans.answered(call_span, status, _HTTP_VERSION, now_s)
+            self.emitter.first_byte(span, now_s)
             await send({
                 "type": "http.response.start",
                 "status": status,
@@ -123,31 +136,6 @@ class UpstreamForwarder:
             watch.finished = True
             await stream.aclose()
         return status
-
-    async def _send_traced(
-        self, method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes, span: Span
-    ) -> tuple[int, list[tuple[bytes, bytes]], httpx.AsyncByteStream]:
-        """Through the instrumented transport, which makes the attempt span and sends its traceparent.
-
-        Straight to the transport: AsyncClient.send would add default headers, cookies, auth and
-        redirect handling a proxy must not apply.
-        """
-        url = self._url(target)
-        # stream= with our own Host and Content-Length: a third of the cost of content= (which
-        # re-derives those headers and copies the body into a fresh stream).
-        request = httpx.Request(
-            method, url, headers=[*headers, (b"host", url.netloc), (b"content-length", str(len(body)).encode("ascii"))],
-            stream=httpx.ByteStream(body), extensions={"timeout": self.timeout_extension},
-        )
-        # The gate span is the current span while the instrumented transport opens its attempt span.
-        token = context.attach(trace.set_span_in_context(span))
-        try:
-            response = await self.transport.handle_async_request(request)
-        finally:
-            context.detach(token)
-        stream = response.stream
-        assert isinstance(stream, httpx.AsyncByteStream)
-        return response.status_code, response.headers.raw, stream
 
     def _url(self, target: str) -> httpx.URL:
         url = self._urls.get(target)

@@ -34,6 +34,8 @@ class GateSpans:
     def __init__(self, tracer_provider: TracerProvider | None = None, *, policy_name: str = "",
                  restore_budget_s: float | None = None) -> None:
         self._tracer = trace.get_tracer("restorelens.gate", tracer_provider=tracer_provider)
+        #: The gate's one instrumentation scope: the upstream calls' CLIENT spans are written with it too.
+        self.tracer = self._tracer
         self.policy_name = policy_name
         self.restore_budget_s = restore_budget_s
         self._request_contexts: dict[str, SpanContext] = {}

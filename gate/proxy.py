@@ -4,8 +4,8 @@ Per request: read and parse the body (400 on bad JSON, before anything else), ro
 static upstream table, or the ``ModelRouter`` for lifecycle-managed models; a model that wakes may
 have its request held until it serves, once, bounded by ``hold_s`` and ``queue_limit`` held at
 once), ask ``Admission`` for a
-grant (wait on a future while queued), forward through the pooled, instrumented httpx transport and
-stream the answer back chunk by chunk. A watcher on ``receive()`` notices a client disconnect while
+grant (wait on a future while queued), forward through the connection pool (traced: with the call's
+CLIENT span, ``upstream_spans.py``) and stream the answer back chunk by chunk. A watcher on ``receive()`` notices a client disconnect while
 queued or streaming. The grant, the router's started/finished pair and the span are each closed in
 one ``finally``: every grant is released exactly once however the request ends.
 """
@@ -42,6 +42,7 @@ from .proxy_asgi import (
 )
 from .routing import ModelRouter, NotReady, RouteAnswer, Routed
 from .settings import ANY_MODEL, GateSettings
+from .upstream_spans import UpstreamSpans
 from .upstream_transport import UpstreamTransport
 
 __all__ = ["ProxyEndpoint", "Receive", "Scope", "Send", "UpstreamTable", "error_body"]
@@ -112,13 +113,11 @@ class ProxyEndpoint:
         settings: GateSettings,
         admission: Admission,
         emitter: GateSpans,
-        transport: httpx.AsyncBaseTransport,
         upstream: UpstreamTransport,
         timeout: httpx.Timeout,
         upstreams: UpstreamTable,
         clock: Clock,
         router: ModelRouter | None,
-        tracer_provider: Any,
         waiters: dict[Waiter, asyncio.Future[Grant]],
         refusals: dict[str, int] | None = None,
     ) -> None:
@@ -134,7 +133,7 @@ class ProxyEndpoint:
         self._real_s_per_clock_s = 1.0 / clock.time_scale
         self.router = router
         self.router_models = frozenset(router.models()) if router is not None else frozenset()
-        self.tracing = tracer_provider is not None
+        self.tracing = settings.tracing  # with the caller's provider, else the global one
         self.waiters = waiters
         #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
         self._watches: dict[int, DisconnectWatch] = {}
@@ -148,7 +147,8 @@ class ProxyEndpoint:
         #: Set when the server shuts down (``begin_drain``): held requests are answered, no new one is held.
         self._draining = asyncio.Event()
         self.forwarder = UpstreamForwarder(
-            transport=transport, upstream=upstream, timeout=timeout, emitter=emitter, clock=clock, tracing=self.tracing
+            upstream=upstream, timeout=timeout, emitter=emitter, clock=clock,
+            upstream_spans=UpstreamSpans(emitter.tracer) if self.tracing else None,
         )
         self.upstream_errors = self.forwarder.upstream_errors  # the same dict: /metrics reads it
 

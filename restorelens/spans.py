@@ -14,6 +14,8 @@ from __future__ import annotations
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _gen_ai
 from opentelemetry.semconv.attributes import error_attributes as _error
 from opentelemetry.semconv.attributes import http_attributes as _http
+from opentelemetry.semconv.attributes import network_attributes as _network
+from opentelemetry.semconv.attributes import server_attributes as _server
 from opentelemetry.semconv.attributes import url_attributes as _url
 
 # --- span names -------------------------------------------------------------------------------
@@ -90,13 +92,25 @@ ATTR_ENGINE_WAKE_TAGS = "engine.wake_tags"
 ATTR_HTTP_STATUS_CODE = _http.HTTP_RESPONSE_STATUS_CODE
 ATTR_HTTP_RESEND_COUNT = _http.HTTP_REQUEST_RESEND_COUNT
 #: The pre-stable name of the status, which opentelemetry-instrumentation-httpx writes at its default
-#: (OTEL_SEMCONV_STABILITY_OPT_IN unset); read where the stable one is absent, never written.
+#: (OTEL_SEMCONV_STABILITY_OPT_IN unset), and so does the gate's CLIENT span; read where the stable
+#: one is absent.
 ATTR_HTTP_STATUS_CODE_OLD = "http.status_code"
 ATTR_HTTP_REQUEST_METHOD = _http.HTTP_REQUEST_METHOD
+ATTR_HTTP_REQUEST_METHOD_ORIGINAL = _http.HTTP_REQUEST_METHOD_ORIGINAL
 ATTR_URL_FULL = _url.URL_FULL
 #: The pre-stable names of the method and the URL, as ATTR_HTTP_STATUS_CODE_OLD.
 ATTR_HTTP_METHOD_OLD = "http.method"
 ATTR_HTTP_URL_OLD = "http.url"
+ATTR_SERVER_ADDRESS = _server.SERVER_ADDRESS
+ATTR_SERVER_PORT = _server.SERVER_PORT
+ATTR_NETWORK_PEER_ADDRESS = _network.NETWORK_PEER_ADDRESS
+ATTR_NETWORK_PEER_PORT = _network.NETWORK_PEER_PORT
+ATTR_NETWORK_PROTOCOL_VERSION = _network.NETWORK_PROTOCOL_VERSION
+#: Pre-stable twins of server.address, server.port and network.protocol.version, written beside
+#: them only with OTEL_SEMCONV_STABILITY_OPT_IN=http/dup (the instrumentation's rule).
+ATTR_HTTP_HOST_OLD = "http.host"
+ATTR_NET_PEER_PORT_OLD = "net.peer.port"
+ATTR_HTTP_FLAVOR_OLD = "http.flavor"
 #: Opt-in response header attribute (http.response.header.<key>); semconv has no Retry-After key.
 ATTR_HTTP_RETRY_AFTER = "http.response.header.retry-after"
 ATTR_ERROR_TYPE = _error.ERROR_TYPE
@@ -245,6 +259,15 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_URL_FULL: STRING,
     ATTR_HTTP_METHOD_OLD: STRING,
     ATTR_HTTP_URL_OLD: STRING,
+    ATTR_HTTP_REQUEST_METHOD_ORIGINAL: STRING,
+    ATTR_SERVER_ADDRESS: STRING,
+    ATTR_SERVER_PORT: INT,
+    ATTR_NETWORK_PEER_ADDRESS: STRING,
+    ATTR_NETWORK_PEER_PORT: INT,
+    ATTR_NETWORK_PROTOCOL_VERSION: STRING,
+    ATTR_HTTP_HOST_OLD: STRING,
+    ATTR_NET_PEER_PORT_OLD: INT,
+    ATTR_HTTP_FLAVOR_OLD: STRING,
     ATTR_HTTP_RETRY_AFTER: STRING_ARRAY,
     ATTR_ERROR_TYPE: STRING,
     ATTR_GEN_AI_REQUEST_MODEL: STRING,
