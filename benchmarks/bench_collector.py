@@ -213,6 +213,10 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
               f"  peak RSS {peaks[mode]:6.0f} MiB (highest run)")
         print(f"  {'':19s} = {SIDES[mode]}")
     print(f"  load average {_load_average()} after")
+    for mode in ("restorelens", "restorelens-lenient"):
+        if mode in results:
+            print(f"  {mode} breakdown (its best run): "
+                  f"{_breakdown(results[mode]['phases'], results[mode]['seconds'], results[mode]['cpu_s'])}")
     if "restorelens" not in results or "duckdb-anchor" not in results:
         return
     ours, anchor = results["restorelens"], results["duckdb-anchor"]
@@ -228,10 +232,6 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
     if "restorelens-lenient" in results:
         summary += f"; lenient decoder alone {anchor['seconds'] / results['restorelens-lenient']['seconds']:.2f}x anchor"
     print(summary)
-    for mode in ("restorelens", "restorelens-lenient"):
-        if mode in results:
-            print(f"  {mode} breakdown (its best run): "
-                  f"{_breakdown(results[mode]['phases'], results[mode]['seconds'], results[mode]['cpu_s'])}")
 
 
 # --- the receiver --------------------------------------------------------------------------------

@@ -48,7 +48,8 @@ from restorelens.analysis.layers import (
 from restorelens.collector.schema import TABLE
 
 __all__ = [
-    "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_table", "rebuild", "registered", "snapshot",
+    "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_stored", "next_rowid", "rebuild", "registered",
+    "snapshot",
 ]
 
 log = logging.getLogger(__name__)
@@ -194,22 +195,30 @@ def ensure(con: Any) -> None:
             log.warning("derived tables not rebuilt (%s); the analysis computes those layers instead", exc)
 
 
-def insert_table(con: Any, table: Any) -> None:
-    """Add the derived rows of the spans in an Arrow ``table`` in ``otel_traces`` layout (stored),
-    and compute the trace layers again for every trace those spans belong to.
+def next_rowid(con: Any) -> int:
+    """The row id the next span appended to ``otel_traces`` gets: rows are only ever appended, and
+    an append takes ids past every row there is (deleted rows included), so the spans stored from
+    now on are exactly those with ``rowid >=`` this (a rolled-back append gives its ids back)."""
+    return int(_scalar(con, f"select coalesce(max(rowid) + 1, 0) from {_qualified(con, TABLE)}"))
 
-    The batch is converted once into a temporary table: reading Arrow's MAP columns is the costly
-    part, and the seven layers would otherwise each convert it again.
+
+def insert_stored(con: Any, first_rowid: int, spans: int) -> None:
+    """Add the derived rows of the ``spans`` spans stored at ``rowid >= first_rowid`` (all appended
+    since :func:`next_rowid` said ``first_rowid``), and compute the trace layers again for every
+    trace those spans belong to.
+
+    The spans are read back from the store rather than from the Arrow tables they came in: DuckDB
+    skips the row groups before ``first_rowid``, reads only the columns each layer needs, and the
+    batches need not be kept in memory until the derivation.
     """
     register_macros(con)
-    with registered(con, "rl_derive_incoming", table):
-        con.execute("create or replace temp table rl_derive as select * from rl_derive_incoming")
+    incoming = f"(select * from {_qualified(con, TABLE)} where rowid >= $first)"
+    first = {"first": first_rowid}
     for name in SPAN_LAYERS:
-        con.execute(f"insert into {_qualified(con, name)} {_from('rl_derive', name)}")
+        con.execute(f"insert into {_qualified(con, name)} {_from(incoming, name)}", first)
     # the typed layers' trace_key, from the same macro
-    con.execute("create or replace temp table rl_dirty as "
-                "select distinct rl_trace_key(\"TraceId\") as trace_key from rl_derive")
-    con.execute("drop table rl_derive")
+    con.execute(f"create or replace temp table rl_dirty as select distinct rl_trace_key(\"TraceId\") as trace_key "
+                f"from {incoming}", first)
     total = _total_spans(con)
     for name in TRACE_LAYERS:
         stored = _qualified(con, name)
@@ -221,7 +230,7 @@ def insert_table(con: Any, table: Any) -> None:
         con.execute(
             f"update {META_TABLE} set spans = $total "
             "where name = $name and fingerprint = $fingerprint and spans = $before",
-            {"total": total, "name": name, "fingerprint": fingerprint(name), "before": total - table.num_rows},
+            {"total": total, "name": name, "fingerprint": fingerprint(name), "before": total - spans},
         )
     con.execute("drop table rl_dirty")
 

@@ -91,7 +91,10 @@ class SpanStore:
         self.lock_timeout_s = lock_timeout_s
         self.threads = threads
         self.max_underived_spans = max_underived_spans
-        self._underived: list[pa.Table] = []  # stored spans whose derived rows are not written yet
+        # stored spans whose derived rows are not written yet: how many, and the row id of the first
+        # (derived.next_rowid; None while there are none)
+        self._underived_spans = 0
+        self._underived_from: int | None = None
         self._con: duckdb.DuckDBPyConnection | None = None
         # derived.snapshot() when this store last let the file go with every derived row written:
         # unchanged when it comes back, nobody else wrote and the (costlier) freshness check is
@@ -153,14 +156,15 @@ class SpanStore:
     def derive_pending(self) -> bool:
         """Write the derived rows of every span stored since the last time, in one transaction.
         False when that failed (logged; the tables stay stale until the next writer's check)."""
-        if not self._underived:
+        if not self._underived_spans:
+            self._underived_from = None  # the file may be let go: another writer's rows come next
             return True
-        tables, self._underived = self._underived, []
+        first, spans = self._underived_from, self._underived_spans
+        assert first is not None
+        self._underived_from, self._underived_spans = None, 0
         try:
-            # the batches come from different decoders; "permissive" unifies any type difference
-            batch = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
             with self.transaction(commit_step=DERIVED) as con, self.phases.timing(DERIVED):
-                derived.insert_table(con, batch)
+                derived.insert_stored(con, first, spans)
         # Anything: this runs after the spans' own commit (often inside the caller's transaction
         # block), and an error here must not read as if they were not stored. The next writer to
         # open the store rederives.
@@ -184,20 +188,21 @@ class SpanStore:
         """One transaction: committed when the block ends, rolled back if it raises. The commit's
         time counts as ``commit_step`` in :attr:`phases`."""
         con = self.connection()
-        underived = len(self._underived)
+        underived = self._underived_from, self._underived_spans
         con.begin()
         try:
             yield con
             with self.phases.timing(commit_step):
                 con.commit()
         except BaseException:
-            del self._underived[underived:]  # those spans were not stored after all
+            # those spans were not stored after all (and their row ids go to the next append)
+            self._underived_from, self._underived_spans = underived
             # a failed commit has already ended the transaction: rolling back would raise and
             # hide the commit's own error
             with contextlib.suppress(duckdb.Error):
                 con.rollback()
             raise
-        if sum(t.num_rows for t in self._underived) > self.max_underived_spans:
+        if self._underived_spans > self.max_underived_spans:
             self.derive_pending()  # its own transaction ends with nothing waiting: no recursion
 
     def insert_table(self, con: duckdb.DuckDBPyConnection, table: pa.Table, *, skip_existing: bool = True) -> int:
@@ -210,21 +215,21 @@ class SpanStore:
         """
         if not table.num_rows:
             return 0
+        if self._underived_from is None:
+            self._underived_from = derived.next_rowid(con)
         if not skip_existing:
             # No named view to unregister: a failed insert aborts the transaction, and unregistering
             # then would raise and hide the ConstraintException.
             with self.phases.timing(INSERT):
                 con.from_arrow(table).insert_into(TABLE)
-            new = table
+            new = table.num_rows
         else:
-            # `returning` gives exactly the rows stored: not those already there, and of two
-            # copies in one table the one `insert or ignore` kept (with several DuckDB threads,
-            # not necessarily the first)
+            # the count is of the rows stored: not those already there, and of two copies in one
+            # table only the one `insert or ignore` kept
             with self.phases.timing(DEDUPE), derived.registered(con, "rl_incoming", table):
-                new = con.sql(f"insert or ignore into {TABLE} select * from rl_incoming returning *").to_arrow_table()
-        if new.num_rows:
-            self._underived.append(new)
-        return new.num_rows
+                new = int(con.execute(f"insert or ignore into {TABLE} select * from rl_incoming").fetchall()[0][0])
+        self._underived_spans += new
+        return new
 
     def insert_tables(self, tables: Sequence[pa.Table]) -> list[int]:
         """Insert Arrow tables in one transaction; per table, how many spans were new.

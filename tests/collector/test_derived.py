@@ -149,8 +149,9 @@ def test_incremental_writes_never_refresh_a_trace_layer_left_by_other_sql(sample
     with duckdb.connect(str(db)) as con:
         con.execute(f"update {META_TABLE} set fingerprint = 'older-sql' where name = 'gate_requests'")
         rest = spans.slice(100)
+        first = derived.next_rowid(con)
         con.from_arrow(rest).insert_into(TABLE)
-        derived.insert_table(con, rest)
+        derived.insert_stored(con, first, rest.num_rows)
         # request_attempts reads gate_requests: stale with it
         assert fresh_layers(con) == frozenset(SPAN_LAYERS)
 
@@ -201,11 +202,11 @@ def test_a_failed_derivation_never_reads_as_spans_not_stored(
     spans = _all_spans(sample_store)
     db = tmp_path / "s.duckdb"
 
-    def broken(con: object, table: object) -> None:
+    def broken(con: object, first_rowid: int, spans: int) -> None:
         raise RuntimeError("derivation broke")
 
     with monkeypatch.context() as patch:
-        patch.setattr(derived, "insert_table", broken)
+        patch.setattr(derived, "insert_stored", broken)
         with SpanStore(db) as store:
             assert store.insert_tables([spans]) == [spans.num_rows]  # stored, and said so
             assert store.count() == spans.num_rows
@@ -244,8 +245,9 @@ def test_a_trace_layer_left_behind_is_never_marked_complete_by_a_later_batch(
     with duckdb.connect(str(db)) as con:
         _store_as_an_older_writer(con, engine)  # typed tables complete, trace layers behind
         assert fresh_layers(con) == frozenset(SPAN_LAYERS)
+        first = derived.next_rowid(con)
         con.from_arrow(later).insert_into(TABLE)
-        derived.insert_table(con, later)  # recomputes that span's trace only
+        derived.insert_stored(con, first, later.num_rows)  # recomputes that span's trace only
         assert fresh_layers(con) == frozenset(SPAN_LAYERS)
         assert any(_differences(con, name) for name in TRACE_LAYERS)  # what a reader must not see
 
@@ -283,3 +285,35 @@ def test_a_failed_rebuild_changes_nothing(
         derived.ensure(con)
         assert fresh_layers(con) == frozenset()
         assert {name: con.execute(f"select count(*) from {name}").fetchall() for name in DERIVED_LAYERS} == before
+
+
+def test_spans_stored_after_rows_were_deleted_by_hand_are_derived_exactly_once(
+    sample_store: Path, tmp_path: Path
+) -> None:
+    # deleted rows keep their row ids, so the next spans are found by row id, not by the span count
+    spans = _all_spans(sample_store)
+    db = tmp_path / "s.duckdb"
+    SpanStore(db).insert_tables([spans.slice(0, 200)])
+    with duckdb.connect(str(db)) as con:
+        con.execute(f'delete from {TABLE} where rowid in (3, 50, 120)')
+    with SpanStore(db, max_underived_spans=10_000) as store:  # rebuilds: the counts no longer match
+        store.insert_tables([spans.slice(200, 100)])
+        store.insert_tables([spans.slice(300, 100), spans.slice(0, 5)])  # some already stored
+        store.derive_pending()
+        _all_equal(store.connection())
+
+
+def test_a_duplicate_only_batch_leaves_no_stale_row_id_behind(sample_store: Path, tmp_path: Path) -> None:
+    # nothing stored, the file let go, another writer appends: its spans are its own to derive
+    spans = _all_spans(sample_store)
+    db = tmp_path / "s.duckdb"
+    store = SpanStore(db, max_underived_spans=10_000)
+    store.insert_tables([spans.slice(0, 100)])
+    store.derive_pending()
+    assert store.insert_tables([spans.slice(0, 10)]) == [0]
+    store.release()
+    SpanStore(db).insert_tables([spans.slice(100, 100)])  # another writer, deriving its own
+    store.insert_tables([spans.slice(200, 100)])
+    store.close()
+    with duckdb.connect(str(db), read_only=True) as con:
+        _all_equal(con)
