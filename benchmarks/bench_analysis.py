@@ -15,7 +15,9 @@ checked equal between the sides.
 ``otel_traces`` (shared layers materialised once, the report's mode) against the anchor, polars
 reading the columns it uses from the same file and computing the same decomposition. The ratio
 is printed both against that whole and against polars' decomposition alone (spans already in
-memory).
+memory). The polars twin computes only the columns the compared metrics need (the SQL views have
+more: 29 against 6 in lending_episodes); so SQL is also timed reading of each view only the
+columns the twin computes too (``Analysis.view(name, columns)``, as the report reads them).
 
 (b) The store as a collector keeps it: the typed and trace layers kept as tables
 (``collector/derived.py``). Their build (one transaction, as a writer's ``derived.ensure`` runs it,
@@ -38,6 +40,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
@@ -469,13 +472,16 @@ class _LayerTimer:
 
 
 def sql_decompose(con: duckdb.DuckDBPyConnection, *, materialize: bool, use_derived: bool = True,
-                  laps: Laps | None = None) -> dict[str, pl.DataFrame]:
+                  laps: Laps | None = None, columns: Mapping[str, list[str]] | None = None
+                  ) -> dict[str, pl.DataFrame]:
+    """Every public view and the policy summary; ``columns`` reads only those of a view (as the
+    report reads only what its statistics use)."""
     laps = laps if laps is not None else Laps()
     analysis = Analysis(_LayerTimer(con, laps), materialize=materialize, use_derived=use_derived)  # type: ignore[arg-type]
     laps.mark(SETUP)
     frames = {}
     for name in PUBLIC:
-        frames[name] = analysis.view(name)
+        frames[name] = analysis.view(name, None if columns is None else columns[name])
         laps.mark(f"read {name}")
     frames["policy_summary"] = analysis.policy_summary()
     laps.mark("policy_summary")
@@ -503,11 +509,17 @@ def _agree(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> lis
 # Each side below is one run from the store file: a fresh connection (as each `restorelens report`
 # opens one), closed before the next side starts. Each returns (frames or None, Laps).
 
-def sql_from_file(db: Path, *, use_derived: bool, materialize: bool = True) -> tuple[dict[str, pl.DataFrame], Laps]:
+def sql_from_file(db: Path, *, use_derived: bool, materialize: bool = True,
+                  columns: Mapping[str, list[str]] | None = None) -> tuple[dict[str, pl.DataFrame], Laps]:
     laps = Laps()
     with duckdb.connect(str(db), read_only=True) as con:
-        frames = sql_decompose(con, materialize=materialize, use_derived=use_derived, laps=laps)
+        frames = sql_decompose(con, materialize=materialize, use_derived=use_derived, laps=laps, columns=columns)
     return frames, laps
+
+
+def common_columns(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> dict[str, list[str]]:
+    """Per public view, the SQL view's columns the polars twin computes too (by name)."""
+    return {name: [column for column in sql[name].columns if column in polars[name].columns] for name in PUBLIC}
 
 
 def episodes_from_file(db: Path) -> tuple[dict[str, pl.DataFrame], Laps]:
@@ -545,21 +557,25 @@ def build_derived(db: Path) -> tuple[None, Laps]:
 #: The sides of one size, each run once per round in this order: name -> (what it runs, its line's
 #: label, what that line includes; the legend is printed once at the start).
 SIDES = {
-    "build": (build_derived, "derived tables, build:",
+    "build": (lambda db, _: build_derived(db), "derived tables, build:",
               "the 9 typed and trace layers built from otel_traces in one transaction + checkpoint, as a "
               "writer's derived.ensure does (a real store pays this while loading)"),
-    "sql_raw": (lambda db: sql_from_file(db, use_derived=False), "SQL from raw spans:",
+    "sql_raw": (lambda db, _: sql_from_file(db, use_derived=False), "SQL from raw spans:",
                 "every layer computed from otel_traces (the derived tables ignored), the shared layers "
-                "materialised once; the 5 public views and the policy summary read into polars"),
-    "polars": (polars_from_file, "anchor, polars from raw spans:",
+                "materialised once; the 5 public views (every column) and the policy summary read into polars"),
+    "polars": (lambda db, _: polars_from_file(db), "anchor, polars from raw spans:",
                f"the {len(POLARS_COLUMNS)} otel_traces columns it uses read from the same store file into polars, "
-               "then the same decomposition (same views, same metrics)"),
-    "sql_derived": (lambda db: sql_from_file(db, use_derived=True), "SQL on the derived tables:",
+               "then the same decomposition (same views, same metrics; fewer columns, listed below)"),
+    "sql_raw_narrow": (lambda db, columns: sql_from_file(db, use_derived=False, columns=columns),
+                       "SQL from raw spans, polars' columns:",
+                       "as 'SQL from raw spans', reading of each view only the columns the polars twin computes "
+                       "too (the shared layers still whole)"),
+    "sql_derived": (lambda db, _: sql_from_file(db, use_derived=True), "SQL on the derived tables:",
                     "the 9 kept layers read from the store's tables, the rest computed (shared ones "
                     "materialised once); the same views and summary read into polars; build not included"),
-    "sql_views": (lambda db: sql_from_file(db, use_derived=True, materialize=False), "SQL, plain views:",
+    "sql_views": (lambda db, _: sql_from_file(db, use_derived=True, materialize=False), "SQL, plain views:",
                   "as the line above, with nothing materialised (each view computes what it reads)"),
-    "episodes": (episodes_from_file, "SQL, the two episode views alone:",
+    "episodes": (lambda db, _: episodes_from_file(db), "SQL, the two episode views alone:",
                  "the lending and wake episode views on the derived tables, as plain views (what the "
                  "dashboard's overview reads)"),
 }
@@ -568,7 +584,7 @@ SIDES = {
 def legend() -> list[str]:
     """What each printed line includes (every run: a fresh connection to the store file; the
     time from opening it to the last DataFrame)."""
-    return [f"  {label:<34s} {includes}" for _, label, includes in SIDES.values()]
+    return [f"  {label:<38s} {includes}" for _, label, includes in SIDES.values()]
 
 
 @dataclass
@@ -607,27 +623,32 @@ def _ratio(anchor: float, ours: float) -> str:
     return f"{anchor / ours:.2f}x" if ours > 0 else "n/a"
 
 
-def measure(db: Path, repeats: int) -> tuple[dict[str, Measured], list[str]]:
+def measure(db: Path, repeats: int) -> tuple[dict[str, Measured], dict[str, list[str]], list[str]]:
     """Every side ``repeats`` times, round by round (so a busy spell of the shared machine slows
-    every side alike), and the disagreements between SQL (both starts) and polars."""
+    every side alike): the best run of each, the columns SQL and polars both compute per view,
+    and the disagreements of every SQL side with polars."""
     runs: dict[str, list[tuple[float, float, Laps]]] = {name: [] for name in SIDES}
     frames: dict[str, dict[str, pl.DataFrame]] = {}
+    common: dict[str, list[str]] = {}
     for _ in range(repeats):
         for name, (side, _, _) in SIDES.items():
+            if name == "sql_raw_narrow" and not common:  # the first round's two wide sides ran already
+                common = common_columns(frames["sql_raw"], frames["polars"])
             started, cpu_started = time.perf_counter(), time.process_time()
-            result, laps = side(db)
+            result, laps = side(db, common)
             runs[name].append((time.perf_counter() - started, time.process_time() - cpu_started, laps))
-            if name in ("sql_raw", "sql_derived", "polars") and name not in frames:
+            if name in ("sql_raw", "sql_raw_narrow", "sql_derived", "polars") and name not in frames:
                 frames[name] = result
             del result
-    problems = [f"SQL from raw spans vs polars: {p}" for p in _agree(frames["sql_raw"], frames["polars"])]
-    problems += [f"SQL on derived tables vs polars: {p}" for p in _agree(frames["sql_derived"], frames["polars"])]
-    return {name: Measured.best(side_runs) for name, side_runs in runs.items()}, problems
+    problems = [f"{SIDES[name][1]} vs polars: {problem}" for name in ("sql_raw", "sql_raw_narrow", "sql_derived")
+                for problem in _agree(frames[name], frames["polars"])]
+    widths = {name: (frames["sql_raw"][name].width, frames["polars"][name].width) for name in COMPARED}
+    return {name: Measured.best(side_runs) for name, side_runs in runs.items()}, widths, problems
 
 
 def _line(side: str, measured: Measured, extra: str = "") -> str:
     label = SIDES[side][1]
-    return f"    {label:<34s} {measured.wall_s:7.2f} s wall, {measured.cpu_s:7.2f} s CPU{extra}"
+    return f"    {label:<38s} {measured.wall_s:7.2f} s wall, {measured.cpu_s:7.2f} s CPU{extra}"
 
 
 def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
@@ -636,8 +657,9 @@ def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
     with duckdb.connect(str(db)) as writer:
         spans, generate_s, _ = _timed(generate, writer, spans)
         writer.execute("checkpoint")
-    best, problems = measure(db, repeats)
+    best, widths, problems = measure(db, repeats)
     build, raw, anchor, on_derived = best["build"], best["sql_raw"], best["polars"], best["sql_derived"]
+    narrow = best["sql_raw_narrow"]
     read_s, _ = anchor.part("read")
     compute_s = anchor.wall_s - read_s
     build_and_query_s = build.wall_s + on_derived.wall_s
@@ -652,6 +674,9 @@ def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
         f"    restorelens vs anchor: {_ratio(anchor.wall_s, raw.wall_s)} faster wall, "
         f"{_ratio(anchor.cpu_s, raw.cpu_s)} less CPU (SQL from raw spans vs polars from raw spans; < 1 is slower); "
         f"vs polars' decomposition alone, spans already in memory: {_ratio(compute_s, raw.wall_s)} wall",
+        "    columns computed, SQL / polars: " + ", ".join(f"{name} {sql}/{twin}" for name, (sql, twin) in widths.items()),
+        _line("sql_raw_narrow", narrow, f"  (vs anchor: {_ratio(anchor.wall_s, narrow.wall_s)} faster wall, "
+                                        f"{_ratio(anchor.cpu_s, narrow.cpu_s)} less CPU)"),
         "  (b) on the derived tables a collector keeps, their build beside",
         _line("build", build),
         _line("sql_derived", on_derived,
@@ -663,30 +688,32 @@ def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
         "  (c) other readings, on the derived tables",
         _line("sql_views", best["sql_views"]),
         _line("episodes", best["episodes"]),
-        f"  results: SQL from raw spans, SQL on the derived tables and polars "
+        f"  results: every SQL side above and polars "
         f"{'agree' if not problems else 'DISAGREE'} (rows of every view, totals of "
         f"{sum(map(len, COMPARED.values()))} metrics)",
     ]
     lines += [f"    DISAGREE {problem}" for problem in problems]
-    lines += _breakdown(raw, on_derived, anchor)
+    lines += _breakdown({"SQL from raw": raw, "raw, polars' cols": narrow, "SQL on derived": on_derived,
+                         "polars": anchor})
     print("\n".join(lines), flush=True)
     db.unlink()
     db.with_suffix(".duckdb.wal").unlink(missing_ok=True)
     return {"spans": spans, "raw_cpu_s": raw.cpu_s, "derived_cpu_s": on_derived.cpu_s, "polars_cpu_s": anchor.cpu_s}
 
 
-def _breakdown(raw: Measured, on_derived: Measured, anchor: Measured) -> list[str]:
-    """Where each side's best run went, row by row of ``STAGES`` (wall s / CPU s)."""
-    sides = (_sql_stages(raw), _sql_stages(on_derived), _polars_stages(anchor))
-    header = f"    {'wall s / CPU s':<44s} {'SQL from raw':>15s} {'SQL on derived':>15s} {'polars':>15s} {'raw/polars':>10s}"
+def _breakdown(sides: dict[str, Measured]) -> list[str]:
+    """Where each side's best run went, row by row of ``STAGES`` (wall s / CPU s); the last side
+    is polars, and the last column compares the first side with it."""
+    *sql_sides, anchor = sides.values()
+    stages = [*(_sql_stages(side) for side in sql_sides), _polars_stages(anchor)]
+    header = f"    {'wall s / CPU s':<44s}" + "".join(f" {name:>17s}" for name in sides) + f" {'raw/polars':>10s}"
     lines = ["  where the time goes (the best run of each side):", header]
     for stage in STAGES:
-        cells = [f"{side[stage][0]:6.2f} / {side[stage][1]:5.2f}" for side in sides]
-        ratio = sides[0][stage][0] / sides[2][stage][0] if sides[2][stage][0] > 0 else float("nan")
-        lines.append(f"    {stage:<44s} {cells[0]:>15s} {cells[1]:>15s} {cells[2]:>15s} {ratio:9.2f}x")
-    totals = [f"{m.wall_s:6.2f} / {m.cpu_s:5.2f}" for m in (raw, on_derived, anchor)]
-    lines.append(f"    {'total':<44s} {totals[0]:>15s} {totals[1]:>15s} {totals[2]:>15s} "
-                 f"{raw.wall_s / anchor.wall_s:9.2f}x")
+        cells = "".join(f" {f'{side[stage][0]:6.2f} / {side[stage][1]:5.2f}':>17s}" for side in stages)
+        ratio = stages[0][stage][0] / stages[-1][stage][0] if stages[-1][stage][0] > 0 else float("nan")
+        lines.append(f"    {stage:<44s}{cells} {ratio:9.2f}x")
+    totals = "".join(f" {f'{side.wall_s:6.2f} / {side.cpu_s:5.2f}':>17s}" for side in sides.values())
+    lines.append(f"    {'total':<44s}{totals} {sql_sides[0].wall_s / anchor.wall_s:9.2f}x")
     return lines
 
 

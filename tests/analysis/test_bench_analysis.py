@@ -86,9 +86,13 @@ def test_every_side_decomposes_the_store_file_alike(bench: ModuleType, store: Pa
     raw, _ = bench.sql_from_file(store, use_derived=False)
     on_derived, _ = bench.sql_from_file(store, use_derived=True)
     anchor, _ = bench.polars_from_file(store)
+    common = bench.common_columns(raw, anchor)
+    narrow, _ = bench.sql_from_file(store, use_derived=False, columns=common)
     assert raw["wake_episodes"].height == 20
     assert bench._agree(raw, anchor) == []
     assert bench._agree(on_derived, anchor) == []
+    assert bench._agree(narrow, anchor) == []
+    assert {name: frame.columns for name, frame in narrow.items() if name in common} == common
 
 
 def test_a_changed_metric_is_a_disagreement(bench: ModuleType, store: Path) -> None:
@@ -118,8 +122,9 @@ def test_every_part_the_breakdown_names_is_one_the_sides_time(bench: ModuleType,
 
 
 def test_every_side_runs_the_same_number_of_times(bench: ModuleType, store: Path) -> None:
-    best, problems = bench.measure(store, 2)
+    best, widths, problems = bench.measure(store, 2)
     assert problems == []
+    assert all(sql >= twin for sql, twin in widths.values())
     assert best.keys() == bench.SIDES.keys()
     assert {side.runs for side in best.values()} == {2}
 
