@@ -210,7 +210,7 @@ def create_gate_app(
         upstreams=upstreams, clock=clock, router=router, waiters=waiters, refusals=refusals,
     )
     admission.on_preempt = proxy.preempt
-    registry = new_registry(admission, lambda: proxy.upstream_errors, refusals)
+    registry = new_registry(admission, lambda: proxy.upstream_errors, refusals, tracer_provider if settings.tracing else None)
     if router is not None:
         router.register_metrics(registry)
     # Briefly: one hung engine must not hold the listing for upstream_timeout_s.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -44,10 +45,13 @@ class GateCollector(Collector):
         admission: Admission,
         upstream_errors: Callable[[], Mapping[str, int]] | None = None,
         refusals: Mapping[str, int] | None = None,
+        span_export: Any = None,
     ) -> None:
         self.admission = admission
         self.upstream_errors = upstream_errors
         self.refusals = refusals
+        #: The tracer provider when it is restorelens's (its processor counts drops, its exporter failures).
+        self.span_export = span_export
         # The core keeps no budget; an episode is judged by the policy's in force at its t0.
         admission.tracker.restore_budget_s = functools.partial(restore_budget_s, admission)
 
@@ -88,6 +92,18 @@ class GateCollector(Collector):
             for kind, count in sorted(self.upstream_errors().items()):
                 errors.add_metric([kind], count)
             yield errors
+        yield from self._span_export()
+
+    def _span_export(self) -> Iterator[Metric]:
+        processor = getattr(self.span_export, "restorelens_processor", None)
+        if hasattr(processor, "dropped_spans"):
+            yield CounterMetricFamily(PREFIX + "spans_dropped", "Spans dropped because the export queue was full "
+                                      "(OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind or its endpoint is down",
+                                      value=processor.dropped_spans)
+        exporter = getattr(self.span_export, "restorelens_exporter", None)
+        if hasattr(exporter, "spans_failed"):
+            yield CounterMetricFamily(PREFIX + "spans_export_failed", "Spans the OTLP exporter could not deliver "
+                                      "after its retries", value=exporter.spans_failed)
 
     def _restoration(self) -> Iterator[Metric]:
         stats = self.admission.tracker.stats
@@ -111,7 +127,8 @@ def new_registry(
     admission: Admission,
     upstream_errors: Callable[[], Mapping[str, int]] | None = None,
     refusals: Mapping[str, int] | None = None,
+    span_export: Any = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(GateCollector(admission, upstream_errors, refusals))
+    registry.register(GateCollector(admission, upstream_errors, refusals, span_export))
     return registry

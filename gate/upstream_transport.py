@@ -7,7 +7,8 @@ request and parses with pure-Python h11 over anyio streams; profiled in the gate
 ``write`` and streams the body chunk by chunk as it arrives (SSE passes through unbuffered).
 
 It is an ``httpx.AsyncBaseTransport``, so httpx's request/response models and the OpenTelemetry httpx
-instrumentation (``AsyncOpenTelemetryTransport`` wraps it) work unchanged. HTTP/1.1 only, no
+instrumentation (``AsyncOpenTelemetryTransport`` wraps it) work with it; the gate itself calls
+``exchange`` with prepared bytes. HTTP/1.1 only, no
 pipelining. Errors are httpx's: ``ConnectError``/``ConnectTimeout``, ``ReadTimeout``, ``PoolTimeout``,
 ``RemoteProtocolError``. A request that finds its reused keep-alive connection closed by the server
 before any answer byte (the idle-timeout race) is retried once on a new connection.
