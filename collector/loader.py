@@ -13,15 +13,19 @@ duplicates).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from restorelens.collector.decode_jaeger import decode_jaeger_json, is_jaeger_json
 from restorelens.collector.decode_json import decode_traces_json
@@ -146,9 +150,10 @@ def _load_fast(
             if not is_json:
                 return False
             loaded = total = 0
-            for table in read_collector_jsonl(stream, store.phases):
-                loaded += store.insert_table(con, table, skip_existing=skip_existing)
-                total += table.num_rows
+            with _read_ahead(read_collector_jsonl(stream, store.phases)) as tables:
+                for table in tables:
+                    loaded += store.insert_table(con, table, skip_existing=skip_existing)
+                    total += table.num_rows
     except duckdb.ConstraintException:
         return None
     except Exception as exc:  # Unsupported, or anything else: the lenient decoder redoes it and says why
@@ -157,6 +162,48 @@ def _load_fast(
     summary.loaded += loaded
     summary.duplicate += total - loaded
     return total
+
+
+@contextlib.contextmanager
+def _read_ahead(tables: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
+    """``tables``, each read and built in a thread while the caller inserts the one before.
+
+    Arrow's reader and compute kernels and DuckDB's insert all release the GIL, so on two cores
+    the next block's decoding runs beside this block's insert. One block waits at most (bounded
+    memory). Leaving the block early (an insert failed) stops the thread after its current block.
+    """
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for table in tables:
+                if stop.is_set():
+                    return
+                ready.put(("table", table))
+            ready.put(("end", None))
+        except BaseException as exc:  # handed to the caller, raised there
+            ready.put(("error", exc))
+
+    def consume() -> Iterator[pa.Table]:
+        while True:
+            kind, value = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    thread = threading.Thread(target=produce, name="jsonl-read-ahead", daemon=True)
+    thread.start()
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting to put its block
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.05)
+        thread.join()
 
 
 def _load_parquet(
