@@ -145,3 +145,13 @@ def test_a_size_prints_both_comparisons_with_the_summary_line(bench: ModuleType,
     assert "DISAGREE" not in out and " agree " in out
     assert all(f"    {stage}" in out for stage in bench.STAGES)
     assert list(tmp_path.iterdir()) == []  # the store file is removed
+
+
+def test_plain_views_are_left_out_above_their_size(bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    label = bench.SIDES["sql_views"][1]
+    bench.run(20 * bench.SPANS_PER_UNIT, tmp_path, 1)
+    assert label in capsys.readouterr().out
+    monkeypatch.setattr(bench, "PLAIN_VIEWS_UP_TO", 10 * bench.SPANS_PER_UNIT)
+    bench.run(20 * bench.SPANS_PER_UNIT, tmp_path, 1)
+    assert label not in capsys.readouterr().out
