@@ -73,12 +73,15 @@ def test_the_anchor_answers_as_many_tokens_as_asked(bench: ModuleType) -> None:
 
 def test_the_shell_cost_run_says_so_and_writes_a_span_per_request(
         bench: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(bench, "LIVE_REQUESTS", 60)
+    # enough requests for the simulator's CPU to span several /proc ticks (10 ms); the anchor's own
+    # run is left out, its figures are not what this checks
+    monkeypatch.setattr(bench, "LIVE_REQUESTS", 400)
     monkeypatch.setattr(bench, "WARMUP_REQUESTS", 20)
+    monkeypatch.setattr(bench, "_anchor", lambda max_tokens: bench.Live(100, 1.0, 0.01, "test"))
     bench.live_shell_cost()
     out = capsys.readouterr().out
     assert f"--time-scale {bench.SHELL_TIME_SCALE}" in out and f"max_tokens {bench.SHELL_MAX_TOKENS}" in out
-    assert re.search(rf"{spans.SPAN_LLM_REQUEST} spans written +80 \(of 80 requests\)", out)
+    assert re.search(rf"{spans.SPAN_LLM_REQUEST} spans written +420 \(of 420 requests\)", out)
 
 
 def test_the_engine_setting_run_prints_rates_cpu_and_a_span_per_answer(
