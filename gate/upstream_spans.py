@@ -32,6 +32,7 @@ from opentelemetry.util.http import redact_url, sanitize_method
 
 from restorelens import spans as S
 from restorelens.clock import to_ns
+from restorelens.fast_spans import FastTracer
 
 __all__ = ["SemconvMode", "UpstreamSpans", "semconv_mode"]
 
@@ -83,7 +84,7 @@ def _status_of(status_code: int) -> StatusCode:
 class UpstreamSpans:
     """Starts and ends the CLIENT span of each upstream call, and names the headers that carry it on."""
 
-    def __init__(self, tracer: Tracer, mode: SemconvMode | None = None) -> None:
+    def __init__(self, tracer: Tracer | FastTracer, mode: SemconvMode | None = None) -> None:
         self._tracer = tracer
         self.mode = semconv_mode() if mode is None else mode
         self._request_attributes: dict[tuple[str, str], dict[str, str | int]] = {}
