@@ -70,8 +70,12 @@ class FastSpan(trace_api.Span):
             self._attributes[key] = tuple(value) if isinstance(value, list) else value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self._end_time is not None:
+            return
+        recorded = self._attributes
         for key, value in attributes.items():
-            self.set_attribute(key, value)
+            if value is not None:
+                recorded[key] = tuple(value) if isinstance(value, list) else value
 
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None, timestamp: int | None = None) -> None:
         if self._end_time is None:
