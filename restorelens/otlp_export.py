@@ -35,6 +35,10 @@ _RETRYABLE = frozenset({429, 502, 503, 504})
 _MAX_ANSWER_BYTES = 64 * 1024
 
 
+def _yield_gil() -> None:
+    time.sleep(0)  # lets the event loop's thread run between chunks of a long encode
+
+
 def _env(name: str, environ: Mapping[str, str]) -> str | None:
     """``OTEL_EXPORTER_OTLP_TRACES_<name>`` or else ``OTEL_EXPORTER_OTLP_<name>``, as the SDK reads them."""
     return environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or environ.get(f"OTEL_EXPORTER_OTLP_{name}")
@@ -119,7 +123,7 @@ class OtlpHttpSpanExporter(SpanExporter):
             if self._shutdown:
                 return SpanExportResult.FAILURE
             started = time.thread_time()
-            body = self._encoder.encode(spans)
+            body = self._encoder.encode(spans, pause=_yield_gil)
             if self.gzip:
                 body = gzip.compress(body, compresslevel=6)
             encoded = time.thread_time()

@@ -12,13 +12,13 @@ that the official ``opentelemetry-proto`` definitions decode them.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
-__all__ = ["SpanEncoder"]
+__all__ = ["PAUSE_EVERY", "SpanEncoder"]
 
 _FIXED64 = struct.Struct("<Q").pack
 _DOUBLE = struct.Struct("<d").pack
@@ -29,6 +29,8 @@ _IS_REMOTE = 0x200
 #: Cached string key-values (key, value) -> bytes; cleared when full so memory stays bounded.
 _MAX_CACHED_PAIRS = 4096
 _UINT64 = (1 << 64) - 1
+#: Spans encoded between two calls of ``encode``'s ``pause``.
+PAUSE_EVERY = 32
 
 
 _SMALL = [bytes((i,)) for i in range(0x80)]
@@ -114,10 +116,17 @@ class SpanEncoder:
         self._resources: dict[int, tuple[Any, bytes]] = {}
         self._scopes: dict[int, tuple[Any, bytes]] = {}
 
-    def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
-        """The ``ExportTraceServiceRequest`` for ``spans``: grouped by resource, then scope, in order."""
+    def encode(self, spans: Sequence[ReadableSpan], pause: Callable[[], None] | None = None) -> bytes:
+        """The ``ExportTraceServiceRequest`` for ``spans``: grouped by resource, then scope, in order.
+
+        ``pause`` is called after every ``PAUSE_EVERY`` spans: an exporter thread passes
+        ``time.sleep(0)`` so that a 512-span batch (~5 ms of encoding) does not hold the GIL
+        against the event loop it shares the process with.
+        """
         groups: dict[int, dict[int, list[bytes]]] = {}
-        for span in spans:
+        for count, span in enumerate(spans, 1):
+            if pause is not None and count % PAUSE_EVERY == 0:
+                pause()
             resource_id, scope_id = id(span.resource), id(span.instrumentation_scope)
             if resource_id not in self._resources:
                 self._resources[resource_id] = (span.resource, self._resource(span.resource))

@@ -31,7 +31,7 @@ from opentelemetry.trace import (
 )
 
 from restorelens import spans as S
-from restorelens.otlp_proto import SpanEncoder
+from restorelens.otlp_proto import PAUSE_EVERY, SpanEncoder
 
 
 def _provider(service: str, limits: SpanLimits | None = None) -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -85,7 +85,9 @@ def test_the_bytes_are_the_sdk_encoders_bytes() -> None:
     encoder = SpanEncoder()
     expected = encode_spans(spans).SerializeToString()
     assert encoder.encode(spans) == expected
-    assert encoder.encode(spans) == expected  # and again, from the caches
+    pauses: list[int] = []
+    assert encoder.encode(spans, pause=lambda: pauses.append(1)) == expected  # again, from the caches
+    assert len(pauses) == len(spans) // PAUSE_EVERY
 
 
 def test_the_official_definitions_read_it_back() -> None:
