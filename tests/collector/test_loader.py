@@ -214,3 +214,27 @@ def test_a_load_says_which_steps_its_time_went_to(tmp_path: Path) -> None:
     assert phases.DEDUPE in again.phases.as_dict()
     assert set(lenient.phases.as_dict()) >= set(steps)
     assert all(wall >= 0 and cpu >= 0 for wall, cpu in fresh.phases.as_dict().values())
+
+
+def _otlp_line(first: int, spans: int, value: dict[str, object]) -> str:
+    items = [{"traceId": f"{i + 1:032x}", "spanId": f"{i + 1:016x}", "name": "s", "startTimeUnixNano": "5",
+              "endTimeUnixNano": "9", "attributes": [{"key": "v", "value": value}]} for i in range(first, first + spans)]
+    resource = {"attributes": [{"key": SERVICE_NAME, "value": {"stringValue": "svc"}}]}
+    return json.dumps({"resourceSpans": [{"resource": resource, "scopeSpans": [{"spans": items}]}]})
+
+
+def test_a_file_whose_later_blocks_hold_stored_spans_loads_the_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from restorelens.collector import fast_jsonl
+
+    monkeypatch.setattr(fast_jsonl, "BLOCK_BYTES", 4096)
+    old = tmp_path / "old.jsonl"
+    old.write_text("\n".join(_otlp_line(i * 4, 4, {"intValue": "1"}) for i in range(20, 40)) + "\n")
+    both = tmp_path / "both.jsonl"  # new spans first (plain inserts), then the stored ones
+    both.write_text("\n".join(_otlp_line(i * 4, 4, {"intValue": "1"}) for i in range(40)) + "\n")
+    db = tmp_path / "t.duckdb"
+    assert load_paths([old], db).loaded == 80
+    summary = load_paths([both], db)
+    assert (summary.loaded, summary.duplicate, summary.errors) == (80, 80, [])
+    assert _rows(db, "select count(*), count(distinct \"SpanId\") from otel_traces") == [(160, 160)]
