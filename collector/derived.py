@@ -216,14 +216,21 @@ def insert_stored(con: Any, first_rowid: int, spans: int) -> None:
     first = {"first": first_rowid}
     for name in SPAN_LAYERS:
         con.execute(f"insert into {_qualified(con, name)} {_from(incoming, name)}", first)
-    # the typed layers' trace_key, from the same macro
-    con.execute(f"create or replace temp table rl_dirty as select distinct rl_trace_key(\"TraceId\") as trace_key "
-                f"from {incoming}", first)
     total = _total_spans(con)
+    # Every stored span is new (a first load): every trace is touched, and computing the trace
+    # layers whole spares listing the touched traces and semi-joining on them.
+    whole = spans == total
+    if not whole:
+        # the typed layers' trace_key, from the same macro
+        con.execute(f"create or replace temp table rl_dirty as select distinct rl_trace_key(\"TraceId\") as trace_key "
+                    f"from {incoming}", first)
     for name in TRACE_LAYERS:
         stored = _qualified(con, name)
-        con.execute(f"delete from {stored} where trace_key in (select trace_key from rl_dirty) or trace_key is null")
-        con.execute(f"insert into {stored} {_from_tables(con, name, dirty_only=True)}")
+        if whole:
+            con.execute(f"delete from {stored}")
+        else:
+            con.execute(f"delete from {stored} where trace_key in (select trace_key from rl_dirty) or trace_key is null")
+        con.execute(f"insert into {stored} {_from_tables(con, name, dirty_only=not whole)}")
         # Complete now only if complete before this batch, and by today's SQL: the touched traces
         # are all that was recomputed. A layer behind (a failed derivation, spans stored by another
         # writer) or written by other SQL keeps its record, and stays stale until a rebuild.
@@ -232,7 +239,8 @@ def insert_stored(con: Any, first_rowid: int, spans: int) -> None:
             "where name = $name and fingerprint = $fingerprint and spans = $before",
             {"total": total, "name": name, "fingerprint": fingerprint(name), "before": total - spans},
         )
-    con.execute("drop table rl_dirty")
+    if not whole:
+        con.execute("drop table rl_dirty")
 
 
 @contextlib.contextmanager
