@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import logging
 import json
 import os
 import shutil
@@ -238,3 +239,25 @@ def test_a_file_whose_later_blocks_hold_stored_spans_loads_the_new_ones(
     summary = load_paths([both], db)
     assert (summary.loaded, summary.duplicate, summary.errors) == (80, 80, [])
     assert _rows(db, "select count(*), count(distinct \"SpanId\") from otel_traces") == [(160, 160)]
+
+
+def test_a_line_longer_than_a_block_is_read_again_in_larger_blocks_then_leniently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from restorelens.collector import fast_jsonl
+
+    # (Arrow reads a line across one block boundary, not across two)
+    monkeypatch.setattr(fast_jsonl, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(fast_jsonl, "LONG_LINE_BLOCK_BYTES", 8192)
+    medium = tmp_path / "medium.jsonl"  # one line of about 6 KiB between two short ones
+    medium.write_text("\n".join([_otlp_line(0, 2, {"intValue": "1"}), _otlp_line(2, 30, {"intValue": "1"}),
+                                 _otlp_line(32, 12, {"intValue": "1"})]) + "\n")
+    long = tmp_path / "long.jsonl"  # lines of about 20 KiB
+    long.write_text("\n".join(_otlp_line(100 + i * 100, 100, {"intValue": "1"}) for i in range(3)) + "\n")
+    assert 2 * 2048 < len(medium.read_text().splitlines()[1]) < 8192 < 2 * 8192 < len(long.read_text().splitlines()[1])
+    with caplog.at_level(logging.DEBUG, logger="restorelens.collector.loader"):
+        summary = load_paths([medium, long], tmp_path / "t.duckdb")
+    assert (summary.loaded, summary.duplicate, summary.errors) == (344, 0, [])
+    larger = [r.getMessage().split(":")[0] for r in caplog.records if "read again in larger blocks" in r.getMessage()]
+    lenient = [r.getMessage().split(":")[0] for r in caplog.records if "lenient decoder" in r.getMessage()]
+    assert (larger, lenient) == ([str(medium), str(long)], [str(long)])
