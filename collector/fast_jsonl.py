@@ -10,15 +10,16 @@ lenient span-by-span decoder instead, which also reports file:line reasons.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import IO, Any
 
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 from duckdb import ColumnExpression
 from duckdb.sqltypes import VARCHAR
-import pyarrow.json as pj
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.phases import ARROW_BUILD, DECODE, Phases
@@ -153,6 +154,19 @@ def _value_strings(values: Any) -> Any:
     return strings
 
 
+_THREAD = threading.local()
+
+
+def _cast_connection() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection for this thread (a connection must not be shared by threads),
+    kept: opening one costs about 15 ms, as much as casting a million doubles."""
+    con = getattr(_THREAD, "con", None)
+    if con is None:
+        con = _THREAD.con = duckdb.connect(":memory:")
+        con.execute("set threads = 1")  # a block's values: parallelism would only cost
+    return con
+
+
 def _double_strings(doubles: Any) -> Any:
     """Each double as ``rows.double_to_str`` writes it (Python's repr: shortest round-trip digits,
     ``3.0``, ``1e-05``, ``1e+16``; ``NaN``, ``Infinity``), without a Python call per value.
@@ -161,11 +175,8 @@ def _double_strings(doubles: Any) -> Any:
     has Python's notation for every finite double (``test_fast_jsonl`` compares them on random bit
     patterns), at a tenth of the CPU of the loop over values it replaced.
     """
-    con = duckdb.connect()  # in-memory; its own, since a connection must not be shared by threads
-    try:
-        text = con.from_arrow(pa.table({"d": doubles})).select(ColumnExpression("d").cast(VARCHAR)).to_arrow_table()
-    finally:
-        con.close()
+    con = _cast_connection()
+    text = con.from_arrow(pa.table({"d": doubles})).select(ColumnExpression("d").cast(VARCHAR)).to_arrow_table()
     strings = text.column(0).combine_chunks()
     finite = pc.is_finite(doubles)
     if pc.all(finite.fill_null(True)).as_py():
