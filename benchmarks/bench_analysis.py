@@ -496,13 +496,26 @@ def sql_episodes(con: duckdb.DuckDBPyConnection) -> dict[str, pl.DataFrame]:
     return {"lending_episodes": analysis.lending_episodes(), "wake_episodes": analysis.wake_episodes()}
 
 
-def _agree(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> list[str]:
+#: What the agreement check compares of one side's frames: per view, its rows, its columns and
+#: the totals of its COMPARED metrics (kept instead of the frames: at 10M spans each side's frames
+#: are gigabytes).
+Totals = dict[str, tuple[int, list[str], dict[str, float]]]
+
+
+def totals(frames: dict[str, pl.DataFrame]) -> Totals:
+    return {view: (frames[view].height, frames[view].columns, {metric: frames[view][metric].sum() for metric in metrics})
+            for view, metrics in COMPARED.items()}
+
+
+def _agree(sql: Totals, polars: Totals) -> list[str]:
+    """Where two sides' decompositions differ: a view's row count or a metric's total."""
     problems = []
-    for view, metrics in COMPARED.items():
-        if sql[view].height != polars[view].height:
-            problems.append(f"{view}: {sql[view].height} rows in SQL, {polars[view].height} in polars")
-        for metric in metrics:
-            left, right = sql[view][metric].sum(), polars[view][metric].sum()
+    for view in COMPARED:
+        (sql_rows, _, sql_sums), (polars_rows, _, polars_sums) = sql[view], polars[view]
+        if sql_rows != polars_rows:
+            problems.append(f"{view}: {sql_rows} rows in SQL, {polars_rows} in polars")
+        for metric, left in sql_sums.items():
+            right = polars_sums[metric]
             if abs(left - right) > 1e-6 * max(1.0, abs(left)):
                 problems.append(f"{view}.{metric}: SQL total {left} != polars total {right}")
     return problems
@@ -519,9 +532,9 @@ def sql_from_file(db: Path, *, use_derived: bool, materialize: bool = True,
     return frames, laps
 
 
-def common_columns(sql: dict[str, pl.DataFrame], polars: dict[str, pl.DataFrame]) -> dict[str, list[str]]:
+def common_columns(sql: Totals, polars: Totals) -> dict[str, list[str]]:
     """Per public view, the SQL view's columns the polars twin computes too (by name)."""
-    return {name: [column for column in sql[name].columns if column in polars[name].columns] for name in PUBLIC}
+    return {name: [column for column in sql[name][1] if column in polars[name][1]] for name in PUBLIC}
 
 
 def episodes_from_file(db: Path) -> tuple[dict[str, pl.DataFrame], Laps]:
@@ -631,23 +644,23 @@ def measure(db: Path, repeats: int, skip: tuple[str, ...] = ()) -> tuple[dict[st
     every side alike): the best run of each, the columns SQL and polars both compute per view,
     and the disagreements of every SQL side with polars."""
     runs: dict[str, list[tuple[float, float, Laps]]] = {name: [] for name in SIDES if name not in skip}
-    frames: dict[str, dict[str, pl.DataFrame]] = {}
+    kept: dict[str, Totals] = {}
     common: dict[str, list[str]] = {}
     for _ in range(repeats):
         for name, (side, _, _) in SIDES.items():
             if name in skip:
                 continue
             if name == "sql_raw_narrow" and not common:  # the first round's two wide sides ran already
-                common = common_columns(frames["sql_raw"], frames["polars"])
+                common = common_columns(kept["sql_raw"], kept["polars"])
             started, cpu_started = time.perf_counter(), time.process_time()
             result, laps = side(db, common)
             runs[name].append((time.perf_counter() - started, time.process_time() - cpu_started, laps))
-            if name in ("sql_raw", "sql_raw_narrow", "sql_derived", "polars") and name not in frames:
-                frames[name] = result
+            if name in ("sql_raw", "sql_raw_narrow", "sql_derived", "polars") and name not in kept:
+                kept[name] = totals(result)
             del result
     problems = [f"{SIDES[name][1]} vs polars: {problem}" for name in ("sql_raw", "sql_raw_narrow", "sql_derived")
-                for problem in _agree(frames[name], frames["polars"])]
-    widths = {name: (frames["sql_raw"][name].width, frames["polars"][name].width) for name in COMPARED}
+                for problem in _agree(kept[name], kept["polars"])]
+    widths = {name: (len(kept["sql_raw"][name][1]), len(kept["polars"][name][1])) for name in COMPARED}
     return {name: Measured.best(side_runs) for name, side_runs in runs.items()}, widths, problems
 
 
