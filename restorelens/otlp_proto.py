@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 __all__ = ["PAUSE_EVERY", "SpanEncoder"]
 
@@ -90,6 +90,8 @@ def _span_flags(parent_is_remote: bool) -> bytes:
 #: The span's last field (flags, number 16: a two-byte tag), local or remote parent.
 _SPAN_FLAGS = {False: b"\x85\x01" + _span_flags(False), True: b"\x85\x01" + _span_flags(True)}
 _KINDS = {kind: b"\x30" + _varint(kind.value + 1) for kind in SpanKind}
+#: Enum ``.value`` is a descriptor call; a dict lookup is not.
+_STATUS_CODES = {code: code.value for code in StatusCode}
 #: An unset status with no message: the status field is still written (a message field has presence).
 _EMPTY_STATUS = b"\x7a\x00"
 #: Keys with more distinct string values than this are not cached by pair (ids, URLs with ids).
@@ -255,10 +257,11 @@ class SpanEncoder:
         if span.dropped_links:
             out += (b"\x70", _varint(span.dropped_links))
         status = span.status
-        if status.description or status.status_code.value:
+        code = _STATUS_CODES[status.status_code]
+        if status.description or code:
             body = _string(0x12, status.description) if status.description else b""
-            if status.status_code.value:
-                body += b"\x18" + _varint(status.status_code.value)
+            if code:
+                body += b"\x18" + _varint(code)
             out.append(_field(0x7A, body))
         else:
             out.append(_EMPTY_STATUS)
