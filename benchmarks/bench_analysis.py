@@ -24,7 +24,7 @@ columns the twin computes too (``Analysis.view(name, columns)``, as the report r
 plus a checkpoint) is timed on its own line, and the SQL reading them beside it, alone and build +
 query against the anchor.
 
-(c) Also timed: plain views on the derived tables, and the two episode views alone (what the
+(c) Also timed: plain views on the derived tables (up to 1M spans), and the two episode views alone (what the
 dashboard's overview reads).
 
 Where the time goes: each side's best run, split by ``STAGES`` into the same parts on every side
