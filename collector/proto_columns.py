@@ -8,6 +8,11 @@ events and links become flat columns plus per-span offsets, and the resource and
 built once per resource or scope and repeated with ``take``. Rows, rejections and reasons are
 exactly those of ``decode_proto`` (``tests/collector/test_proto_columns.py`` checks it on
 generated messages), which stays as the readable statement of the mapping.
+
+Serialized messages go first through the compiled decoder (``_otlp_native.c``), which reads the
+wire format straight into these columns' buffers; it returns None for anything but a valid
+message of scalar attribute values, and the walk here does those (``test_otlp_native.py`` holds
+both to the same tables).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from opentelemetry.sdk.resources import SERVICE_NAME
 
+from restorelens.collector import _otlp_native
 from restorelens.collector.decode_proto import (
     _enum,
     _id,
@@ -225,6 +231,66 @@ def _append_span(cols: _Columns, span: Any, resource_index: int, scope_index: in
     cols.link_offsets.append(len(cols.link_trace_id))
 
 
+_KIND_NAMES = pa.array(KIND_NAMES, pa.string())
+_STATUS_NAMES = pa.array(STATUS_NAMES, pa.string())
+
+
+def _strings(column: tuple[bytes, bytes]) -> pa.Array:
+    offsets, data = column
+    return pa.Array.from_buffers(pa.string(), len(offsets) // 4 - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _fixed(data: bytes, type_: pa.DataType, width: int) -> pa.Array:
+    return pa.Array.from_buffers(type_, len(data) // width, [None, pa.py_buffer(data)])
+
+
+def _maps(column: tuple[bytes, tuple[bytes, bytes], tuple[bytes, bytes]]) -> pa.Array:
+    offsets, keys, values = column
+    return pa.MapArray.from_arrays(_fixed(offsets, pa.int32(), 4), _strings(keys), _strings(values), type=_MAP_TYPE)
+
+
+def native_table(data: bytes | bytearray | memoryview) -> pa.Table | None:
+    """The compiled decoder's table for a serialized message, or None when the Python walk must do it."""
+    found = _otlp_native.decode(data)
+    if found is None:
+        return None
+    (spans, start, trace_id, span_id, parent_id, trace_state, name, kind, resource_index, scope_index, duration,
+     status_code, status_message, attributes, event_offsets, event_time, event_name, event_attributes,
+     link_offsets, link_trace_id, link_span_id, link_trace_state, link_attributes, resource_attributes,
+     service_name, scope_name, scope_version) = found
+    resource = _fixed(resource_index, pa.int32(), 4)
+    scope = _fixed(scope_index, pa.int32(), 4)
+    events_at = _fixed(event_offsets, pa.int32(), 4)
+    links_at = _fixed(link_offsets, pa.int32(), 4)
+    timestamp = pa.timestamp("ns")
+    columns = [
+        _fixed(start, timestamp, 8),
+        _strings(trace_id),
+        _strings(span_id),
+        _strings(parent_id),
+        _strings(trace_state),
+        _strings(name),
+        pc.take(_KIND_NAMES, _fixed(kind, pa.int8(), 1)),
+        pc.take(_strings(service_name), resource),
+        pc.take(_maps(resource_attributes), resource),
+        pc.take(_strings(scope_name), scope),
+        pc.take(_strings(scope_version), scope),
+        _maps(attributes),
+        _fixed(duration, pa.uint64(), 8),
+        pc.take(_STATUS_NAMES, _fixed(status_code, pa.int8(), 1)),
+        _strings(status_message),
+        pa.ListArray.from_arrays(events_at, _fixed(event_time, timestamp, 8)),
+        pa.ListArray.from_arrays(events_at, _strings(event_name)),
+        pa.ListArray.from_arrays(events_at, _maps(event_attributes)),
+        pa.ListArray.from_arrays(links_at, _strings(link_trace_id)),
+        pa.ListArray.from_arrays(links_at, _strings(link_span_id)),
+        pa.ListArray.from_arrays(links_at, _strings(link_trace_state)),
+        pa.ListArray.from_arrays(links_at, _maps(link_attributes)),
+    ]
+    assert all(len(column) == spans for column in columns)
+    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
 def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") -> None:
     """Append the spans of a parsed protobuf message (or its serialized bytes) to ``out`` as one table.
 
@@ -232,6 +298,11 @@ def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") ->
     a span that cannot be stored is rejected alone, with the reason ``decode_proto`` would give.
     """
     if isinstance(message, (bytes, bytearray, memoryview)):
+        table = native_table(message)
+        if table is not None:
+            if table.num_rows:
+                out.add_table(table)
+            return
         message = parse_traces_proto(bytes(message))
     cols = _Columns()
     for i, rs in enumerate(message.resource_spans):
