@@ -23,9 +23,9 @@ from duckdb.sqltypes import VARCHAR
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.phases import ARROW_BUILD, DECODE, Phases
-from restorelens.collector.rows import ARROW_SCHEMA, KIND_NAMES, STATUS_NAMES
+from restorelens.collector.rows import DICT_SCHEMA, KIND_NAMES, STATUS_NAMES
 
-__all__ = ["BLOCK_BYTES", "FAST_SCHEMA", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "Unsupported", "read_collector_jsonl"]
+__all__ = ["BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "Unsupported", "read_collector_jsonl"]
 
 #: Arrow reads in blocks that must hold whole lines. The peak memory of a load grows with the block
 #: (1M spans: 32 MiB blocks about 1050 MiB, 16 MiB about 975 MiB; much smaller ones cost CPU).
@@ -98,11 +98,6 @@ _RESOURCE_SPANS = pa.struct(
 #: (This replaced a byte scan of the file for such keys, which cost 0.6 s CPU per 62 MB.)
 _FILE_SCHEMA = pa.schema([("resourceSpans", pa.list_(_RESOURCE_SPANS))])
 
-#: The tables read here: ``ARROW_SCHEMA``, with ``ResourceAttributes`` a dictionary of the resources' maps.
-FAST_SCHEMA = ARROW_SCHEMA.set(
-    ARROW_SCHEMA.get_field_index("ResourceAttributes"),
-    pa.field("ResourceAttributes", pa.dictionary(pa.int32(), ARROW_SCHEMA.field("ResourceAttributes").type)),
-)
 
 _KIND = pa.array(KIND_NAMES)
 _STATUS = pa.array(STATUS_NAMES)
@@ -256,7 +251,7 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
         _lists(links, _field(link, "traceState").fill_null("")),
         _lists(links, _maps(_field(link, "attributes"))),
     ]
-    return pa.Table.from_arrays(columns, schema=FAST_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
 
 
 class _Unclosed:

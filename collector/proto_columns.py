@@ -33,6 +33,7 @@ from restorelens.collector.decode_proto import (
 )
 from restorelens.collector.rows import (
     ARROW_SCHEMA,
+    DICT_SCHEMA,
     KIND_NAMES,
     MAX_TIMESTAMP_NS,
     STATUS_NAMES,
@@ -143,7 +144,7 @@ class _Columns:
             pa.array(name, string),
             pa.array(kind, string),
             pc.take(pa.array(self.service_names, string), resource),
-            pc.take(self.resource_maps.to_arrow(), resource),
+            pa.DictionaryArray.from_arrays(resource, self.resource_maps.to_arrow()),
             pc.take(pa.array(self.scope_names, string), scope),
             pc.take(pa.array(self.scope_versions, string), scope),
             self.attributes.to_arrow(),
@@ -158,7 +159,7 @@ class _Columns:
             links(pa.array(self.link_trace_state, string)),
             links(self.link_attributes.to_arrow()),
         ]
-        return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+        return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
 
 
 def _hex(data: bytes, n_bytes: int, zero: bytes, what: str) -> str:
@@ -272,7 +273,7 @@ def native_table(data: bytes | bytearray | memoryview) -> pa.Table | None:
         _strings(name),
         pc.take(_KIND_NAMES, _fixed(kind, pa.int8(), 1)),
         pc.take(_strings(service_name), resource),
-        pc.take(_maps(resource_attributes), resource),
+        pa.DictionaryArray.from_arrays(resource, _maps(resource_attributes)),
         pc.take(_strings(scope_name), scope),
         pc.take(_strings(scope_version), scope),
         _maps(attributes),
@@ -288,7 +289,7 @@ def native_table(data: bytes | bytearray | memoryview) -> pa.Table | None:
         pa.ListArray.from_arrays(links_at, _maps(link_attributes)),
     ]
     assert all(len(column) == spans for column in columns)
-    return pa.Table.from_arrays(columns, schema=ARROW_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
 
 
 def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") -> None:

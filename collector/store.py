@@ -23,7 +23,7 @@ from restorelens.collector import derived
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.phases import ARROW_BUILD, COMMIT, DEDUPE, DERIVED, INSERT, OPEN_CLOSE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
-from restorelens.collector.rows import SpanRows
+from restorelens.collector.rows import SpanRows, concat_spans
 from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, create_schema
 from restorelens.collector.store_access import (
     DEFAULT_LOCK_TIMEOUT_S,
@@ -244,7 +244,7 @@ class SpanStore:
             return [0 for _ in tables]
         try:
             with self.transaction() as con:
-                combined = present[0] if len(present) == 1 else pa.concat_tables(present)
+                combined = concat_spans(present)
                 self.insert_table(con, combined, skip_existing=False)
             loaded = [t.num_rows for t in tables]
         except duckdb.ConstraintException:

@@ -12,8 +12,8 @@ import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.fast_jsonl import FAST_SCHEMA, Unsupported, read_collector_jsonl
-from restorelens.collector.rows import ARROW_SCHEMA, SpanRows
+from restorelens.collector.fast_jsonl import Unsupported, read_collector_jsonl
+from restorelens.collector.rows import ARROW_SCHEMA, DICT_SCHEMA, SpanRows, plain_resources
 
 DATA = Path(__file__).parent / "data"
 
@@ -28,11 +28,8 @@ def _lenient(text: str) -> pa.Table:
 def _fast(text: str) -> pa.Table:
     """The fast path's rows, its dictionary of resource maps spelled out as the lenient decoder has them."""
     table = pa.concat_tables(list(read_collector_jsonl(io.BytesIO(text.encode()))))
-    assert table.schema == FAST_SCHEMA
-    name = "ResourceAttributes"
-    plain = pa.chunked_array([chunk.dictionary.take(chunk.indices) for chunk in table.column(name).chunks],
-                             ARROW_SCHEMA.field(name).type)
-    return table.set_column(table.schema.get_field_index(name), ARROW_SCHEMA.field(name), plain)
+    assert table.schema == DICT_SCHEMA
+    return plain_resources(table)
 
 
 def _doc(spans: list[dict[str, Any]]) -> str:

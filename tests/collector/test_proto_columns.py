@@ -14,7 +14,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_proto import decode_traces_proto
 from restorelens.collector.proto_columns import decode_traces_proto_columns
-from restorelens.collector.rows import ARROW_SCHEMA, PayloadError, SpanRows
+from restorelens.collector.rows import ARROW_SCHEMA, DICT_SCHEMA, PayloadError, SpanRows, plain_resources
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -122,7 +122,8 @@ def _both(data: bytes, where: str = "") -> tuple[SpanRows, SpanRows]:
 def _assert_same(reference: SpanRows, columnar: SpanRows) -> None:
     assert (columnar.rejected, columnar.errors) == (reference.rejected, reference.errors)
     expected, actual = reference.to_arrow(), columnar.to_arrow()
-    assert actual.schema == ARROW_SCHEMA
+    assert expected.schema == ARROW_SCHEMA and actual.schema == (DICT_SCHEMA if columnar.tables else ARROW_SCHEMA)
+    actual = plain_resources(actual)
     # NaN attribute strings compare equal; rows are compared as Python values for a readable diff.
     assert actual.to_pylist() == expected.to_pylist()
     assert actual.equals(expected)
@@ -156,6 +157,12 @@ def test_rows_before_a_table_keep_their_place_so_the_first_copy_still_wins() -> 
     table = rows.to_arrow()
     assert len(rows) == table.num_rows == 3 and isinstance(table, pa.Table)
     assert len(rows.rows) == 1 and len(rows.tables) == 2  # the first row was turned into a table, in order
+    # a table of plain maps and one with a dictionary of resource maps join as one, values intact
+    assert table.schema == DICT_SCHEMA
+    reference = SpanRows()
+    for _ in range(3):
+        decode_traces_proto(request.SerializeToString(), reference)
+    assert table.to_pylist() == reference.to_arrow().to_pylist()
 
 
 def test_a_request_of_rejected_spans_adds_no_table() -> None:
