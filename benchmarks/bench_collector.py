@@ -18,6 +18,10 @@ Run: ``.venv/bin/python -m benchmarks bench_collector`` (default: 100k spans, be
    ``OTLPSpanExporter`` (protobuf, batches of 512) from client threads: spans/s, spans per
    receiver CPU-second from its first request to its store closed (so the derived tables written
    at stop count), spans lost, p50/p99 export latency (encode + answer), receiver peak RSS.
+   Beside it, the store alone, what no receiver in front of it can beat: the same spans, already
+   decoded, written by the receiver's store (one DuckDB thread, derived tables, close) in one
+   transaction, and in the groups of two requests that two waiting clients give the receiver;
+   CPU of this process, best of the same number of runs.
 """
 
 from __future__ import annotations
@@ -355,6 +359,30 @@ def bench_receiver(spans: int, workdir: Path, client_threads: int = 2, runs: int
     rest = cpu_s - sum(cpu for _, cpu in best["phases"].values())
     print(f"  receiver CPU seconds by step (on the thread doing it): {', '.join(parts)}, other (HTTP, uvicorn, "
           f"queueing) {rest:.2f}; load average {_load_average()} after")
+    for group, label in ((len(batches), "in one transaction"), (client_threads, f"in groups of {client_threads} requests")):
+        store_cpu = min(_store_alone(batches, workdir / "alone.duckdb", group) for _ in range(runs))
+        print(f"  the store alone, {label}: {store_cpu:.2f} CPU-s, {spans / store_cpu:,.0f} spans per CPU-second "
+              "(decoded spans, one DuckDB thread, derived tables, close: the ceiling for any receiver in front of it)")
+
+
+def _store_alone(batches: list[list[object]], db: Path, group: int) -> float:
+    """CPU seconds for the receiver's store to take ``batches`` (decoded), ``group`` requests per commit."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from restorelens.collector.proto_columns import native_table
+    from restorelens.collector.store import SpanStore
+    from restorelens.collector.writer import StoreWriter
+
+    tables = [native_table(encode_spans(batch).SerializeToString()) for batch in batches]
+    for stale in (db, db.with_name(db.name + ".wal")):
+        stale.unlink(missing_ok=True)
+    writer = StoreWriter(db)  # the receiver's store settings, through its own constructor
+    store: SpanStore = writer._store
+    started = time.process_time()
+    for i in range(0, len(tables), group):
+        store.insert_tables(tables[i:i + group])
+    store.close()
+    return time.process_time() - started
 
 
 def main(argv: list[str] | None = None) -> None:
