@@ -25,14 +25,22 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 from restorelens.collector.phases import ARROW_BUILD, DECODE, Phases
 from restorelens.collector.rows import DICT_SCHEMA, KIND_NAMES, STATUS_NAMES
 
-__all__ = ["BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "Unsupported", "read_collector_jsonl"]
+__all__ = ["BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "READ_AHEAD_BLOCKS", "Unsupported", "read_collector_jsonl"]
 
 #: Arrow reads in blocks that must hold whole lines. The peak memory of a load grows with the block
-#: (1M spans: 32 MiB blocks about 1050 MiB, 16 MiB about 975 MiB; much smaller ones cost CPU).
+#: (1M spans with 16 MiB blocks: about 870 MiB, most of it DuckDB's uncommitted rows and key index;
+#: much smaller blocks cost CPU).
 BLOCK_BYTES = 16 * 1024 * 1024
 #: The block a file is read again with when a line is longer than BLOCK_BYTES; a line longer still
 #: sends the file to the lenient decoder.
 LONG_LINE_BLOCK_BYTES = 64 * 1024 * 1024
+#: Blocks Arrow may read beyond the batches taken from it. Left alone, its streaming reader reads
+#: up to 32 blocks ahead in the background (a 593 MiB file was all in memory after the first
+#: batch) while the store is still inserting the first ones.
+READ_AHEAD_BLOCKS = 3
+#: How long Arrow's read waits for a batch to be taken before it reads anyway: a safety valve, so
+#: that a reader needing more than the window never waits for good.
+_PACE_WAIT_S = 1.0
 
 
 class Unsupported(Exception):
@@ -254,15 +262,43 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
 
 
-class _Unclosed:
-    """The caller's stream as Arrow reads it: Arrow closing its file must not close the caller's stream."""
+class _PacedStream:
+    """The caller's stream as Arrow reads it: Arrow closing its file must not close the caller's
+    stream, and Arrow's background reads stay within ``ahead_blocks`` blocks of the batches taken
+    (a batch needs its own block and the next, for the line that straddles them)."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], block_bytes: int, ahead_blocks: int) -> None:
         self._stream = stream
+        self._window_bytes = block_bytes * ahead_blocks
+        self._block_bytes = block_bytes
+        self._read_bytes = 0
+        self._taken = 0
+        self._done = False
+        self._turn = threading.Condition()
         self.closed = False
 
+    def _may_read(self) -> bool:
+        return self._done or self._read_bytes < self._taken * self._block_bytes + self._window_bytes
+
     def read(self, size: int = -1) -> bytes:
-        return self._stream.read(size)
+        with self._turn:
+            self._turn.wait_for(self._may_read, timeout=_PACE_WAIT_S)
+            if self._done:
+                return b""  # the caller stopped: nothing more is needed
+        data = self._stream.read(size)
+        with self._turn:
+            self._read_bytes += len(data)
+        return data
+
+    def took_batch(self) -> None:
+        with self._turn:
+            self._taken += 1
+            self._turn.notify_all()
+
+    def finish(self) -> None:
+        with self._turn:
+            self._done = True
+            self._turn.notify_all()
 
     def readable(self) -> bool:
         return True
@@ -278,16 +314,19 @@ def read_collector_jsonl(
     ``block_bytes`` (default BLOCK_BYTES); may raise Unsupported (LineTooLong for a line longer than a
     block). ``phases`` gets the seconds spent reading JSON (decode) and flattening it (Arrow build)."""
     phases = phases if phases is not None else Phases()
+    block_bytes = block_bytes or BLOCK_BYTES
+    paced = _PacedStream(stream, block_bytes, READ_AHEAD_BLOCKS)
     try:
         with phases.timing(DECODE):
             reader = pj.open_json(
-                pa.PythonFile(_Unclosed(stream), mode="r"),  # type: ignore[arg-type]
-                read_options=pj.ReadOptions(block_size=block_bytes or BLOCK_BYTES),
+                pa.PythonFile(paced, mode="r"),  # type: ignore[arg-type]
+                read_options=pj.ReadOptions(block_size=block_bytes),
                 parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="error"),
             )
         while True:
             with phases.timing(DECODE):
                 batch = next(reader, None)
+            paced.took_batch()
             if batch is None:
                 return
             with phases.timing(ARROW_BUILD):
@@ -298,3 +337,5 @@ def read_collector_jsonl(
         if "straddl" in reason:  # Arrow: "straddling object straddles two block boundaries"
             raise LineTooLong(reason) from None
         raise Unsupported(reason) from None
+    finally:
+        paced.finish()  # a read Arrow still has queued must not wait for batches nobody takes

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,8 @@ import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.fast_jsonl import Unsupported, read_collector_jsonl
+from restorelens.collector import fast_jsonl
+from restorelens.collector.fast_jsonl import READ_AHEAD_BLOCKS, Unsupported, _PacedStream, read_collector_jsonl
 from restorelens.collector.rows import ARROW_SCHEMA, DICT_SCHEMA, SpanRows, plain_resources
 
 DATA = Path(__file__).parent / "data"
@@ -120,3 +123,66 @@ def test_random_doubles_of_every_magnitude_are_formatted_like_the_lenient_decode
     doubles = edges + bits + scaled + [None]
     got = _double_strings(pa.array(doubles, pa.float64())).to_pylist()
     assert got == [None if d is None else double_to_str(d) for d in doubles]
+
+
+class _CountingStream(io.RawIOBase):
+    """A file that counts the bytes read from it."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._inner.read(size)
+        self.read_bytes += len(data)
+        return data
+
+
+@pytest.mark.parametrize("ahead", [2, READ_AHEAD_BLOCKS])
+def test_arrow_reads_only_a_few_blocks_ahead_of_the_tables_taken(ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fast_jsonl, "READ_AHEAD_BLOCKS", ahead)
+    block = 64 * 1024
+    line = _doc([_span(i) for i in range(100)]) + "\n"
+    data = (line * (40 * block // len(line))).encode()  # about 40 blocks
+    stream = _CountingStream(data)
+    tables = read_collector_jsonl(stream, block_bytes=block)  # type: ignore[arg-type]
+    spans = 0
+    for taken, table in enumerate(tables):
+        time.sleep(0.02)  # time for Arrow's background reads to run as far ahead as they may
+        # the table just taken, the window ahead of it, and the block being read
+        assert stream.read_bytes <= (taken + 1 + ahead + 1) * block
+        spans += table.num_rows
+    assert spans == len(data) // len(line) * 100 and stream.read_bytes == len(data)
+
+
+def _blocked_read(paced: Any) -> tuple[threading.Thread, list[bytes]]:
+    """A read (from another thread, as Arrow's background reader) that the window holds back."""
+    got: list[bytes] = []
+    thread = threading.Thread(target=lambda: got.append(paced.read(10)))
+    thread.start()
+    time.sleep(0.1)
+    assert not got  # still waiting
+    return thread, got
+
+
+def test_a_read_past_the_window_waits_until_a_batch_is_taken() -> None:
+    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
+    assert paced.read(10) == b"x" * 10  # the window: one block
+    thread, got = _blocked_read(paced)
+    paced.took_batch()
+    thread.join()
+    assert got == [b"x" * 10]
+
+
+def test_once_the_caller_stops_a_waiting_read_ends_at_once() -> None:
+    # the loader stops reading when an insert fails: Arrow's queued read gets end of file rather
+    # than the next block once the safety valve lets it through
+    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
+    paced.read(10)
+    thread, got = _blocked_read(paced)
+    paced.finish()
+    thread.join()
+    assert got == [b""]
