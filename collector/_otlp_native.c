@@ -481,10 +481,15 @@ static int attrs_add(Reader *r, Attrs *a) {
     return key_value(&sub, a);
 }
 
+/* Attribute i's value (the scratch buffer is unallocated while every value is empty). */
+static const char *attr_value(const Attrs *a, size_t i) {
+    return a->values.data ? a->values.data + a->value_start[i] : "";
+}
+
 static int attrs_emit(const Attrs *a, Maps *m) {
     for (size_t i = 0; i < a->n; i++) {
         MEM(strings_put(&m->keys, (const char *)a->key[i], a->key_len[i]));
-        MEM(strings_put(&m->values, a->values.data + a->value_start[i], a->value_len[i]));
+        MEM(strings_put(&m->values, attr_value(a, i), a->value_len[i]));
     }
     MEM(buf_offset(&m->offsets, maps_entries(m)));
     return OK;
@@ -713,21 +718,29 @@ static int scope_spans(Decoder *d, Reader *r, int32_t resource_index) {
     return OK;
 }
 
-static int resource(Decoder *d, Reader *r) {
+/* Each occurrence of length-delimited field ``wanted`` of the message in ``r``, handed to ``on``;
+ * the other fields skipped. */
+static int each_message(Decoder *d, Reader *r, uint32_t wanted, int (*on)(Decoder *, Reader *)) {
     uint32_t field, wire;
     int done;
     for (;;) {
         TRY(read_tag(r, &field, &wire, &done));
-        if (done) break;
-        if (field == 1) {
+        if (done) return OK;
+        if (field == wanted) {
             if (wire != 2) return UNSUPPORTED;
-            TRY(attrs_add(r, &d->resource_attrs));
+            Reader sub;
+            TRY(read_len(r, &sub));
+            TRY(on(d, &sub));
         } else {
             TRY(skip_field(r, wire));
         }
     }
-    return OK;
 }
+
+static int resource_attribute(Decoder *d, Reader *r) { return key_value(r, &d->resource_attrs); }
+
+/* Resource: its attributes (field 1). */
+static int resource(Decoder *d, Reader *r) { return each_message(d, r, 1, resource_attribute); }
 
 static int resource_spans(Decoder *d, Reader *r) {
     Columns *c = &d->c;
@@ -759,7 +772,7 @@ static int resource_spans(Decoder *d, Reader *r) {
     size_t service_len = 0;
     for (size_t i = 0; i < a->n; i++) {
         if (a->key_len[i] == 12 && memcmp(a->key[i], "service.name", 12) == 0) {
-            service = a->values.data + a->value_start[i];
+            service = attr_value(a, i);
             service_len = a->value_len[i];
             break;
         }
@@ -769,23 +782,8 @@ static int resource_spans(Decoder *d, Reader *r) {
     return OK;
 }
 
-static int request(Decoder *d, Reader *r) {
-    uint32_t field, wire;
-    int done;
-    for (;;) {
-        TRY(read_tag(r, &field, &wire, &done));
-        if (done) break;
-        if (field == 1) {
-            if (wire != 2) return UNSUPPORTED;
-            Reader sub;
-            TRY(read_len(r, &sub));
-            TRY(resource_spans(d, &sub));
-        } else {
-            TRY(skip_field(r, wire));
-        }
-    }
-    return OK;
-}
+/* ExportTraceServiceRequest: its resource_spans (field 1). */
+static int request(Decoder *d, Reader *r) { return each_message(d, r, 1, resource_spans); }
 
 /* ---- Python ------------------------------------------------------------------------------- */
 

@@ -10,6 +10,7 @@ lenient span-by-span decoder instead, which also reports file:line reasons.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import IO, Any
@@ -38,9 +39,9 @@ LONG_LINE_BLOCK_BYTES = 64 * 1024 * 1024
 #: up to 32 blocks ahead in the background (a 593 MiB file was all in memory after the first
 #: batch) while the store is still inserting the first ones.
 READ_AHEAD_BLOCKS = 3
-#: How long Arrow's read waits for a batch to be taken before it reads anyway: a safety valve, so
-#: that a reader needing more than the window never waits for good.
-_PACE_WAIT_S = 1.0
+#: While the caller waits for a batch and Arrow's read waits for the window, one more block is
+#: allowed this often (Arrow may need more than the window: the caller must never wait for good).
+_GRANT_S = 0.05
 
 
 class Unsupported(Exception):
@@ -265,7 +266,15 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
 class _PacedStream:
     """The caller's stream as Arrow reads it: Arrow closing its file must not close the caller's
     stream, and Arrow's background reads stay within ``ahead_blocks`` blocks of the batches taken
-    (a batch needs its own block and the next, for the line that straddles them)."""
+    (a batch needs its own block and the next, for the line that straddles them). Should Arrow
+    need more than that for the batch the caller is waiting for, the window grows by a block
+    every ``_GRANT_S`` while both wait, so neither waits for good; a caller that is merely slow
+    grows nothing.
+
+    Each read returns the whole size asked (or the rest of the stream), so a block is a block
+    however the stream splits its reads. Once the caller stops (:meth:`finish`), reads get end
+    of file, and ``finish`` returns only when a read already under way has ended: the caller
+    closes the underlying stream next."""
 
     def __init__(self, stream: IO[bytes], block_bytes: int, ahead_blocks: int) -> None:
         self._stream = stream
@@ -273,32 +282,69 @@ class _PacedStream:
         self._block_bytes = block_bytes
         self._read_bytes = 0
         self._taken = 0
+        self._extra_blocks = 0  # granted while the caller waits for this batch (see read)
+        self._waiting = False  # the caller is waiting for Arrow's next batch
+        self._reading = False
         self._done = False
         self._turn = threading.Condition()
         self.closed = False
 
     def _may_read(self) -> bool:
-        return self._done or self._read_bytes < self._taken * self._block_bytes + self._window_bytes
+        allowed = (self._taken + self._extra_blocks) * self._block_bytes + self._window_bytes
+        return self._done or self._read_bytes < allowed
 
     def read(self, size: int = -1) -> bytes:
         with self._turn:
-            self._turn.wait_for(self._may_read, timeout=_PACE_WAIT_S)
+            while not self._may_read():
+                self._turn.wait(timeout=_GRANT_S)
+                if self._waiting and not self._may_read():
+                    self._extra_blocks += 1  # Arrow needs more than the window for this batch
             if self._done:
                 return b""  # the caller stopped: nothing more is needed
-        data = self._stream.read(size)
+            self._reading = True
+        try:
+            if size is None or size < 0:
+                data = self._stream.read()
+            else:
+                parts, left = [], size
+                while left > 0:
+                    part = self._stream.read(left)
+                    if not part:
+                        break
+                    parts.append(part)
+                    left -= len(part)
+                data = b"".join(parts) if len(parts) != 1 else parts[0]
+        finally:
+            with self._turn:
+                self._reading = False
+                self._turn.notify_all()
         with self._turn:
             self._read_bytes += len(data)
         return data
 
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The block in which the caller waits for Arrow's next batch."""
+        with self._turn:
+            self._waiting = True
+            self._turn.notify_all()
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._waiting = False
+
     def took_batch(self) -> None:
         with self._turn:
             self._taken += 1
+            self._extra_blocks = 0  # a grant serves the batch waited for, not the ones after it
             self._turn.notify_all()
 
     def finish(self) -> None:
         with self._turn:
             self._done = True
             self._turn.notify_all()
+            self._turn.wait_for(lambda: not self._reading)
 
     def readable(self) -> bool:
         return True
@@ -317,14 +363,14 @@ def read_collector_jsonl(
     block_bytes = block_bytes or BLOCK_BYTES
     paced = _PacedStream(stream, block_bytes, READ_AHEAD_BLOCKS)
     try:
-        with phases.timing(DECODE):
+        with phases.timing(DECODE), paced.waiting():  # opening reads the first batch
             reader = pj.open_json(
                 pa.PythonFile(paced, mode="r"),  # type: ignore[arg-type]
                 read_options=pj.ReadOptions(block_size=block_bytes),
                 parse_options=pj.ParseOptions(explicit_schema=_FILE_SCHEMA, unexpected_field_behavior="error"),
             )
         while True:
-            with phases.timing(DECODE):
+            with phases.timing(DECODE), paced.waiting():
                 batch = next(reader, None)
             paced.took_batch()
             if batch is None:

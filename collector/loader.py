@@ -193,6 +193,11 @@ def _read_ahead(tables: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
             ready.put(("end", None))
         except BaseException as exc:  # handed to the caller, raised there
             ready.put(("error", exc))
+        finally:
+            # the reader lets go of its stream now, before the caller closes it
+            close = getattr(tables, "close", None)
+            if close is not None:
+                close()
 
     def consume() -> Iterator[pa.Table]:
         while True:

@@ -173,16 +173,43 @@ def test_a_read_past_the_window_waits_until_a_batch_is_taken() -> None:
     assert paced.read(10) == b"x" * 10  # the window: one block
     thread, got = _blocked_read(paced)
     paced.took_batch()
-    thread.join()
+    thread.join(timeout=10)
+    assert got == [b"x" * 10]
+
+
+def test_while_the_caller_waits_for_a_batch_arrow_may_read_past_the_window() -> None:
+    # Arrow gives no batch without more data: the window must not hold both up for good
+    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
+    paced.read(10)
+    thread, got = _blocked_read(paced)
+    with paced.waiting():
+        thread.join(timeout=10)
     assert got == [b"x" * 10]
 
 
 def test_once_the_caller_stops_a_waiting_read_ends_at_once() -> None:
-    # the loader stops reading when an insert fails: Arrow's queued read gets end of file rather
-    # than the next block once the safety valve lets it through
+    # the loader stops reading when an insert fails: Arrow's queued read gets end of file, not a block
     paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
     paced.read(10)
     thread, got = _blocked_read(paced)
     paced.finish()
-    thread.join()
+    thread.join(timeout=10)
     assert got == [b""]
+
+
+class _Trickle(io.RawIOBase):
+    """A stream that returns at most 3 bytes per read, as a pipe or socket may."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self._inner.read(min(size, 3) if size >= 0 else 3)
+
+
+def test_short_reads_are_joined_into_whole_blocks() -> None:
+    paced = _PacedStream(_Trickle(b"abcdefghijklmnop"), block_bytes=10, ahead_blocks=2)  # type: ignore[arg-type]
+    assert (paced.read(10), paced.read(10), paced.read(10)) == (b"abcdefghij", b"klmnop", b"")
