@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
 import duckdb
@@ -355,7 +355,7 @@ class _PacedStream:
 
 def read_collector_jsonl(
     stream: IO[bytes], phases: Phases | None = None, block_bytes: int | None = None
-) -> Iterator[pa.Table]:
+) -> Generator[pa.Table, None, None]:
     """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream, read in blocks of
     ``block_bytes`` (default BLOCK_BYTES); may raise Unsupported (LineTooLong for a line longer than a
     block). ``phases`` gets the seconds spent reading JSON (decode) and flattening it (Arrow build)."""

@@ -19,7 +19,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,7 +174,7 @@ def _load_fast(
 
 
 @contextlib.contextmanager
-def _read_ahead(tables: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
+def _read_ahead(tables: Generator[pa.Table, None, None]) -> Iterator[Iterator[pa.Table]]:
     """``tables``, each read and built in a thread while the caller inserts the one before.
 
     Arrow's reader and compute kernels and DuckDB's insert all release the GIL, so on two cores
@@ -194,10 +194,7 @@ def _read_ahead(tables: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
         except BaseException as exc:  # handed to the caller, raised there
             ready.put(("error", exc))
         finally:
-            # the reader lets go of its stream now, before the caller closes it
-            close = getattr(tables, "close", None)
-            if close is not None:
-                close()
+            tables.close()  # the reader lets go of its stream now, before the caller closes it
 
     def consume() -> Iterator[pa.Table]:
         while True:

@@ -5,7 +5,7 @@ list, and Arrow then converts those Python objects again; on the receiver that w
 Here one walk over the parsed message appends each value to its column's list: attribute lists
 become flat key/value lists plus offsets (a MAP array without a dict per span reaching Arrow),
 events and links become flat columns plus per-span offsets, and the resource and scope values are
-built once per resource or scope and repeated with ``take``. Rows, rejections and reasons are
+built once per resource or scope (resource maps as a dictionary, the rest repeated with ``take``). Rows, rejections and reasons are
 exactly those of ``decode_proto`` (``tests/collector/test_proto_columns.py`` checks it on
 generated messages), which stays as the readable statement of the mapping.
 

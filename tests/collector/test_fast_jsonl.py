@@ -158,20 +158,21 @@ def test_arrow_reads_only_a_few_blocks_ahead_of_the_tables_taken(ahead: int, mon
     assert spans == len(data) // len(line) * 100 and stream.read_bytes == len(data)
 
 
-def _blocked_read(paced: Any) -> tuple[threading.Thread, list[bytes]]:
-    """A read (from another thread, as Arrow's background reader) that the window holds back."""
+def _blocked_read() -> tuple[_PacedStream, threading.Thread, list[bytes]]:
+    """A paced stream whose one-block window is used up, and a read of it (from another thread,
+    as Arrow's background reader) that the window holds back."""
+    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
+    assert paced.read(10) == b"x" * 10  # the window: one block
     got: list[bytes] = []
     thread = threading.Thread(target=lambda: got.append(paced.read(10)))
     thread.start()
     time.sleep(0.1)
     assert not got  # still waiting
-    return thread, got
+    return paced, thread, got
 
 
 def test_a_read_past_the_window_waits_until_a_batch_is_taken() -> None:
-    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
-    assert paced.read(10) == b"x" * 10  # the window: one block
-    thread, got = _blocked_read(paced)
+    paced, thread, got = _blocked_read()
     paced.took_batch()
     thread.join(timeout=10)
     assert got == [b"x" * 10]
@@ -179,9 +180,7 @@ def test_a_read_past_the_window_waits_until_a_batch_is_taken() -> None:
 
 def test_while_the_caller_waits_for_a_batch_arrow_may_read_past_the_window() -> None:
     # Arrow gives no batch without more data: the window must not hold both up for good
-    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
-    paced.read(10)
-    thread, got = _blocked_read(paced)
+    paced, thread, got = _blocked_read()
     with paced.waiting():
         thread.join(timeout=10)
     assert got == [b"x" * 10]
@@ -189,9 +188,7 @@ def test_while_the_caller_waits_for_a_batch_arrow_may_read_past_the_window() -> 
 
 def test_once_the_caller_stops_a_waiting_read_ends_at_once() -> None:
     # the loader stops reading when an insert fails: Arrow's queued read gets end of file, not a block
-    paced = _PacedStream(io.BytesIO(b"x" * 100), block_bytes=10, ahead_blocks=1)
-    paced.read(10)
-    thread, got = _blocked_read(paced)
+    paced, thread, got = _blocked_read()
     paced.finish()
     thread.join(timeout=10)
     assert got == [b""]
