@@ -388,7 +388,8 @@ def _store_alone(batches: list[list[object]], db: Path, group: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=DEFAULT_SPANS, help="spans in the generated JSONL file")
-    parser.add_argument("--receiver-spans", type=int, default=DEFAULT_RECEIVER_SPANS)
+    parser.add_argument("--receiver-spans", type=int, default=DEFAULT_RECEIVER_SPANS,
+                        help="spans sent to the receiver (0 skips the receiver)")
     parser.add_argument("--client-threads", type=int, default=2, help="concurrent OTLPSpanExporter clients")
     parser.add_argument("--runs", type=int, default=3, help="runs of each side; the best is compared")
     parser.add_argument("--sides", default=",".join(SIDES),
@@ -399,8 +400,12 @@ def main(argv: list[str] | None = None) -> None:
         unknown = [side for side in sides if side not in SIDES]
         if unknown:
             parser.error(f"unknown side {', '.join(unknown)}; known: {', '.join(SIDES)}")
-        bench_load(args.spans, Path(tmp), runs=args.runs, sides=sides)
-        bench_receiver(args.receiver_spans, Path(tmp), client_threads=args.client_threads, runs=args.runs)
+        if args.spans < 1 or args.runs < 1 or args.receiver_spans < 0 or args.client_threads < 1:
+            parser.error("--spans, --runs and --client-threads must be at least 1, --receiver-spans at least 0")
+        if sides:
+            bench_load(args.spans, Path(tmp), runs=args.runs, sides=sides)
+        if args.receiver_spans:
+            bench_receiver(args.receiver_spans, Path(tmp), client_threads=args.client_threads, runs=args.runs)
 
 
 if __name__ == "__main__":

@@ -120,6 +120,11 @@ class SpanStore:
         try:
             if self.threads:
                 con.execute(f"set threads = {int(self.threads)}")  # an int, not user text
+            # A bulk append flushes each full row group (122,880 rows) to the file as it fills
+            # rather than gathering DuckDB's default 5 first: a 1M-span file's load peaked at
+            # 876 MiB with 5 and 685 MiB with 1, no slower (the receiver's groups are smaller
+            # than a row group, so it is unaffected).
+            con.execute("set write_buffer_row_group_count = 1")
             create_schema(con)
             if self._left_as is None or derived.snapshot(con) != self._left_as:
                 derived.ensure(con)  # first open, or another writer (maybe older) was here
