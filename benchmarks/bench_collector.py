@@ -9,7 +9,8 @@ Run: ``.venv/bin/python -m benchmarks bench_collector`` (default: 100k spans, be
    on the table, as ``schema.sql`` had it when the anchor was frozen (issue #23), in a fresh
    database, with ``read_json``'s default ``maximum_object_size`` (which holds the longest line);
    the practical limit (``json.loads`` of every line, nothing else), and the lenient span-by-span
-   decoder alone (``fast=False``). Each run is its own process (imports excluded from the timing)
+   decoder alone (``fast=False``), and the store's work alone (the file decoded in memory before
+   the clocks start: what is left for DuckDB, the floor no decoder can go under). Each run is its own process (imports excluded from the timing)
    so its peak memory (max RSS) is its own; the sides run in turn, each the same number of times,
    and the best wall time of each is compared. Wall and CPU seconds (all threads) are both
    printed, since on a shared machine the CPU figures are the stable ones; restorelens's run also
@@ -156,6 +157,20 @@ _CHILD = textwrap.dedent(
         summary = load_paths([src], db, fast=mode == "restorelens")
         spans = summary.loaded
         phases = summary.phases.as_dict()
+    elif mode == "store-alone":
+        from restorelens.collector.fast_jsonl import read_collector_jsonl
+        from restorelens.collector.loader import DERIVE_EVERY_SPANS
+        from restorelens.collector.store import SpanStore
+        with open(src, "rb") as f:
+            tables = list(read_collector_jsonl(f))  # decoded before the clocks start
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        # load_paths' store work for one file, as _load_fast does it
+        store = SpanStore(db, max_underived_spans=DERIVE_EVERY_SPANS)
+        with store.transaction() as con:
+            spans = sum(store.insert_table(con, table, skip_existing=False) for table in tables)
+        store.close()
+        phases = store.phases.as_dict()
     elif mode == "duckdb-anchor":
         con = duckdb.connect(db)
         con.execute(sys.argv[5])
@@ -182,6 +197,9 @@ SIDES = {
     "restorelens": "load_paths: Arrow fast path into otel_traces (schema.sql, primary key); derived tables; "
                    "open, commit, close",
     "restorelens-lenient": "load_paths(fast=False): the span-by-span decoder, then the same store work",
+    "store-alone": "restorelens's store work alone, the file decoded in memory before the clocks start: insert "
+                   "into otel_traces, derived tables, open, commit, close (the floor for any decoder; peak RSS "
+                   "includes the decoded file)",
 }
 
 
@@ -239,7 +257,7 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
               f"  peak RSS {peaks[mode]:6.0f} MiB (highest run)")
         print(f"  {'':19s} = {SIDES[mode]}")
     print(f"  load average {_load_average()} after")
-    for mode in ("restorelens", "restorelens-lenient"):
+    for mode in ("restorelens", "restorelens-lenient", "store-alone"):
         if mode in results:
             print(f"  {mode} breakdown (its best run): "
                   f"{_breakdown(results[mode]['phases'], results[mode]['seconds'], results[mode]['cpu_s'])}")
@@ -258,6 +276,12 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
     if "restorelens-lenient" in results:
         summary += f"; lenient decoder alone {anchor['seconds'] / results['restorelens-lenient']['seconds']:.2f}x anchor"
     print(summary)
+    if "store-alone" in results:
+        floor = results["store-alone"]
+        print(f"  the store's work alone: {floor['seconds']:.2f} s wall, {floor['cpu_s']:.2f} CPU-s, so no decoder "
+              f"could take restorelens past {anchor['seconds'] / floor['seconds']:.2f}x the anchor wall "
+              f"({anchor['cpu_s'] / floor['cpu_s']:.2f}x by CPU); decoding costs it "
+              f"{ours['seconds'] - floor['seconds']:.2f} s wall here")
 
 
 # --- the receiver --------------------------------------------------------------------------------

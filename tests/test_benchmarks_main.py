@@ -26,3 +26,25 @@ def test_an_unknown_benchmark_is_a_one_line_error_naming_the_valid_ones() -> Non
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "unknown benchmark bench_nope; available: bench_analysis" in result.stderr
+
+
+def test_bench_collector_prints_the_store_floor_beside_the_anchor() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_collector", "--spans", "3000", "--runs", "1", "--receiver-spans", "0",
+         "--sides", "duckdb-anchor,restorelens,store-alone"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "restorelens vs anchor: " in result.stdout
+    floor = [line for line in result.stdout.splitlines() if "the store's work alone:" in line]
+    assert len(floor) == 1 and "no decoder could take restorelens past" in floor[0]
+    assert "store-alone breakdown (its best run): insert" in result.stdout
+    assert "receiver:" not in result.stdout  # --receiver-spans 0 leaves it out
+
+
+def test_bench_collector_refuses_a_count_below_one_in_one_line() -> None:
+    result = subprocess.run([sys.executable, "-m", "benchmarks.bench_collector", "--runs", "0"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--runs" in result.stderr.strip().splitlines()[-1]
