@@ -1,4 +1,5 @@
-"""The one compiled part: the receiver's OTLP protobuf decoder (collector/_otlp_native.c).
+"""The one compiled part: the OTLP decoders of the receiver (protobuf) and of the loader (JSON lines),
+collector/_otlp_native.c.
 
 Everything else is configured in pyproject.toml; setuptools reads extension modules from here.
 """

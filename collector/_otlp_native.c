@@ -1,4 +1,5 @@
 /* OTLP ExportTraceServiceRequest protobuf -> the column buffers of otel_traces, in one pass in C.
+ * (The Collector's JSON lines -> the same columns: the section "OTLP JSON lines" below.)
  *
  * The receiver's CPU went mostly to walking upb's message objects from Python (16-20 us per span).
  * This reads the wire format directly and writes Arrow-layout buffers (int32 offsets + UTF-8 data
@@ -21,8 +22,14 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <locale.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
 
 /* Attribute lists longer than this go to the Python decoder: dedupe here is quadratic. */
 #define MAX_ATTRIBUTES 128
@@ -39,7 +46,7 @@ static int buf_reserve(Buf *b, size_t extra) {
     if (b->len + extra <= b->cap) return 0;
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra) cap *= 2;
-    char *data = PyMem_Realloc(b->data, cap);
+    char *data = PyMem_RawRealloc(b->data, cap); /* raw: the JSON decoder runs without the GIL */
     if (data == NULL) return -1;
     b->data = data;
     b->cap = cap;
@@ -65,7 +72,7 @@ static int buf_offset(Buf *b, size_t offset) {
 }
 
 static void buf_free(Buf *b) {
-    PyMem_Free(b->data);
+    PyMem_RawFree(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
 }
@@ -785,6 +792,820 @@ static int resource_spans(Decoder *d, Reader *r) {
 /* ExportTraceServiceRequest: its resource_spans (field 1). */
 static int request(Decoder *d, Reader *r) { return each_message(d, r, 1, resource_spans); }
 
+/* ---- OTLP JSON lines, as the Collector's file exporter writes them ---------------------------
+ *
+ * The loader's fast path for JSON-lines files (fast_jsonl.py). It takes exactly the shape the
+ * Arrow reader there takes -- the keys of its explicit schema, hex ids, int64 times as strings,
+ * integer enums, scalar attribute values -- and returns None for anything else (a key it does not
+ * know, a key given twice, null, enum names, numbers for strings, a lone surrogate escape, \u0000,
+ * invalid UTF-8, a blank line, a value with two members set), so the file goes to the Arrow reader
+ * and, past that, to the lenient decoder, as before. It runs without the GIL. Doubles are left to
+ * Python: their text must be Python's repr, which fast_jsonl.py makes with DuckDB's cast for the
+ * Arrow reader too, so each map column also returns a flag per value (1: a double) and the doubles.
+ */
+
+enum { T_SPAN, T_EVENT, T_LINK, T_RESOURCE, T_SCOPE, N_TARGETS };
+
+static locale_t c_locale; /* made when the module loads */
+
+typedef struct {
+    Columns c;
+    Maps scope_attributes;    /* read (they must be valid) and dropped, as the Arrow path does */
+    Buf flags[N_TARGETS];     /* int8 per map value: 1 when it is a double, written by Python */
+    Buf doubles[N_TARGETS];   /* float64, one per flagged value */
+    size_t n_doubles[N_TARGETS];
+    Buf scratch;              /* a string being checked: an id, a time, an integer's text */
+} JDecoder;
+
+static Maps *jmaps(JDecoder *d, int target) {
+    switch (target) {
+        case T_SPAN: return &d->c.attributes;
+        case T_EVENT: return &d->c.event_attributes;
+        case T_LINK: return &d->c.link_attributes;
+        case T_RESOURCE: return &d->c.resource_attributes;
+        default: return &d->scope_attributes;
+    }
+}
+
+static void jws(Reader *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\r')) r->p++;
+}
+
+static int jpeek(Reader *r) {
+    jws(r);
+    return r->p < r->end ? *r->p : -1;
+}
+
+static int jexpect(Reader *r, char ch) {
+    if (jpeek(r) != (unsigned char)ch) return UNSUPPORTED;
+    r->p++;
+    return OK;
+}
+
+static int hex_digit(uint8_t ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static int put_utf8(Buf *out, uint32_t cp) {
+    uint8_t b[4];
+    size_t n;
+    if (cp < 0x80) {
+        b[0] = (uint8_t)cp;
+        n = 1;
+    } else if (cp < 0x800) {
+        b[0] = (uint8_t)(0xc0 | (cp >> 6));
+        b[1] = (uint8_t)(0x80 | (cp & 0x3f));
+        n = 2;
+    } else if (cp < 0x10000) {
+        b[0] = (uint8_t)(0xe0 | (cp >> 12));
+        b[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+        b[2] = (uint8_t)(0x80 | (cp & 0x3f));
+        n = 3;
+    } else {
+        b[0] = (uint8_t)(0xf0 | (cp >> 18));
+        b[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
+        b[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
+        b[3] = (uint8_t)(0x80 | (cp & 0x3f));
+        n = 4;
+    }
+    return buf_put(out, b, n);
+}
+
+static int read_u4(Reader *r, uint32_t *out) {
+    if (r->end - r->p < 4) return UNSUPPORTED;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hex_digit(r->p[i]);
+        if (h < 0) return UNSUPPORTED;
+        v = (v << 4) | (uint32_t)h;
+    }
+    r->p += 4;
+    *out = v;
+    return OK;
+}
+
+/* A JSON string, unescaped and appended to ``out``. */
+static int jstring(Reader *r, Buf *out) {
+    TRY(jexpect(r, '"'));
+    for (;;) {
+        const uint8_t *run = r->p;
+        while (r->p < r->end && *r->p != '"' && *r->p != '\\' && *r->p >= 0x20) r->p++;
+        size_t n = (size_t)(r->p - run);
+        if (!valid_utf8(run, n)) return UNSUPPORTED;
+        MEM(buf_put(out, run, n));
+        if (r->p >= r->end || *r->p < 0x20) return UNSUPPORTED;
+        if (*r->p == '"') {
+            r->p++;
+            return OK;
+        }
+        r->p++; /* the backslash */
+        if (r->p >= r->end) return UNSUPPORTED;
+        uint8_t e = *r->p++;
+        char ch;
+        switch (e) {
+            case '"': ch = '"'; break;
+            case '\\': ch = '\\'; break;
+            case '/': ch = '/'; break;
+            case 'b': ch = '\b'; break;
+            case 'f': ch = '\f'; break;
+            case 'n': ch = '\n'; break;
+            case 'r': ch = '\r'; break;
+            case 't': ch = '\t'; break;
+            case 'u': {
+                uint32_t cp;
+                TRY(read_u4(r, &cp));
+                if (cp >= 0xdc00 && cp <= 0xdfff) return UNSUPPORTED; /* a lone low surrogate */
+                if (cp >= 0xd800 && cp <= 0xdbff) {
+                    uint32_t low;
+                    if (r->end - r->p < 2 || r->p[0] != '\\' || r->p[1] != 'u') return UNSUPPORTED;
+                    r->p += 2;
+                    TRY(read_u4(r, &low));
+                    if (low < 0xdc00 || low > 0xdfff) return UNSUPPORTED;
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+                }
+                if (cp == 0) return UNSUPPORTED;
+                MEM(put_utf8(out, cp));
+                continue;
+            }
+            default: return UNSUPPORTED;
+        }
+        MEM(buf_put(out, &ch, 1));
+    }
+}
+
+/* A string appended to a string column. */
+static int jcolumn(Reader *r, Strings *s) {
+    TRY(jstring(r, &s->data));
+    MEM(buf_offset(&s->offsets, s->data.len));
+    return OK;
+}
+
+/* A member's key (no escapes: every key this reads is plain ASCII) and its colon. */
+static int jkey(Reader *r, const uint8_t **key, size_t *len) {
+    TRY(jexpect(r, '"'));
+    const uint8_t *start = r->p;
+    while (r->p < r->end && *r->p != '"' && *r->p != '\\' && *r->p >= 0x20) r->p++;
+    if (r->p >= r->end || *r->p != '"') return UNSUPPORTED;
+    *key = start;
+    *len = (size_t)(r->p - start);
+    r->p++;
+    return jexpect(r, ':');
+}
+
+/* The next member of an object whose '{' was read: *has = 0 at its '}'. */
+static int jmember(Reader *r, int *first, const uint8_t **key, size_t *len, int *has) {
+    int ch = jpeek(r);
+    if (ch == '}') {
+        r->p++;
+        *has = 0;
+        return OK;
+    }
+    if (!*first) {
+        if (ch != ',') return UNSUPPORTED;
+        r->p++;
+    }
+    *first = 0;
+    *has = 1;
+    return jkey(r, key, len);
+}
+
+/* The next element of an array whose '[' was read: *has = 0 at its ']'. */
+static int jelement(Reader *r, int *first, int *has) {
+    int ch = jpeek(r);
+    if (ch == ']') {
+        r->p++;
+        *has = 0;
+        return OK;
+    }
+    if (!*first) {
+        if (ch != ',') return UNSUPPORTED;
+        r->p++;
+    }
+    *first = 0;
+    *has = 1;
+    return OK;
+}
+
+#define IS(key, len, name) ((len) == sizeof(name) - 1 && memcmp((key), (name), sizeof(name) - 1) == 0)
+/* Each known member once: a key given twice goes to the Arrow reader, whatever it makes of it. */
+#define ONCE(seen, bit)                        \
+    do {                                       \
+        if ((seen) & (bit)) return UNSUPPORTED; \
+        (seen) |= (bit);                       \
+    } while (0)
+
+/* A JSON integer (as Arrow's int32/int64 fields take it), within +-10^18. */
+static int jint(Reader *r, int64_t *out) {
+    jws(r);
+    int negative = 0;
+    if (r->p < r->end && *r->p == '-') {
+        negative = 1;
+        r->p++;
+    }
+    const uint8_t *digits = r->p;
+    int64_t v = 0;
+    while (r->p < r->end && *r->p >= '0' && *r->p <= '9') {
+        if (r->p - digits >= 18) return UNSUPPORTED;
+        v = v * 10 + (*r->p - '0');
+        r->p++;
+    }
+    size_t n = (size_t)(r->p - digits);
+    if (n == 0 || (n > 1 && digits[0] == '0')) return UNSUPPORTED;
+    if (r->p < r->end && (*r->p == '.' || *r->p == 'e' || *r->p == 'E')) return UNSUPPORTED;
+    *out = negative ? -v : v;
+    return OK;
+}
+
+/* A JSON number as a double. */
+static int jdouble(Reader *r, double *out) {
+    jws(r);
+    const uint8_t *start = r->p;
+    if (r->p < r->end && *r->p == '-') r->p++;
+    const uint8_t *digits = r->p;
+    while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+    if (r->p == digits || (r->p - digits > 1 && digits[0] == '0')) return UNSUPPORTED;
+    if (r->p < r->end && *r->p == '.') {
+        r->p++;
+        const uint8_t *fraction = r->p;
+        while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+        if (r->p == fraction) return UNSUPPORTED;
+    }
+    if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
+        r->p++;
+        if (r->p < r->end && (*r->p == '+' || *r->p == '-')) r->p++;
+        const uint8_t *exponent = r->p;
+        while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
+        if (r->p == exponent) return UNSUPPORTED;
+    }
+    char text[64];
+    size_t n = (size_t)(r->p - start);
+    if (n >= sizeof text) return UNSUPPORTED;
+    memcpy(text, start, n);
+    text[n] = 0;
+    char *end = NULL;
+    /* correctly rounded like Arrow's parser; in the C locale whatever the process set, and safe
+     * without the GIL (Python's own parser is not) */
+    double v = strtod_l(text, &end, c_locale);
+    if (end != text + n || !isfinite(v)) return UNSUPPORTED;
+    *out = v;
+    return OK;
+}
+
+static int jliteral(Reader *r, const char *word) {
+    jws(r);
+    size_t n = strlen(word);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0) return UNSUPPORTED;
+    r->p += n;
+    return OK;
+}
+
+/* A string of digits as the scratch holds it: 1 when canonical (0, or no leading zero), with at
+ * most ``max_digits`` digits; a leading '-' allowed when ``sign``. */
+static int canonical_integer(const Buf *b, int sign, size_t max_digits) {
+    const char *p = b->data ? b->data : "";
+    size_t n = b->len;
+    if (sign && n && p[0] == '-') {
+        p++;
+        n--;
+        if (n == 1 && p[0] == '0') return 0; /* "-0" */
+    }
+    if (n == 0 || n > max_digits || (n > 1 && p[0] == '0')) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+/* A time as the Collector writes it: a decimal string of nanoseconds, at most 2^63 - 1. */
+static int jnanos(JDecoder *d, Reader *r, int64_t *out) {
+    d->scratch.len = 0;
+    TRY(jstring(r, &d->scratch));
+    if (!canonical_integer(&d->scratch, 0, 19)) return UNSUPPORTED;
+    uint64_t v = 0;
+    for (size_t i = 0; i < d->scratch.len; i++) v = v * 10 + (uint64_t)(d->scratch.data[i] - '0');
+    if (v > MAX_NS) return UNSUPPORTED;
+    *out = (int64_t)v;
+    return OK;
+}
+
+/* A hex id of ``n_digits`` (any case; written lower-case) into ``out``. */
+static int jhex(JDecoder *d, Reader *r, size_t n_digits, char *out, int *all_zero) {
+    d->scratch.len = 0;
+    TRY(jstring(r, &d->scratch));
+    if (d->scratch.len != n_digits) return UNSUPPORTED;
+    int zero = 1;
+    for (size_t i = 0; i < n_digits; i++) {
+        int h = hex_digit((uint8_t)d->scratch.data[i]);
+        if (h < 0) return UNSUPPORTED;
+        out[i] = HEX[h];
+        zero &= h == 0;
+    }
+    *all_zero = zero;
+    return OK;
+}
+
+/* An AnyValue of exactly one scalar member, written as map ``target``'s next value. */
+static int jany_value(JDecoder *d, Reader *r, int target) {
+    Maps *m = jmaps(d, target);
+    Buf *values = &m->values.data;
+    int first = 1, has, members = 0;
+    int8_t flag = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (++members > 1) return UNSUPPORTED;
+        if (IS(key, len, "stringValue")) {
+            TRY(jstring(r, values));
+        } else if (IS(key, len, "intValue")) {
+            size_t start = values->len;
+            TRY(jstring(r, values));
+            Buf text = {values->data + start, values->len - start, values->len - start};
+            if (!canonical_integer(&text, 1, SIZE_MAX)) return UNSUPPORTED;
+        } else if (IS(key, len, "doubleValue")) {
+            double v;
+            TRY(jdouble(r, &v));
+            MEM(buf_put(&d->doubles[target], &v, sizeof v));
+            d->n_doubles[target]++;
+            flag = 1;
+        } else if (IS(key, len, "boolValue")) {
+            int ch = jpeek(r);
+            if (ch == 't') {
+                TRY(jliteral(r, "true"));
+                MEM(buf_put(values, "true", 4));
+            } else {
+                TRY(jliteral(r, "false"));
+                MEM(buf_put(values, "false", 5));
+            }
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if (members != 1) return UNSUPPORTED;
+    MEM(buf_offset(&m->values.offsets, values->len));
+    MEM(buf_i8(&d->flags[target], flag));
+    return OK;
+}
+
+/* One {"key", "value"} of map ``target``, whose current map began at entry ``map_start``. */
+static int jkey_value(JDecoder *d, Reader *r, int target, size_t map_start) {
+    Maps *m = jmaps(d, target);
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "key")) {
+            ONCE(seen, 1);
+            TRY(jstring(r, &m->keys.data));
+        } else if (IS(key, len, "value")) {
+            ONCE(seen, 2);
+            TRY(jany_value(d, r, target));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if (seen != 3) return UNSUPPORTED;
+    /* the new key against the map's others: a repeated key goes to the Arrow reader */
+    const int32_t *offsets = (const int32_t *)m->keys.offsets.data;
+    size_t entry = maps_entries(m);
+    if (entry - map_start >= MAX_ATTRIBUTES) return UNSUPPORTED;
+    size_t new_start = (size_t)offsets[entry], new_len = m->keys.data.len - new_start;
+    for (size_t i = map_start; i < entry; i++) {
+        size_t at = (size_t)offsets[i], n = (size_t)offsets[i + 1] - at;
+        if (n == new_len && (n == 0 || memcmp(m->keys.data.data + at, m->keys.data.data + new_start, n) == 0))
+            return UNSUPPORTED;
+    }
+    MEM(buf_offset(&m->keys.offsets, m->keys.data.len));
+    return OK;
+}
+
+/* An attribute list, appended to map ``target`` (its owner ends the map). */
+static int jattributes(JDecoder *d, Reader *r, int target) {
+    size_t map_start = maps_entries(jmaps(d, target));
+    int first = 1, has;
+    TRY(jexpect(r, '['));
+    for (;;) {
+        TRY(jelement(r, &first, &has));
+        if (!has) return OK;
+        TRY(jkey_value(d, r, target, map_start));
+    }
+}
+
+static int jend_map(JDecoder *d, int target) {
+    Maps *m = jmaps(d, target);
+    MEM(buf_offset(&m->offsets, maps_entries(m)));
+    return OK;
+}
+
+static int jcount(Reader *r) {
+    int64_t ignored;
+    return jint(r, &ignored);
+}
+
+static int jevent(JDecoder *d, Reader *r) {
+    Columns *c = &d->c;
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    int64_t time_ns = 0;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "timeUnixNano")) {
+            ONCE(seen, 1);
+            TRY(jnanos(d, r, &time_ns));
+        } else if (IS(key, len, "name")) {
+            ONCE(seen, 2);
+            TRY(jcolumn(r, &c->event_name));
+        } else if (IS(key, len, "attributes")) {
+            ONCE(seen, 4);
+            TRY(jattributes(d, r, T_EVENT));
+        } else if (IS(key, len, "droppedAttributesCount")) {
+            ONCE(seen, 8);
+            TRY(jcount(r));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if (!(seen & 2)) MEM(buf_offset(&c->event_name.offsets, c->event_name.data.len));
+    MEM(buf_i64(&c->event_time, time_ns));
+    TRY(jend_map(d, T_EVENT));
+    c->events++;
+    return OK;
+}
+
+static int jlink(JDecoder *d, Reader *r) {
+    Columns *c = &d->c;
+    int first = 1, has, zero;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    char trace_id[32], span_id[16];
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "traceId")) {
+            ONCE(seen, 1);
+            TRY(jhex(d, r, 32, trace_id, &zero));
+            if (zero) return UNSUPPORTED;
+        } else if (IS(key, len, "spanId")) {
+            ONCE(seen, 2);
+            TRY(jhex(d, r, 16, span_id, &zero));
+            if (zero) return UNSUPPORTED;
+        } else if (IS(key, len, "traceState")) {
+            ONCE(seen, 4);
+            TRY(jcolumn(r, &c->link_trace_state));
+        } else if (IS(key, len, "attributes")) {
+            ONCE(seen, 8);
+            TRY(jattributes(d, r, T_LINK));
+        } else if (IS(key, len, "droppedAttributesCount")) {
+            ONCE(seen, 16);
+            TRY(jcount(r));
+        } else if (IS(key, len, "flags")) {
+            ONCE(seen, 32);
+            TRY(jcount(r));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if ((seen & 3) != 3) return UNSUPPORTED;
+    if (!(seen & 4)) MEM(buf_offset(&c->link_trace_state.offsets, c->link_trace_state.data.len));
+    MEM(strings_put(&c->link_trace_id, trace_id, 32));
+    MEM(strings_put(&c->link_span_id, span_id, 16));
+    TRY(jend_map(d, T_LINK));
+    c->links++;
+    return OK;
+}
+
+static int jstatus(Reader *r, Columns *c, int64_t *code, int *has_message) {
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) return OK;
+        if (IS(key, len, "code")) {
+            ONCE(seen, 1);
+            TRY(jint(r, code));
+        } else if (IS(key, len, "message")) {
+            ONCE(seen, 2);
+            TRY(jcolumn(r, &c->status_message));
+            *has_message = 1;
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+}
+
+static int jspan(JDecoder *d, Reader *r, int32_t resource_index, int32_t scope_index) {
+    Columns *c = &d->c;
+    int first = 1, has, zero;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    char trace_id[32], span_id[16], parent[16];
+    int64_t kind = 0, start = 0, end = 0, code = 0;
+    int has_message = 0;
+    size_t parent_len = 0;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "traceId")) {
+            ONCE(seen, 1);
+            TRY(jhex(d, r, 32, trace_id, &zero));
+            if (zero) return UNSUPPORTED;
+        } else if (IS(key, len, "spanId")) {
+            ONCE(seen, 2);
+            TRY(jhex(d, r, 16, span_id, &zero));
+            if (zero) return UNSUPPORTED;
+        } else if (IS(key, len, "parentSpanId")) {
+            ONCE(seen, 4);
+            /* "" (a root) or 16 hex digits, zeros allowed, as the Arrow path reads it */
+            if (jpeek(r) == '"' && r->end - r->p >= 2 && r->p[1] == '"') {
+                r->p += 2;
+            } else {
+                TRY(jhex(d, r, 16, parent, &zero));
+                parent_len = 16;
+            }
+        } else if (IS(key, len, "traceState")) {
+            ONCE(seen, 8);
+            TRY(jcolumn(r, &c->trace_state));
+        } else if (IS(key, len, "flags")) {
+            ONCE(seen, 16);
+            TRY(jcount(r));
+        } else if (IS(key, len, "name")) {
+            ONCE(seen, 32);
+            TRY(jcolumn(r, &c->name));
+        } else if (IS(key, len, "kind")) {
+            ONCE(seen, 64);
+            TRY(jint(r, &kind));
+        } else if (IS(key, len, "startTimeUnixNano")) {
+            ONCE(seen, 128);
+            TRY(jnanos(d, r, &start));
+        } else if (IS(key, len, "endTimeUnixNano")) {
+            ONCE(seen, 256);
+            TRY(jnanos(d, r, &end));
+        } else if (IS(key, len, "attributes")) {
+            ONCE(seen, 512);
+            TRY(jattributes(d, r, T_SPAN));
+        } else if (IS(key, len, "droppedAttributesCount")) {
+            ONCE(seen, 1024);
+            TRY(jcount(r));
+        } else if (IS(key, len, "events")) {
+            ONCE(seen, 2048);
+            int efirst = 1, ehas;
+            TRY(jexpect(r, '['));
+            for (;;) {
+                TRY(jelement(r, &efirst, &ehas));
+                if (!ehas) break;
+                TRY(jevent(d, r));
+            }
+        } else if (IS(key, len, "droppedEventsCount")) {
+            ONCE(seen, 4096);
+            TRY(jcount(r));
+        } else if (IS(key, len, "links")) {
+            ONCE(seen, 8192);
+            int lfirst = 1, lhas;
+            TRY(jexpect(r, '['));
+            for (;;) {
+                TRY(jelement(r, &lfirst, &lhas));
+                if (!lhas) break;
+                TRY(jlink(d, r));
+            }
+        } else if (IS(key, len, "droppedLinksCount")) {
+            ONCE(seen, 16384);
+            TRY(jcount(r));
+        } else if (IS(key, len, "status")) {
+            ONCE(seen, 32768);
+            TRY(jstatus(r, c, &code, &has_message));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if ((seen & 3) != 3) return UNSUPPORTED;
+    if (kind < 0 || kind > 5 || code < 0 || code > 2) return UNSUPPORTED;
+    MEM(buf_i64(&c->start, start));
+    MEM(strings_put(&c->trace_id, trace_id, 32));
+    MEM(strings_put(&c->span_id, span_id, 16));
+    MEM(strings_put(&c->parent_id, parent, parent_len));
+    if (!(seen & 8)) MEM(buf_offset(&c->trace_state.offsets, c->trace_state.data.len));
+    if (!(seen & 32)) MEM(buf_offset(&c->name.offsets, c->name.data.len));
+    MEM(buf_i8(&c->kind, (int8_t)kind));
+    MEM(buf_put(&c->resource_index, &resource_index, sizeof resource_index));
+    MEM(buf_put(&c->scope_index, &scope_index, sizeof scope_index));
+    MEM(buf_u64(&c->duration, end > start ? (uint64_t)(end - start) : 0));
+    MEM(buf_i8(&c->status_code, (int8_t)code));
+    if (!has_message) MEM(buf_offset(&c->status_message.offsets, c->status_message.data.len));
+    TRY(jend_map(d, T_SPAN));
+    MEM(buf_offset(&c->event_offsets, c->events));
+    MEM(buf_offset(&c->link_offsets, c->links));
+    c->spans++;
+    return OK;
+}
+
+static int jscope(JDecoder *d, Reader *r, unsigned *seen_fields) {
+    Columns *c = &d->c;
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "name")) {
+            ONCE(seen, 1);
+            TRY(jcolumn(r, &c->scope_name));
+        } else if (IS(key, len, "version")) {
+            ONCE(seen, 2);
+            TRY(jcolumn(r, &c->scope_version));
+        } else if (IS(key, len, "attributes")) {
+            ONCE(seen, 4);
+            TRY(jattributes(d, r, T_SCOPE));
+        } else if (IS(key, len, "droppedAttributesCount")) {
+            ONCE(seen, 8);
+            TRY(jcount(r));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    *seen_fields = seen;
+    return OK;
+}
+
+static int jscope_spans(JDecoder *d, Reader *r, int32_t resource_index) {
+    Columns *c = &d->c;
+    int first = 1, has;
+    unsigned seen = 0, scope_seen = 0;
+    const uint8_t *key;
+    size_t len;
+    if (c->scopes >= INT32_MAX) return UNSUPPORTED;
+    int32_t scope_index = (int32_t)c->scopes;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "scope")) {
+            ONCE(seen, 1);
+            TRY(jscope(d, r, &scope_seen));
+        } else if (IS(key, len, "spans")) {
+            ONCE(seen, 2);
+            int sfirst = 1, shas;
+            TRY(jexpect(r, '['));
+            for (;;) {
+                TRY(jelement(r, &sfirst, &shas));
+                if (!shas) break;
+                TRY(jspan(d, r, resource_index, scope_index));
+            }
+        } else if (IS(key, len, "schemaUrl")) {
+            ONCE(seen, 4);
+            d->scratch.len = 0;
+            TRY(jstring(r, &d->scratch));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    if (!(scope_seen & 1)) MEM(buf_offset(&c->scope_name.offsets, c->scope_name.data.len));
+    if (!(scope_seen & 2)) MEM(buf_offset(&c->scope_version.offsets, c->scope_version.data.len));
+    /* scope attributes are not stored: emptied so they cost no memory */
+    Maps *scope = &d->scope_attributes;
+    scope->keys.data.len = scope->values.data.len = 0;
+    scope->keys.offsets.len = scope->values.offsets.len = scope->offsets.len = 0;
+    MEM(buf_offset(&scope->keys.offsets, 0));
+    MEM(buf_offset(&scope->values.offsets, 0));
+    MEM(buf_offset(&scope->offsets, 0));
+    d->flags[T_SCOPE].len = d->doubles[T_SCOPE].len = 0;
+    d->n_doubles[T_SCOPE] = 0;
+    c->scopes++;
+    return OK;
+}
+
+static int jresource(JDecoder *d, Reader *r) {
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) return OK;
+        if (IS(key, len, "attributes")) {
+            ONCE(seen, 1);
+            TRY(jattributes(d, r, T_RESOURCE));
+        } else if (IS(key, len, "droppedAttributesCount")) {
+            ONCE(seen, 2);
+            TRY(jcount(r));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+}
+
+static int jresource_spans(JDecoder *d, Reader *r) {
+    Columns *c = &d->c;
+    Maps *m = &c->resource_attributes;
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    if (c->resources >= INT32_MAX) return UNSUPPORTED;
+    int32_t resource_index = (int32_t)c->resources;
+    size_t map_start = maps_entries(m);
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (IS(key, len, "resource")) {
+            ONCE(seen, 1);
+            TRY(jresource(d, r));
+        } else if (IS(key, len, "scopeSpans")) {
+            ONCE(seen, 2);
+            int sfirst = 1, shas;
+            TRY(jexpect(r, '['));
+            for (;;) {
+                TRY(jelement(r, &sfirst, &shas));
+                if (!shas) break;
+                TRY(jscope_spans(d, r, resource_index));
+            }
+        } else if (IS(key, len, "schemaUrl")) {
+            ONCE(seen, 4);
+            d->scratch.len = 0;
+            TRY(jstring(r, &d->scratch));
+        } else {
+            return UNSUPPORTED;
+        }
+    }
+    /* service.name from the resource's map (a double there would need Python's text: Arrow's turn) */
+    size_t entries = maps_entries(m);
+    const int32_t *key_at = (const int32_t *)m->keys.offsets.data;
+    const int32_t *value_at = (const int32_t *)m->values.offsets.data;
+    const char *service = "";
+    size_t service_len = 0;
+    for (size_t i = map_start; i < entries; i++) {
+        size_t at = (size_t)key_at[i], n = (size_t)key_at[i + 1] - at;
+        if (n == 12 && memcmp(m->keys.data.data + at, "service.name", 12) == 0) {
+            if (d->flags[T_RESOURCE].data[i]) return UNSUPPORTED;
+            service_len = (size_t)(value_at[i + 1] - value_at[i]);
+            if (service_len) service = m->values.data.data + value_at[i];
+            break;
+        }
+    }
+    MEM(strings_put(&c->service_name, service, service_len));
+    TRY(jend_map(d, T_RESOURCE));
+    c->resources++;
+    return OK;
+}
+
+/* One line: {"resourceSpans": [...]} and nothing after it. */
+static int jline(JDecoder *d, Reader *r) {
+    int first = 1, has;
+    unsigned seen = 0;
+    const uint8_t *key;
+    size_t len;
+    TRY(jexpect(r, '{'));
+    for (;;) {
+        TRY(jmember(r, &first, &key, &len, &has));
+        if (!has) break;
+        if (!IS(key, len, "resourceSpans")) return UNSUPPORTED;
+        ONCE(seen, 1);
+        int rfirst = 1, rhas;
+        TRY(jexpect(r, '['));
+        for (;;) {
+            TRY(jelement(r, &rfirst, &rhas));
+            if (!rhas) break;
+            TRY(jresource_spans(d, r));
+        }
+    }
+    return jpeek(r) == -1 ? OK : UNSUPPORTED;
+}
+
+/* Every line of ``data`` (the last may lack its newline); a blank line is declined. */
+static int jlines(JDecoder *d, const uint8_t *data, size_t n) {
+    const uint8_t *p = data, *end = data + n;
+    while (p < end) {
+        const uint8_t *eol = memchr(p, '\n', (size_t)(end - p));
+        if (eol == NULL) eol = end;
+        Reader line = {p, eol};
+        TRY(jline(d, &line));
+        p = eol + 1;
+    }
+    return OK;
+}
+
 /* ---- Python ------------------------------------------------------------------------------- */
 
 static PyObject *bytes_of(const Buf *b) {
@@ -798,6 +1619,20 @@ static PyObject *strings_of(const Strings *s) {
 
 static PyObject *maps_of(const Maps *m) {
     return Py_BuildValue("(NNN)", bytes_of(&m->offsets), strings_of(&m->keys), strings_of(&m->values));
+}
+
+/* The columns in proto_columns.py's order. */
+static PyObject *columns_tuple(const Columns *c) {
+    return Py_BuildValue(
+        "(nNNNNNNNNNNNNNNNNNNNNNNNNNN)", (Py_ssize_t)c->spans,
+        bytes_of(&c->start), strings_of(&c->trace_id), strings_of(&c->span_id), strings_of(&c->parent_id),
+        strings_of(&c->trace_state), strings_of(&c->name), bytes_of(&c->kind), bytes_of(&c->resource_index),
+        bytes_of(&c->scope_index), bytes_of(&c->duration), bytes_of(&c->status_code),
+        strings_of(&c->status_message), maps_of(&c->attributes), bytes_of(&c->event_offsets),
+        bytes_of(&c->event_time), strings_of(&c->event_name), maps_of(&c->event_attributes),
+        bytes_of(&c->link_offsets), strings_of(&c->link_trace_id), strings_of(&c->link_span_id),
+        strings_of(&c->link_trace_state), maps_of(&c->link_attributes), maps_of(&c->resource_attributes),
+        strings_of(&c->service_name), strings_of(&c->scope_name), strings_of(&c->scope_version));
 }
 
 PyDoc_STRVAR(decode_doc,
@@ -829,17 +1664,7 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
         PyErr_Clear();
         result = Py_NewRef(Py_None);
     } else {
-        Columns *c = &d->c;
-        result = Py_BuildValue(
-            "(nNNNNNNNNNNNNNNNNNNNNNNNNNN)", (Py_ssize_t)c->spans,
-            bytes_of(&c->start), strings_of(&c->trace_id), strings_of(&c->span_id), strings_of(&c->parent_id),
-            strings_of(&c->trace_state), strings_of(&c->name), bytes_of(&c->kind), bytes_of(&c->resource_index),
-            bytes_of(&c->scope_index), bytes_of(&c->duration), bytes_of(&c->status_code),
-            strings_of(&c->status_message), maps_of(&c->attributes), bytes_of(&c->event_offsets),
-            bytes_of(&c->event_time), strings_of(&c->event_name), maps_of(&c->event_attributes),
-            bytes_of(&c->link_offsets), strings_of(&c->link_trace_id), strings_of(&c->link_span_id),
-            strings_of(&c->link_trace_state), maps_of(&c->link_attributes), maps_of(&c->resource_attributes),
-            strings_of(&c->service_name), strings_of(&c->scope_name), strings_of(&c->scope_version));
+        result = columns_tuple(&d->c);
     }
     columns_free(&d->c);
     buf_free(&d->span_attrs.values);
@@ -852,17 +1677,76 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
     return result;
 }
 
+/* A map column's doubles: None when it has none, else (int8 flag per value, float64 values). */
+static PyObject *doubles_of(const JDecoder *d, int target) {
+    if (!d->n_doubles[target]) return Py_NewRef(Py_None);
+    return Py_BuildValue("(NN)", bytes_of(&d->flags[target]), bytes_of(&d->doubles[target]));
+}
+
+PyDoc_STRVAR(decode_json_doc,
+"decode_json(data) -> (columns, doubles) | None\n\n"
+"The columns of OTLP JSON lines (whole lines; the last may lack its newline) as decode() gives\n"
+"them, with each double attribute value left empty, and per map column (span, event, link,\n"
+"resource) None or (int8 flag per value, float64 doubles) for Python to write; None when the\n"
+"lines are not exactly in the Collector's shape (fast_jsonl.py reads them then).");
+
+static PyObject *decode_json(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    JDecoder *d = PyMem_Calloc(1, sizeof *d);
+    if (d == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    PyObject *result = NULL;
+    int rc;
+    if (columns_init(&d->c) < 0 || maps_init(&d->scope_attributes) < 0) {
+        rc = NOMEM;
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = jlines(d, (const uint8_t *)view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc == NOMEM) {
+        PyErr_NoMemory();
+    } else if (rc == UNSUPPORTED) {
+        result = Py_NewRef(Py_None);
+    } else {
+        result = Py_BuildValue("(N(NNNN))", columns_tuple(&d->c), doubles_of(d, T_SPAN), doubles_of(d, T_EVENT),
+                               doubles_of(d, T_LINK), doubles_of(d, T_RESOURCE));
+    }
+    columns_free(&d->c);
+    maps_free(&d->scope_attributes);
+    for (int i = 0; i < N_TARGETS; i++) {
+        buf_free(&d->flags[i]);
+        buf_free(&d->doubles[i]);
+    }
+    buf_free(&d->scratch);
+    PyMem_Free(d);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O, decode_doc},
+    {"decode_json", decode_json, METH_O, decode_json_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_otlp_native",
-    .m_doc = "OTLP protobuf traces to column buffers: the receiver's fast path (see proto_columns.py).",
+    .m_doc = "OTLP traces to column buffers: protobuf (the receiver's fast path, proto_columns.py) and "
+             "the Collector's JSON lines (the loader's, fast_jsonl.py).",
     .m_size = -1,
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__otlp_native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__otlp_native(void) {
+    if (c_locale == (locale_t)0) {
+        c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+        if (c_locale == (locale_t)0) return PyErr_NoMemory();
+    }
+    return PyModule_Create(&module);
+}

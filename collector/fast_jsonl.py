@@ -23,10 +23,16 @@ from duckdb import ColumnExpression
 from duckdb.sqltypes import VARCHAR
 from opentelemetry.sdk.resources import SERVICE_NAME
 
+from restorelens.collector import _otlp_native
 from restorelens.collector.phases import ARROW_BUILD, DECODE, Phases
+from restorelens.collector.proto_columns import columns_table
 from restorelens.collector.rows import DICT_SCHEMA, KIND_NAMES, STATUS_NAMES
 
-__all__ = ["BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "READ_AHEAD_BLOCKS", "Unsupported", "read_collector_jsonl"]
+__all__ = [
+    "BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "NativeDeclined", "READ_AHEAD_BLOCKS", "Unsupported",
+    "native_table",
+    "read_collector_jsonl", "read_collector_jsonl_native",
+]
 
 #: Arrow reads in blocks that must hold whole lines. The peak memory of a load grows with the block
 #: (1M spans with 16 MiB blocks: about 870 MiB, most of it DuckDB's uncommitted rows and key index;
@@ -50,6 +56,10 @@ class Unsupported(Exception):
 
 class LineTooLong(Unsupported):
     """A line is longer than the block it was read in; a larger block may read it."""
+
+
+class NativeDeclined(Unsupported):
+    """The compiled decoder does not take this file; Arrow's reader may."""
 
 
 _VALUE = pa.struct(
@@ -261,6 +271,50 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
         _lists(links, _maps(_field(link, "attributes"))),
     ]
     return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
+
+
+def native_table(lines: bytes | memoryview) -> pa.Table | None:
+    """The compiled decoder's table for whole lines, or None when they are not exactly in the
+    Collector's shape (then Arrow's reader, and past it the lenient decoder, take the file)."""
+    found = _otlp_native.decode_json(lines)
+    if found is None:
+        return None
+    columns, doubles = found
+    return columns_table(columns, doubles, _double_strings)
+
+
+def read_collector_jsonl_native(
+    stream: IO[bytes], phases: Phases | None = None, block_bytes: int | None = None
+) -> Generator[pa.Table, None, None]:
+    """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream by the compiled decoder
+    (``_otlp_native.decode_json``), a block of whole lines at a time (a line longer than a block
+    takes more, up to LONG_LINE_BLOCK_BYTES). Raises NativeDeclined at the first block it declines:
+    the caller reads the file again with :func:`read_collector_jsonl`."""
+    phases = phases if phases is not None else Phases()
+    block_bytes = block_bytes or BLOCK_BYTES
+    carry = b""
+    while True:
+        with phases.timing(DECODE):
+            chunk = stream.read(block_bytes)
+            data = carry + chunk if carry else chunk
+            if not data:
+                return
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            while not cut:  # no line ends in this block: a longer line
+                if len(data) > LONG_LINE_BLOCK_BYTES:
+                    raise NativeDeclined(f"a line longer than {LONG_LINE_BLOCK_BYTES} bytes")
+                more = stream.read(block_bytes)
+                data += more
+                cut = data.rfind(b"\n") + 1 if more else len(data)
+            carry = data[cut:]
+            found = _otlp_native.decode_json(memoryview(data)[:cut])
+        if found is None:
+            raise NativeDeclined("not exactly in the Collector's shape")
+        with phases.timing(ARROW_BUILD):
+            columns, doubles = found
+            table = columns_table(columns, doubles, _double_strings)
+        if table.num_rows:
+            yield table
 
 
 class _PacedStream:

@@ -31,7 +31,12 @@ from restorelens.collector.decode_jaeger import decode_jaeger_json, is_jaeger_js
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.decode_tempo import decode_tempo_json, is_tempo_json
 from restorelens.collector import fast_jsonl
-from restorelens.collector.fast_jsonl import LineTooLong, read_collector_jsonl
+from restorelens.collector.fast_jsonl import (
+    LineTooLong,
+    NativeDeclined,
+    read_collector_jsonl,
+    read_collector_jsonl_native,
+)
 from restorelens.collector.files import (
     ParquetProblem,
     Payload,
@@ -145,25 +150,28 @@ def _load_fast(
     *,
     skip_existing: bool,
     block_bytes: int,
+    native: bool = False,
 ) -> int | bool | None:
     """Load a Collector-shaped JSON-lines file column-wise, in one transaction.
 
     The span count when loaded, False when the file needs the lenient decoder, None when
     ``skip_existing`` is off and some span was already stored (nothing was written: redo it with
-    ``skip_existing``). Raises LineTooLong (nothing written) for a line longer than ``block_bytes``.
+    ``skip_existing``). Raises LineTooLong (nothing written) for a line longer than ``block_bytes``,
+    and NativeDeclined (nothing written) when ``native`` and the compiled decoder does not take the file.
     """
     try:
         with open_stream(path, on_bytes) as (stream, is_json), store.transaction() as con:
             if not is_json:
                 return False
             loaded = total = 0
-            with _read_ahead(read_collector_jsonl(stream, store.phases, block_bytes)) as tables:
+            read = read_collector_jsonl_native if native else read_collector_jsonl
+            with _read_ahead(read(stream, store.phases, block_bytes)) as tables:
                 for table in tables:
                     loaded += store.insert_table(con, table, skip_existing=skip_existing)
                     total += table.num_rows
     except duckdb.ConstraintException:
         return None
-    except LineTooLong:
+    except (LineTooLong, NativeDeclined):
         raise
     except Exception as exc:  # Unsupported, or anything else: the lenient decoder redoes it and says why
         log.debug("%s: lenient decoder (%s)", path, exc)
@@ -358,22 +366,29 @@ def load_paths(
             if fast:
                 # New spans go in by plain insert (half the CPU of a per-row key check); a file
                 # holding spans already stored is read again with the check.
-                # Small blocks use less memory; a file with a longer line is read again in large ones.
+                # The compiled decoder first; a file it declines goes to Arrow's reader, in small
+                # blocks (less memory) and, for a longer line, in large ones; a file none of them
+                # takes, to the lenient decoder.
                 outcome: int | bool | None = False
-                for block_bytes in (fast_jsonl.BLOCK_BYTES, fast_jsonl.LONG_LINE_BLOCK_BYTES):
+                readers = ((True, fast_jsonl.BLOCK_BYTES), (False, fast_jsonl.BLOCK_BYTES),
+                           (False, fast_jsonl.LONG_LINE_BLOCK_BYTES))
+                for native, block_bytes in readers:
                     try:
                         for skip_existing in (False, True):
-                            outcome = _load_fast(
-                                store, path, on_bytes, summary, skip_existing=skip_existing, block_bytes=block_bytes
-                            )
+                            outcome = _load_fast(store, path, on_bytes, summary, skip_existing=skip_existing,
+                                                 block_bytes=block_bytes, native=native)
                             if outcome is not None:
                                 break
                             done_bytes = file_start  # spans already stored: again, the key checked row by row
                         break
-                    except LineTooLong as exc:
-                        larger = block_bytes < fast_jsonl.LONG_LINE_BLOCK_BYTES
-                        log.debug("%s: %s", path, f"{exc}, read again in larger blocks" if larger else
-                                  f"lenient decoder ({exc})")
+                    except (LineTooLong, NativeDeclined) as exc:
+                        if native:
+                            again = f"{exc}, read again by Arrow's reader"
+                        elif block_bytes < fast_jsonl.LONG_LINE_BLOCK_BYTES:
+                            again = f"{exc}, read again in larger blocks"
+                        else:
+                            again = f"lenient decoder ({exc})"
+                        log.debug("%s: %s", path, again)
                         done_bytes = file_start
                 if outcome is not False and outcome is not None:
                     summary.inputs.append(FileRead(path, (_labelled(OTLP_JSON, packing),), outcome))

@@ -17,6 +17,7 @@ both to the same tables).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +43,7 @@ from restorelens.collector.rows import (
     double_to_str,
 )
 
-__all__ = ["decode_traces_proto_columns"]
+__all__ = ["columns_table", "decode_traces_proto_columns", "native_table"]
 
 _ZERO_TRACE_ID = bytes(16)
 _ZERO_SPAN_ID = bytes(8)
@@ -245,16 +246,37 @@ def _fixed(data: bytes, type_: pa.DataType, width: int) -> pa.Array:
     return pa.Array.from_buffers(type_, len(data) // width, [None, pa.py_buffer(data)])
 
 
-def _maps(column: tuple[bytes, tuple[bytes, bytes], tuple[bytes, bytes]]) -> pa.Array:
+#: A map column's doubles from ``_otlp_native.decode_json``: None, or an int8 flag per value (1: a
+#: double, its text left empty) and the doubles, in order.
+Doubles = tuple[bytes, bytes] | None
+
+
+def _maps(column: tuple[bytes, tuple[bytes, bytes], tuple[bytes, bytes]], doubles: Doubles = None,
+          double_strings: Callable[[pa.Array], pa.Array] | None = None) -> pa.Array:
     offsets, keys, values = column
-    return pa.MapArray.from_arrays(_fixed(offsets, pa.int32(), 4), _strings(keys), _strings(values), type=_MAP_TYPE)
+    texts = _strings(values)
+    if doubles is not None:
+        assert double_strings is not None
+        flags, raw = doubles
+        texts = pc.replace_with_mask(texts, pc.not_equal(_fixed(flags, pa.int8(), 1), 0),
+                                     double_strings(_fixed(raw, pa.float64(), 8)))
+    return pa.MapArray.from_arrays(_fixed(offsets, pa.int32(), 4), _strings(keys), texts, type=_MAP_TYPE)
 
 
 def native_table(data: bytes | bytearray | memoryview) -> pa.Table | None:
     """The compiled decoder's table for a serialized message, or None when the Python walk must do it."""
     found = _otlp_native.decode(data)
-    if found is None:
-        return None
+    return None if found is None else columns_table(found)
+
+
+def columns_table(
+    found: tuple[Any, ...],
+    doubles: tuple[Doubles, Doubles, Doubles, Doubles] = (None, None, None, None),
+    double_strings: Callable[[pa.Array], pa.Array] | None = None,
+) -> pa.Table:
+    """``otel_traces`` rows (resource maps as a dictionary) from the compiled decoder's columns;
+    ``doubles`` for the span, event, link and resource maps, whose text ``double_strings`` writes."""
+    span_doubles, event_doubles, link_doubles, resource_doubles = doubles
     (spans, start, trace_id, span_id, parent_id, trace_state, name, kind, resource_index, scope_index, duration,
      status_code, status_message, attributes, event_offsets, event_time, event_name, event_attributes,
      link_offsets, link_trace_id, link_span_id, link_trace_state, link_attributes, resource_attributes,
@@ -273,20 +295,20 @@ def native_table(data: bytes | bytearray | memoryview) -> pa.Table | None:
         _strings(name),
         pc.take(_KIND_NAMES, _fixed(kind, pa.int8(), 1)),
         pc.take(_strings(service_name), resource),
-        pa.DictionaryArray.from_arrays(resource, _maps(resource_attributes)),
+        pa.DictionaryArray.from_arrays(resource, _maps(resource_attributes, resource_doubles, double_strings)),
         pc.take(_strings(scope_name), scope),
         pc.take(_strings(scope_version), scope),
-        _maps(attributes),
+        _maps(attributes, span_doubles, double_strings),
         _fixed(duration, pa.uint64(), 8),
         pc.take(_STATUS_NAMES, _fixed(status_code, pa.int8(), 1)),
         _strings(status_message),
         pa.ListArray.from_arrays(events_at, _fixed(event_time, timestamp, 8)),
         pa.ListArray.from_arrays(events_at, _strings(event_name)),
-        pa.ListArray.from_arrays(events_at, _maps(event_attributes)),
+        pa.ListArray.from_arrays(events_at, _maps(event_attributes, event_doubles, double_strings)),
         pa.ListArray.from_arrays(links_at, _strings(link_trace_id)),
         pa.ListArray.from_arrays(links_at, _strings(link_span_id)),
         pa.ListArray.from_arrays(links_at, _strings(link_trace_state)),
-        pa.ListArray.from_arrays(links_at, _maps(link_attributes)),
+        pa.ListArray.from_arrays(links_at, _maps(link_attributes, link_doubles, double_strings)),
     ]
     assert all(len(column) == spans for column in columns)
     return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
