@@ -808,7 +808,7 @@ enum { T_SPAN, T_EVENT, T_LINK, T_RESOURCE, T_SCOPE, N_TARGETS };
 
 static locale_t c_locale; /* made when the module loads */
 
-typedef struct {
+typedef struct JDecoder {
     Columns c;
     Maps scope_attributes;    /* read (they must be valid) and dropped, as the Arrow path does */
     Buf flags[N_TARGETS];     /* int8 per map value: 1 when it is a double, written by Python */
@@ -987,6 +987,20 @@ static int jelement(Reader *r, int *first, int *has) {
     *first = 0;
     *has = 1;
     return OK;
+}
+
+/* Each element of the array in ``r``, handed to ``on`` with ``where`` (the row indexes the
+ * elements refer to: the resource, and the scope). */
+typedef int (*JElement)(JDecoder *, Reader *, const int32_t *where);
+
+static int jeach(JDecoder *d, Reader *r, JElement on, const int32_t *where) {
+    int first = 1, has;
+    TRY(jexpect(r, '['));
+    for (;;) {
+        TRY(jelement(r, &first, &has));
+        if (!has) return OK;
+        TRY(on(d, r, where));
+    }
 }
 
 #define IS(key, len, name) ((len) == sizeof(name) - 1 && memcmp((key), (name), sizeof(name) - 1) == 0)
@@ -1210,7 +1224,8 @@ static int jcount(Reader *r) {
     return jint(r, &ignored);
 }
 
-static int jevent(JDecoder *d, Reader *r) {
+static int jevent(JDecoder *d, Reader *r, const int32_t *where) {
+    (void)where;
     Columns *c = &d->c;
     int first = 1, has;
     unsigned seen = 0;
@@ -1244,7 +1259,8 @@ static int jevent(JDecoder *d, Reader *r) {
     return OK;
 }
 
-static int jlink(JDecoder *d, Reader *r) {
+static int jlink(JDecoder *d, Reader *r, const int32_t *where) {
+    (void)where;
     Columns *c = &d->c;
     int first = 1, has, zero;
     unsigned seen = 0;
@@ -1310,8 +1326,10 @@ static int jstatus(Reader *r, Columns *c, int64_t *code, int *has_message) {
     }
 }
 
-static int jspan(JDecoder *d, Reader *r, int32_t resource_index, int32_t scope_index) {
+/* A span; ``where`` holds its resource's and its scope's indexes. */
+static int jspan(JDecoder *d, Reader *r, const int32_t *where) {
     Columns *c = &d->c;
+    int32_t resource_index = where[0], scope_index = where[1];
     int first = 1, has, zero;
     unsigned seen = 0;
     const uint8_t *key;
@@ -1367,25 +1385,13 @@ static int jspan(JDecoder *d, Reader *r, int32_t resource_index, int32_t scope_i
             TRY(jcount(r));
         } else if (IS(key, len, "events")) {
             ONCE(seen, 2048);
-            int efirst = 1, ehas;
-            TRY(jexpect(r, '['));
-            for (;;) {
-                TRY(jelement(r, &efirst, &ehas));
-                if (!ehas) break;
-                TRY(jevent(d, r));
-            }
+            TRY(jeach(d, r, jevent, NULL));
         } else if (IS(key, len, "droppedEventsCount")) {
             ONCE(seen, 4096);
             TRY(jcount(r));
         } else if (IS(key, len, "links")) {
             ONCE(seen, 8192);
-            int lfirst = 1, lhas;
-            TRY(jexpect(r, '['));
-            for (;;) {
-                TRY(jelement(r, &lfirst, &lhas));
-                if (!lhas) break;
-                TRY(jlink(d, r));
-            }
+            TRY(jeach(d, r, jlink, NULL));
         } else if (IS(key, len, "droppedLinksCount")) {
             ONCE(seen, 16384);
             TRY(jcount(r));
@@ -1447,14 +1453,15 @@ static int jscope(JDecoder *d, Reader *r, unsigned *seen_fields) {
     return OK;
 }
 
-static int jscope_spans(JDecoder *d, Reader *r, int32_t resource_index) {
+/* A ScopeSpans; ``where`` holds its resource's index. */
+static int jscope_spans(JDecoder *d, Reader *r, const int32_t *where) {
     Columns *c = &d->c;
     int first = 1, has;
     unsigned seen = 0, scope_seen = 0;
     const uint8_t *key;
     size_t len;
     if (c->scopes >= INT32_MAX) return UNSUPPORTED;
-    int32_t scope_index = (int32_t)c->scopes;
+    const int32_t indexes[2] = {where[0], (int32_t)c->scopes};
     TRY(jexpect(r, '{'));
     for (;;) {
         TRY(jmember(r, &first, &key, &len, &has));
@@ -1464,13 +1471,7 @@ static int jscope_spans(JDecoder *d, Reader *r, int32_t resource_index) {
             TRY(jscope(d, r, &scope_seen));
         } else if (IS(key, len, "spans")) {
             ONCE(seen, 2);
-            int sfirst = 1, shas;
-            TRY(jexpect(r, '['));
-            for (;;) {
-                TRY(jelement(r, &sfirst, &shas));
-                if (!shas) break;
-                TRY(jspan(d, r, resource_index, scope_index));
-            }
+            TRY(jeach(d, r, jspan, indexes));
         } else if (IS(key, len, "schemaUrl")) {
             ONCE(seen, 4);
             d->scratch.len = 0;
@@ -1515,7 +1516,8 @@ static int jresource(JDecoder *d, Reader *r) {
     }
 }
 
-static int jresource_spans(JDecoder *d, Reader *r) {
+static int jresource_spans(JDecoder *d, Reader *r, const int32_t *where) {
+    (void)where;
     Columns *c = &d->c;
     Maps *m = &c->resource_attributes;
     int first = 1, has;
@@ -1534,13 +1536,7 @@ static int jresource_spans(JDecoder *d, Reader *r) {
             TRY(jresource(d, r));
         } else if (IS(key, len, "scopeSpans")) {
             ONCE(seen, 2);
-            int sfirst = 1, shas;
-            TRY(jexpect(r, '['));
-            for (;;) {
-                TRY(jelement(r, &sfirst, &shas));
-                if (!shas) break;
-                TRY(jscope_spans(d, r, resource_index));
-            }
+            TRY(jeach(d, r, jscope_spans, &resource_index));
         } else if (IS(key, len, "schemaUrl")) {
             ONCE(seen, 4);
             d->scratch.len = 0;
@@ -1582,13 +1578,7 @@ static int jline(JDecoder *d, Reader *r) {
         if (!has) break;
         if (!IS(key, len, "resourceSpans")) return UNSUPPORTED;
         ONCE(seen, 1);
-        int rfirst = 1, rhas;
-        TRY(jexpect(r, '['));
-        for (;;) {
-            TRY(jelement(r, &rfirst, &rhas));
-            if (!rhas) break;
-            TRY(jresource_spans(d, r));
-        }
+        TRY(jeach(d, r, jresource_spans, NULL));
     }
     return jpeek(r) == -1 ? OK : UNSUPPORTED;
 }

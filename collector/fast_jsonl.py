@@ -37,9 +37,9 @@ __all__ = [
     "read_collector_jsonl", "read_collector_jsonl_native",
 ]
 
-#: Arrow reads in blocks that must hold whole lines. The peak memory of a load grows with the block
-#: (1M spans with 16 MiB blocks: about 870 MiB, most of it DuckDB's uncommitted rows and key index;
-#: much smaller blocks cost CPU).
+#: Both readers read in blocks that must hold whole lines. The peak memory of a load grows with the
+#: block (1M spans with 16 MiB blocks: about 620 MiB, most of it DuckDB's key index and the
+#: process's imports; much smaller blocks cost CPU).
 BLOCK_BYTES = 16 * 1024 * 1024
 #: The block a file is read again with when a line is longer than BLOCK_BYTES; a line longer still
 #: sends the file to the lenient decoder.

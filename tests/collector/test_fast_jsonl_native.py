@@ -31,6 +31,7 @@ from restorelens.collector.fast_jsonl import (
 from restorelens.collector.loader import load_paths
 from restorelens.collector.rows import DICT_SCHEMA, SpanRows, plain_resources
 from restorelens.collector.store import open_read_only
+from restorelens.otlp_json import encode_value
 
 DATA = Path(__file__).parent / "data"
 
@@ -79,16 +80,6 @@ def _doc(spans: list[dict[str, Any]], resource: list[dict[str, Any]] | None = No
 def _span(i: int, **extra: Any) -> dict[str, Any]:
     return {"traceId": "AB" * 16, "spanId": f"{i + 1:016X}", "name": "s", "startTimeUnixNano": "5",
             "endTimeUnixNano": "9", "status": {}, **extra}
-
-
-def _value(v: Any) -> dict[str, Any]:
-    if isinstance(v, bool):
-        return {"boolValue": v}
-    if isinstance(v, int):
-        return {"intValue": str(v)}
-    if isinstance(v, float):
-        return {"doubleValue": v}
-    return {"stringValue": v}
 
 
 def test_the_collector_exporters_lines_give_arrows_rows() -> None:
@@ -247,14 +238,14 @@ def _spans(draw: st.DrawFn) -> dict[str, Any]:
         "parentSpanId": st.one_of(st.just(""), _HEX16), "traceState": _TEXT, "name": _TEXT,
         "kind": st.integers(0, 5), "startTimeUnixNano": st.integers(0, 2**63 - 1).map(str),
         "endTimeUnixNano": st.integers(0, 2**63 - 1).map(str), "flags": st.integers(0, 2**31),
-        "attributes": st.just([{"key": k, "value": _value(draw(_SCALAR))} for k in keys]),
+        "attributes": st.just([{"key": k, "value": encode_value(draw(_SCALAR))} for k in keys]),
         "events": st.lists(st.fixed_dictionaries({}, optional={
             "timeUnixNano": st.integers(0, 2**63 - 1).map(str), "name": _TEXT,
             "attributes": st.lists(_SCALAR, max_size=2).map(
-                lambda vs: [{"key": f"e{i}", "value": _value(v)} for i, v in enumerate(vs)])}), max_size=2),
+                lambda vs: [{"key": f"e{i}", "value": encode_value(v)} for i, v in enumerate(vs)])}), max_size=2),
         "links": st.lists(st.fixed_dictionaries({"traceId": _HEX32, "spanId": _HEX16}, optional={
             "traceState": _TEXT, "attributes": st.lists(_SCALAR, max_size=2).map(
-                lambda vs: [{"key": f"l{i}", "value": _value(v)} for i, v in enumerate(vs)])}), max_size=2),
+                lambda vs: [{"key": f"l{i}", "value": encode_value(v)} for i, v in enumerate(vs)])}), max_size=2),
         "status": st.fixed_dictionaries({}, optional={"code": st.integers(0, 2), "message": _TEXT}),
     }
     for name, strategy in optional.items():
