@@ -1120,6 +1120,13 @@ static int jhex(JDecoder *d, Reader *r, size_t n_digits, char *out, int *all_zer
     return OK;
 }
 
+/* A span's or a link's own id: ``n_digits`` hex digits, not all zeros. */
+static int jid(JDecoder *d, Reader *r, size_t n_digits, char *out) {
+    int zero;
+    TRY(jhex(d, r, n_digits, out, &zero));
+    return zero ? UNSUPPORTED : OK;
+}
+
 /* An AnyValue of exactly one scalar member, written as map ``target``'s next value. */
 static int jany_value(JDecoder *d, Reader *r, int target) {
     Maps *m = jmaps(d, target);
@@ -1262,7 +1269,7 @@ static int jevent(JDecoder *d, Reader *r, const int32_t *where) {
 static int jlink(JDecoder *d, Reader *r, const int32_t *where) {
     (void)where;
     Columns *c = &d->c;
-    int first = 1, has, zero;
+    int first = 1, has;
     unsigned seen = 0;
     const uint8_t *key;
     size_t len;
@@ -1273,12 +1280,10 @@ static int jlink(JDecoder *d, Reader *r, const int32_t *where) {
         if (!has) break;
         if (IS(key, len, "traceId")) {
             ONCE(seen, 1);
-            TRY(jhex(d, r, 32, trace_id, &zero));
-            if (zero) return UNSUPPORTED;
+            TRY(jid(d, r, 32, trace_id));
         } else if (IS(key, len, "spanId")) {
             ONCE(seen, 2);
-            TRY(jhex(d, r, 16, span_id, &zero));
-            if (zero) return UNSUPPORTED;
+            TRY(jid(d, r, 16, span_id));
         } else if (IS(key, len, "traceState")) {
             ONCE(seen, 4);
             TRY(jcolumn(r, &c->link_trace_state));
@@ -1344,12 +1349,10 @@ static int jspan(JDecoder *d, Reader *r, const int32_t *where) {
         if (!has) break;
         if (IS(key, len, "traceId")) {
             ONCE(seen, 1);
-            TRY(jhex(d, r, 32, trace_id, &zero));
-            if (zero) return UNSUPPORTED;
+            TRY(jid(d, r, 32, trace_id));
         } else if (IS(key, len, "spanId")) {
             ONCE(seen, 2);
-            TRY(jhex(d, r, 16, span_id, &zero));
-            if (zero) return UNSUPPORTED;
+            TRY(jid(d, r, 16, span_id));
         } else if (IS(key, len, "parentSpanId")) {
             ONCE(seen, 4);
             /* "" (a root) or 16 hex digits, zeros allowed, as the Arrow path reads it */
@@ -1631,22 +1634,37 @@ PyDoc_STRVAR(decode_doc,
 "order), or None when the message needs the Python decoder (anything but a valid message of\n"
 "scalar attribute values).");
 
-static PyObject *decode(PyObject *module, PyObject *arg) {
-    (void)module;
+/* What the two entry points differ in: the decoder's size, how it starts, runs over the bytes,
+ * answers and lets go. */
+typedef struct {
+    size_t size;
+    int (*init)(void *decoder);
+    int (*run)(void *decoder, const uint8_t *data, size_t n);
+    PyObject *(*answer)(void *decoder);
+    void (*release)(void *decoder);
+    int without_gil; /* run may not touch Python */
+} Entry;
+
+/* Decode the bytes of ``arg`` with ``e``: its answer, None when the input needs Python's decoder,
+ * or NULL with MemoryError. */
+static PyObject *run_entry(const Entry *e, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Decoder *d = PyMem_Calloc(1, sizeof *d);
+    void *d = PyMem_Calloc(1, e->size);
     if (d == NULL) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
     PyObject *result = NULL;
     int rc;
-    if (columns_init(&d->c) < 0) {
+    if (e->init(d) < 0) {
         rc = NOMEM;
+    } else if (e->without_gil) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = e->run(d, (const uint8_t *)view.buf, (size_t)view.len);
+        Py_END_ALLOW_THREADS
     } else {
-        Reader r = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
-        rc = request(d, &r);
+        rc = e->run(d, (const uint8_t *)view.buf, (size_t)view.len);
     }
     if (rc == NOMEM) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -1654,17 +1672,35 @@ static PyObject *decode(PyObject *module, PyObject *arg) {
         PyErr_Clear();
         result = Py_NewRef(Py_None);
     } else {
-        result = columns_tuple(&d->c);
+        result = e->answer(d);
     }
-    columns_free(&d->c);
-    buf_free(&d->span_attrs.values);
-    buf_free(&d->event_attrs.values);
-    buf_free(&d->link_attrs.values);
-    buf_free(&d->resource_attrs.values);
-    buf_free(&d->scratch_attrs.values);
+    e->release(d);
     PyMem_Free(d);
     PyBuffer_Release(&view);
     return result;
+}
+
+static int proto_init(void *decoder) { return columns_init(&((Decoder *)decoder)->c); }
+
+static int proto_run(void *decoder, const uint8_t *data, size_t n) {
+    Reader r = {data, data + n};
+    return request(decoder, &r);
+}
+
+static PyObject *proto_answer(void *decoder) { return columns_tuple(&((Decoder *)decoder)->c); }
+
+static void proto_release(void *decoder) {
+    Decoder *d = decoder;
+    columns_free(&d->c);
+    Attrs *lists[] = {&d->span_attrs, &d->event_attrs, &d->link_attrs, &d->resource_attrs, &d->scratch_attrs};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) buf_free(&lists[i]->values);
+}
+
+static const Entry PROTO = {sizeof(Decoder), proto_init, proto_run, proto_answer, proto_release, 0};
+
+static PyObject *decode(PyObject *module, PyObject *arg) {
+    (void)module;
+    return run_entry(&PROTO, arg);
 }
 
 /* A map column's doubles: None when it has none, else (int8 flag per value, float64 values). */
@@ -1680,32 +1716,21 @@ PyDoc_STRVAR(decode_json_doc,
 "resource) None or (int8 flag per value, float64 doubles) for Python to write; None when the\n"
 "lines are not exactly in the Collector's shape (fast_jsonl.py reads them then).");
 
-static PyObject *decode_json(PyObject *module, PyObject *arg) {
-    (void)module;
-    Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    JDecoder *d = PyMem_Calloc(1, sizeof *d);
-    if (d == NULL) {
-        PyBuffer_Release(&view);
-        return PyErr_NoMemory();
-    }
-    PyObject *result = NULL;
-    int rc;
-    if (columns_init(&d->c) < 0 || maps_init(&d->scope_attributes) < 0) {
-        rc = NOMEM;
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = jlines(d, (const uint8_t *)view.buf, (size_t)view.len);
-        Py_END_ALLOW_THREADS
-    }
-    if (rc == NOMEM) {
-        PyErr_NoMemory();
-    } else if (rc == UNSUPPORTED) {
-        result = Py_NewRef(Py_None);
-    } else {
-        result = Py_BuildValue("(N(NNNN))", columns_tuple(&d->c), doubles_of(d, T_SPAN), doubles_of(d, T_EVENT),
-                               doubles_of(d, T_LINK), doubles_of(d, T_RESOURCE));
-    }
+static int json_init(void *decoder) {
+    JDecoder *d = decoder;
+    return columns_init(&d->c) < 0 || maps_init(&d->scope_attributes) < 0 ? -1 : 0;
+}
+
+static int json_run(void *decoder, const uint8_t *data, size_t n) { return jlines(decoder, data, n); }
+
+static PyObject *json_answer(void *decoder) {
+    JDecoder *d = decoder;
+    return Py_BuildValue("(N(NNNN))", columns_tuple(&d->c), doubles_of(d, T_SPAN), doubles_of(d, T_EVENT),
+                         doubles_of(d, T_LINK), doubles_of(d, T_RESOURCE));
+}
+
+static void json_release(void *decoder) {
+    JDecoder *d = decoder;
     columns_free(&d->c);
     maps_free(&d->scope_attributes);
     for (int i = 0; i < N_TARGETS; i++) {
@@ -1713,9 +1738,13 @@ static PyObject *decode_json(PyObject *module, PyObject *arg) {
         buf_free(&d->doubles[i]);
     }
     buf_free(&d->scratch);
-    PyMem_Free(d);
-    PyBuffer_Release(&view);
-    return result;
+}
+
+static const Entry JSON = {sizeof(JDecoder), json_init, json_run, json_answer, json_release, 1};
+
+static PyObject *decode_json(PyObject *module, PyObject *arg) {
+    (void)module;
+    return run_entry(&JSON, arg);
 }
 
 static PyMethodDef methods[] = {
