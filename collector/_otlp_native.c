@@ -815,6 +815,7 @@ typedef struct JDecoder {
     Buf doubles[N_TARGETS];   /* float64, one per flagged value */
     size_t n_doubles[N_TARGETS];
     Buf scratch;              /* a string being checked: an id, a time, an integer's text */
+    size_t max_line_bytes;
 } JDecoder;
 
 static Maps *jmaps(JDecoder *d, int target) {
@@ -1047,12 +1048,14 @@ static int jdouble(Reader *r, double *out) {
         while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
         if (r->p == fraction) return UNSUPPORTED;
     }
+    int has_exponent = 0;
     if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
         r->p++;
         if (r->p < r->end && (*r->p == '+' || *r->p == '-')) r->p++;
         const uint8_t *exponent = r->p;
         while (r->p < r->end && *r->p >= '0' && *r->p <= '9') r->p++;
         if (r->p == exponent) return UNSUPPORTED;
+        has_exponent = 1;
     }
     char text[64];
     size_t n = (size_t)(r->p - start);
@@ -1064,6 +1067,9 @@ static int jdouble(Reader *r, double *out) {
      * without the GIL (Python's own parser is not) */
     double v = strtod_l(text, &end, c_locale);
     if (end != text + n || !isfinite(v)) return UNSUPPORTED;
+    /* Arrow's reader refuses some zeros with an exponent ("0e400": "number too big"), and the
+     * line then goes to the lenient decoder, which spells zeros its own way: declined */
+    if (v == 0 && has_exponent) return UNSUPPORTED;
     *out = v;
     return OK;
 }
@@ -1090,6 +1096,19 @@ static int canonical_integer(const Buf *b, int sign, size_t max_digits) {
     for (size_t i = 0; i < n; i++)
         if (p[i] < '0' || p[i] > '9') return 0;
     return 1;
+}
+
+/* A canonical integer's text within int64 (as the lenient decoder and the protobuf path hold it). */
+static int within_int64(const Buf *b) {
+    const char *p = b->data;
+    size_t n = b->len;
+    const char *limit = "9223372036854775807";
+    if (n && p[0] == '-') {
+        p++;
+        n--;
+        limit = "9223372036854775808";
+    }
+    return n < 19 || (n == 19 && memcmp(p, limit, 19) <= 0);
 }
 
 /* A time as the Collector writes it: a decimal string of nanoseconds, at most 2^63 - 1. */
@@ -1145,8 +1164,9 @@ static int jany_value(JDecoder *d, Reader *r, int target) {
         } else if (IS(key, len, "intValue")) {
             size_t start = values->len;
             TRY(jstring(r, values));
+            if (values->len == start) return UNSUPPORTED;
             Buf text = {values->data + start, values->len - start, values->len - start};
-            if (!canonical_integer(&text, 1, SIZE_MAX)) return UNSUPPORTED;
+            if (!canonical_integer(&text, 1, 19) || !within_int64(&text)) return UNSUPPORTED;
         } else if (IS(key, len, "doubleValue")) {
             double v;
             TRY(jdouble(r, &v));
@@ -1586,12 +1606,14 @@ static int jline(JDecoder *d, Reader *r) {
     return jpeek(r) == -1 ? OK : UNSUPPORTED;
 }
 
-/* Every line of ``data`` (the last may lack its newline); a blank line is declined. */
+/* Every line of ``data`` (the last may lack its newline); a blank line, or one longer than
+ * ``max_line_bytes``, is declined. */
 static int jlines(JDecoder *d, const uint8_t *data, size_t n) {
     const uint8_t *p = data, *end = data + n;
     while (p < end) {
         const uint8_t *eol = memchr(p, '\n', (size_t)(end - p));
         if (eol == NULL) eol = end;
+        if ((size_t)(eol - p) > d->max_line_bytes) return UNSUPPORTED;
         Reader line = {p, eol};
         TRY(jline(d, &line));
         p = eol + 1;
@@ -1638,7 +1660,7 @@ PyDoc_STRVAR(decode_doc,
  * answers and lets go. */
 typedef struct {
     size_t size;
-    int (*init)(void *decoder);
+    int (*init)(void *decoder, size_t max_line_bytes);
     int (*run)(void *decoder, const uint8_t *data, size_t n);
     PyObject *(*answer)(void *decoder);
     void (*release)(void *decoder);
@@ -1647,7 +1669,7 @@ typedef struct {
 
 /* Decode the bytes of ``arg`` with ``e``: its answer, None when the input needs Python's decoder,
  * or NULL with MemoryError. */
-static PyObject *run_entry(const Entry *e, PyObject *arg) {
+static PyObject *run_entry(const Entry *e, PyObject *arg, size_t max_line_bytes) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     void *d = PyMem_Calloc(1, e->size);
@@ -1657,7 +1679,7 @@ static PyObject *run_entry(const Entry *e, PyObject *arg) {
     }
     PyObject *result = NULL;
     int rc;
-    if (e->init(d) < 0) {
+    if (e->init(d, max_line_bytes) < 0) {
         rc = NOMEM;
     } else if (e->without_gil) {
         Py_BEGIN_ALLOW_THREADS
@@ -1680,7 +1702,10 @@ static PyObject *run_entry(const Entry *e, PyObject *arg) {
     return result;
 }
 
-static int proto_init(void *decoder) { return columns_init(&((Decoder *)decoder)->c); }
+static int proto_init(void *decoder, size_t unused) {
+    (void)unused;
+    return columns_init(&((Decoder *)decoder)->c);
+}
 
 static int proto_run(void *decoder, const uint8_t *data, size_t n) {
     Reader r = {data, data + n};
@@ -1700,7 +1725,7 @@ static const Entry PROTO = {sizeof(Decoder), proto_init, proto_run, proto_answer
 
 static PyObject *decode(PyObject *module, PyObject *arg) {
     (void)module;
-    return run_entry(&PROTO, arg);
+    return run_entry(&PROTO, arg, 0);
 }
 
 /* A map column's doubles: None when it has none, else (int8 flag per value, float64 values). */
@@ -1710,14 +1735,16 @@ static PyObject *doubles_of(const JDecoder *d, int target) {
 }
 
 PyDoc_STRVAR(decode_json_doc,
-"decode_json(data) -> (columns, doubles) | None\n\n"
-"The columns of OTLP JSON lines (whole lines; the last may lack its newline) as decode() gives\n"
+"decode_json(data, max_line_bytes) -> (columns, doubles) | None\n\n"
+"The columns of OTLP JSON lines (whole lines, none longer than max_line_bytes; the last may lack\n"
+"its newline) as decode() gives\n"
 "them, with each double attribute value left empty, and per map column (span, event, link,\n"
 "resource) None or (int8 flag per value, float64 doubles) for Python to write; None when the\n"
 "lines are not exactly in the Collector's shape (fast_jsonl.py reads them then).");
 
-static int json_init(void *decoder) {
+static int json_init(void *decoder, size_t max_line_bytes) {
     JDecoder *d = decoder;
+    d->max_line_bytes = max_line_bytes;
     return columns_init(&d->c) < 0 || maps_init(&d->scope_attributes) < 0 ? -1 : 0;
 }
 
@@ -1742,14 +1769,21 @@ static void json_release(void *decoder) {
 
 static const Entry JSON = {sizeof(JDecoder), json_init, json_run, json_answer, json_release, 1};
 
-static PyObject *decode_json(PyObject *module, PyObject *arg) {
+static PyObject *decode_json(PyObject *module, PyObject *args) {
     (void)module;
-    return run_entry(&JSON, arg);
+    PyObject *data;
+    Py_ssize_t max_line_bytes;
+    if (!PyArg_ParseTuple(args, "On:decode_json", &data, &max_line_bytes)) return NULL;
+    if (max_line_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "max_line_bytes must not be negative");
+        return NULL;
+    }
+    return run_entry(&JSON, data, (size_t)max_line_bytes);
 }
 
 static PyMethodDef methods[] = {
     {"decode", decode, METH_O, decode_doc},
-    {"decode_json", decode_json, METH_O, decode_json_doc},
+    {"decode_json", decode_json, METH_VARARGS, decode_json_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -159,6 +159,9 @@ def _value_strings(values: Any) -> Any:
     ints = _field(values, "intValue")
     if ints.null_count < len(ints):
         _require(pc.all(pc.match_substring_regex(ints.drop_null(), _INT_TEXT)), "non-canonical intValue")
+        # past int64 the cast raises (ArrowInvalid: the lenient decoder rejects that span, as the
+        # protobuf path does)
+        pc.cast(ints.drop_null(), pa.int64())
     doubles = _field(values, "doubleValue")
     if doubles.null_count < len(doubles):
         doubles = _double_strings(doubles)
@@ -276,10 +279,11 @@ def _flatten(resource_spans_lists: Any) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=DICT_SCHEMA)
 
 
-def native_table(lines: bytes | memoryview) -> pa.Table | None:
+def native_table(lines: bytes | memoryview, max_line_bytes: int = BLOCK_BYTES) -> pa.Table | None:
     """The compiled decoder's table for whole lines, or None when they are not exactly in the
-    Collector's shape (then Arrow's reader, and past it the lenient decoder, take the file)."""
-    found = _otlp_native.decode_json(lines)
+    Collector's shape or one is longer than ``max_line_bytes`` (then Arrow's reader, and past it
+    the lenient decoder, take the file)."""
+    found = _otlp_native.decode_json(lines, max_line_bytes)
     if found is None:
         return None
     columns, doubles = found
@@ -290,9 +294,11 @@ def read_collector_jsonl_native(
     stream: IO[bytes], phases: Phases | None = None, block_bytes: int | None = None
 ) -> Generator[pa.Table, None, None]:
     """Tables of ``otel_traces`` rows from a decompressed JSON-lines stream by the compiled decoder
-    (``_otlp_native.decode_json``), a block of whole lines at a time (a line longer than a block
-    takes more, up to LONG_LINE_BLOCK_BYTES). Raises NativeDeclined at the first block it declines:
-    the caller reads the file again with :func:`read_collector_jsonl`."""
+    (``_otlp_native.decode_json``), a block of whole lines at a time. Raises NativeDeclined at the
+    first block it declines, or at a line longer than a block: the caller reads the file again
+    with :func:`read_collector_jsonl`, which reads every line of a block's length or less (a line
+    it cannot read must not be read here either, since the lenient decoder then takes the file
+    and may spell a value differently)."""
     phases = phases if phases is not None else Phases()
     block_bytes = block_bytes or BLOCK_BYTES
     carry = b""
@@ -303,16 +309,16 @@ def read_collector_jsonl_native(
             if not data:
                 return
             cut = data.rfind(b"\n") + 1 if chunk else len(data)
-            while not cut:  # no line ends in this block: a longer line
-                if len(data) > LONG_LINE_BLOCK_BYTES:
-                    raise NativeDeclined(f"a line longer than {LONG_LINE_BLOCK_BYTES} bytes")
+            while not cut:  # no line ends in this block yet
+                if len(data) > block_bytes:
+                    raise NativeDeclined(f"a line longer than {block_bytes} bytes")
                 more = stream.read(block_bytes)
                 data += more
                 cut = data.rfind(b"\n") + 1 if more else len(data)
             carry = data[cut:]
-            found = _otlp_native.decode_json(memoryview(data)[:cut])
+            found = _otlp_native.decode_json(memoryview(data)[:cut], block_bytes)
         if found is None:
-            raise NativeDeclined("not exactly in the Collector's shape")
+            raise NativeDeclined(f"not exactly in the Collector's shape, or a line longer than {block_bytes} bytes")
         with phases.timing(ARROW_BUILD):
             columns, doubles = found
             table = columns_table(columns, doubles, _double_strings)

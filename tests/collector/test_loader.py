@@ -246,10 +246,9 @@ def test_a_line_longer_than_a_block_is_read_again_in_larger_blocks_then_lenientl
 ) -> None:
     from restorelens.collector import fast_jsonl
 
-    # (Arrow reads a line across one block boundary, not across two)
+    # (Arrow reads a line across one block boundary, not across two; the compiled decoder reads
+    # no line longer than a block)
     monkeypatch.setattr(fast_jsonl, "BLOCK_BYTES", 2048)
-    # Arrow's reader as the compiled decoder's declining leaves it every file
-    monkeypatch.setattr(fast_jsonl, "_otlp_native", _DecliningDecoder())
     monkeypatch.setattr(fast_jsonl, "LONG_LINE_BLOCK_BYTES", 8192)
     medium = tmp_path / "medium.jsonl"  # one line of about 6 KiB between two short ones
     medium.write_text("\n".join([_otlp_line(0, 2, {"intValue": "1"}), _otlp_line(2, 30, {"intValue": "1"}),
@@ -265,28 +264,3 @@ def test_a_line_longer_than_a_block_is_read_again_in_larger_blocks_then_lenientl
     arrow = [r.getMessage().split(":")[0] for r in caplog.records if "read again by Arrow's reader" in r.getMessage()]
     assert (arrow, larger, lenient) == ([str(medium), str(long)], [str(medium), str(long)], [str(long)])
 
-
-class _DecliningDecoder:
-    """``_otlp_native`` as fast_jsonl calls it, declining every block."""
-
-    @staticmethod
-    def decode_json(data: object) -> None:
-        return None
-
-
-def test_the_compiled_decoder_takes_a_line_longer_than_a_block_and_declines_one_past_the_limit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from restorelens.collector import fast_jsonl
-
-    monkeypatch.setattr(fast_jsonl, "BLOCK_BYTES", 2048)
-    monkeypatch.setattr(fast_jsonl, "LONG_LINE_BLOCK_BYTES", 8192)
-    medium = tmp_path / "medium.jsonl"
-    medium.write_text("\n".join([_otlp_line(0, 2, {"intValue": "1"}), _otlp_line(2, 30, {"intValue": "1"})]) + "\n")
-    long = tmp_path / "long.jsonl"
-    long.write_text(_otlp_line(100, 100, {"intValue": "1"}) + "\n")
-    with caplog.at_level(logging.DEBUG, logger="restorelens.collector.loader"):
-        summary = load_paths([medium, long], tmp_path / "t.duckdb")
-    assert (summary.loaded, summary.errors) == (132, [])
-    declined = [r.getMessage() for r in caplog.records if "read again by Arrow's reader" in r.getMessage()]
-    assert declined == [f"{long}: a line longer than 8192 bytes, read again by Arrow's reader"]
