@@ -33,8 +33,7 @@ from restorelens.collector.rows import DICT_SCHEMA, KIND_NAMES, STATUS_NAMES
 
 __all__ = [
     "BLOCK_BYTES", "LONG_LINE_BLOCK_BYTES", "LineTooLong", "NativeDeclined", "READ_AHEAD_BLOCKS", "Unsupported",
-    "native_table",
-    "read_collector_jsonl", "read_collector_jsonl_native",
+    "native_table", "read_collector_jsonl", "read_collector_jsonl_native",
 ]
 
 #: Both readers read in blocks that must hold whole lines. The peak memory of a load grows with the
@@ -158,10 +157,11 @@ def _nanos(values: Any, what: str) -> Any:
 def _value_strings(values: Any) -> Any:
     ints = _field(values, "intValue")
     if ints.null_count < len(ints):
-        _require(pc.all(pc.match_substring_regex(ints.drop_null(), _INT_TEXT)), "non-canonical intValue")
+        present = ints.drop_null()
+        _require(pc.all(pc.match_substring_regex(present, _INT_TEXT)), "non-canonical intValue")
         # past int64 the cast raises (ArrowInvalid: the lenient decoder rejects that span, as the
         # protobuf path does)
-        pc.cast(ints.drop_null(), pa.int64())
+        pc.cast(present, pa.int64())
     doubles = _field(values, "doubleValue")
     if doubles.null_count < len(doubles):
         doubles = _double_strings(doubles)
@@ -284,8 +284,11 @@ def native_table(lines: bytes | memoryview, max_line_bytes: int = BLOCK_BYTES) -
     Collector's shape or one is longer than ``max_line_bytes`` (then Arrow's reader, and past it
     the lenient decoder, take the file)."""
     found = _otlp_native.decode_json(lines, max_line_bytes)
-    if found is None:
-        return None
+    return None if found is None else _native_columns_table(found)
+
+
+def _native_columns_table(found: tuple[Any, Any]) -> pa.Table:
+    """``decode_json``'s answer as a table, its doubles written as the Arrow path writes them."""
     columns, doubles = found
     return columns_table(columns, doubles, _double_strings)
 
@@ -320,8 +323,7 @@ def read_collector_jsonl_native(
         if found is None:
             raise NativeDeclined(f"not exactly in the Collector's shape, or a line longer than {block_bytes} bytes")
         with phases.timing(ARROW_BUILD):
-            columns, doubles = found
-            table = columns_table(columns, doubles, _double_strings)
+            table = _native_columns_table(found)
         if table.num_rows:
             yield table
 
