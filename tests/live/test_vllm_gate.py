@@ -29,6 +29,11 @@ pytestmark = pytest.mark.live
 
 BATCH_REQUESTS = 4
 INTERACTIVE_REQUESTS = 2
+# Long enough that the traffic lasts seconds even where the tiny model is fast: with 256 tokens a
+# run finished its requests in about 2 s, the engine's API server answered only 3 scrapes among
+# them (it shares the cores with the engine), and none saw a request running. The prompt is about
+# 70 tokens, so a request stays within --max-model-len 1024.
+BATCH_MAX_TOKENS = 768
 LEND_TIMEOUT_S = 120.0
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
 
@@ -39,7 +44,7 @@ async def _drive(gate_url: str, provider: TracerProvider, admission: Admission) 
         batch = [
             asyncio.create_task(
                 client.request(
-                    ClientRequest(f"b{i}", "tiny", PROMPT, 256, traffic_class="batch", arrival_phase="borrow", labels=labels)
+                    ClientRequest(f"b{i}", "tiny", PROMPT, BATCH_MAX_TOKENS, traffic_class="batch", arrival_phase="borrow", labels=labels)
                 )
             )
             for i in range(BATCH_REQUESTS)
