@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from typing import Any
 
@@ -27,7 +28,7 @@ from restorelens.collector.rows import (
     double_to_str,
 )
 
-__all__ = ["decode_traces_json", "json_value_to_str"]
+__all__ = ["decode_traces_json", "json_value_to_str", "loads"]
 
 _HEX_DIGITS = frozenset("0123456789abcdef")
 _MAX_VALUE_DEPTH = 32
@@ -118,7 +119,26 @@ def _int(value: Any) -> int:
     raise SpanRejected(f"intValue {value!r:.32} is not an integer")
 
 
+class _NegativeZero(int):
+    """The JSON number ``-0``: the integer 0 everywhere, except that as a ``doubleValue`` it is -0.0."""
+
+
+_NEGATIVE_ZERO = _NegativeZero(0)
+
+
+def _parse_int(text: str) -> int:
+    return _NEGATIVE_ZERO if text == "-0" else int(text)
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` keeping the sign of ``-0``: Go's encoder (the Collector's) writes a double
+    -0.0 as ``-0``, which ``json.loads`` reads as the integer 0, and the fast paths store "-0.0"."""
+    return json.loads(text, parse_int=_parse_int)
+
+
 def _double(value: Any) -> float:
+    if value is _NEGATIVE_ZERO:
+        return -0.0
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):

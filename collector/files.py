@@ -19,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
-import json
 import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from restorelens.collector.decode_json import may_hold_surrogates
+from restorelens.collector.decode_json import loads, may_hold_surrogates
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -99,7 +98,7 @@ def _first_byte(stream: io.BufferedReader) -> bytes:
 
 def _parse_json(number: int, line: bytes) -> Payload:
     try:
-        return Payload(number, parsed=json.loads(line), may_hold_surrogates=may_hold_surrogates(line))
+        return Payload(number, parsed=loads(line), may_hold_surrogates=may_hold_surrogates(line))
     except (ValueError, RecursionError) as exc:
         return Payload(number, error=f"invalid JSON: {exc}")
 

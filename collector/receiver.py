@@ -35,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from restorelens.collector.decode_json import decode_traces_json, may_hold_surrogates
+from restorelens.collector.decode_json import decode_traces_json, loads, may_hold_surrogates
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
@@ -136,7 +136,7 @@ def _decode_rows(media_type: str, body: bytes) -> SpanRows:
         decode_traces_proto_columns(body, rows)
         return rows
     try:
-        parsed = json.loads(body)
+        parsed = loads(body)
     except (ValueError, RecursionError) as exc:
         raise PayloadError(f"invalid JSON: {exc}") from None
     decode_traces_json(parsed, rows, check_unicode=may_hold_surrogates(body))

@@ -188,6 +188,25 @@ def test_the_fast_path_stores_exactly_what_the_lenient_decoder_stores(tmp_path: 
     assert _rows(tmp_path / "fast.duckdb", sql) == _rows(tmp_path / "lenient.duckdb", sql)
 
 
+def test_a_negative_zero_double_keeps_its_sign_on_every_path(tmp_path: Path) -> None:
+    # Go's encoder (the Collector's) writes the double -0.0 as `-0`, which json.loads reads as 0
+    spans = [{"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": f"a00000000000000{i}", "name": "s",
+              "kind": 0, "startTimeUnixNano": "1", "endTimeUnixNano": "2",
+              "attributes": [{"key": "d", "value": {"doubleValue": 0}}]} for i in range(3)]
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})
+    for number in ("-0", "-0.0", "0"):  # one span each, in order
+        text = text.replace('"doubleValue": 0}', '"doubleValue": ' + number + " }", 1)
+    text = text.replace('"kind": 0', '"kind": -0', 1)  # still the integer 0 where an integer is meant
+    (tmp_path / "z.jsonl").write_text(text + "\n")
+    sql = """select "SpanId", "SpanKind", "SpanAttributes"['d'] from otel_traces order by "SpanId" """
+    expected = [("a000000000000000", "Unspecified", "-0.0"), ("a000000000000001", "Unspecified", "-0.0"),
+                ("a000000000000002", "Unspecified", "0.0")]
+    for fast in (True, False):
+        summary = load_paths([tmp_path / "z.jsonl"], tmp_path / f"{fast}.duckdb", fast=fast)
+        assert (summary.loaded, summary.errors) == (3, [])
+        assert _rows(tmp_path / f"{fast}.duckdb", sql) == expected, fast
+
+
 def test_a_lone_surrogate_rejects_its_span_alone_naming_file_and_line(tmp_path: Path) -> None:
     def line(name: str, span_id: str) -> str:
         return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{

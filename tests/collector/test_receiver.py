@@ -183,6 +183,17 @@ def _one_span_doc(name: str, span_id: str, attributes: dict[str, str] | None = N
                                                   for k, v in (attributes or {}).items()]}]}]}]}
 
 
+def test_a_negative_zero_double_keeps_its_sign(tmp_path: Path, serve_asgi: Serve) -> None:
+    # Go's encoder writes the double -0.0 as `-0`; the protobuf path and the loader's store "-0.0"
+    db = tmp_path / "t.duckdb"
+    server = serve_asgi(create_receiver_app(db))
+    doc = json.dumps(_one_span_doc("s", "a000000000000001", {"d": "x"}))
+    body = doc.replace('{"stringValue": "x"}', '{"doubleValue": -0}')
+    assert _post(server.url, body.encode(), **{"content-type": "application/json"}).status_code == 200
+    with open_read_only(db) as con:
+        assert con.execute("""select "SpanAttributes"['d'] from otel_traces""").fetchall() == [("-0.0",)]
+
+
 def test_a_lone_surrogate_is_rejected_alone_and_poisons_no_other_request(tmp_path: Path, serve_asgi: Serve) -> None:
     # JSON may escape a lone UTF-16 surrogate ("\ud800"); it decodes to a string that is no Unicode.
     # Left in a commit batch it failed every request of the batch with 503 (59 of 60 concurrent ones).
