@@ -160,7 +160,7 @@ _CHILD = textwrap.dedent(
         phases = summary.phases.as_dict()
     elif mode == "store-alone":
         from restorelens.collector.fast_jsonl import read_collector_jsonl
-        from restorelens.collector.loader import DERIVE_EVERY_SPANS
+        from restorelens.collector.loader import DERIVE_EVERY_SPANS, INSERT_THREADS
         from restorelens.collector.store import SpanStore
         with open(src, "rb") as f:
             tables = list(read_collector_jsonl(f))  # decoded before the clocks start
@@ -168,7 +168,7 @@ _CHILD = textwrap.dedent(
         c0 = time.process_time()
         # load_paths' store work for one file, as _load_fast does it
         store = SpanStore(db, max_underived_spans=DERIVE_EVERY_SPANS)
-        with store.transaction() as con:
+        with store.transaction(threads=INSERT_THREADS) as con:
             spans = sum(store.insert_table(con, table, skip_existing=False) for table in tables)
         store.close()
         phases = store.phases.as_dict()

@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 
 #: Spans stored before their derived tables are written (docs/collector.md: cheaper in bulk).
 DERIVE_EVERY_SPANS = 200_000
+#: DuckDB threads while the fast path inserts a file's blocks: an insert into the keyed table runs
+#: on one thread anyway, the decoder thread has the other core, and a second DuckDB thread only
+#: cost CPU (benchmarks/RESULTS.md). The derived tables after the commit use every thread again.
+INSERT_THREADS = 1
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
 #: Longest message kept (the file, the position, and a reason whose values are already cut).
@@ -160,7 +164,7 @@ def _load_fast(
     and NativeDeclined (nothing written) when ``native`` and the compiled decoder does not take the file.
     """
     try:
-        with open_stream(path, on_bytes) as (stream, is_json), store.transaction() as con:
+        with open_stream(path, on_bytes) as (stream, is_json), store.transaction(threads=INSERT_THREADS) as con:
             if not is_json:
                 return False
             loaded = total = 0

@@ -189,13 +189,18 @@ class SpanStore:
         self.close()
 
     @contextlib.contextmanager
-    def transaction(self, *, commit_step: str = COMMIT) -> Iterator[duckdb.DuckDBPyConnection]:
+    def transaction(
+        self, *, commit_step: str = COMMIT, threads: int | None = None
+    ) -> Iterator[duckdb.DuckDBPyConnection]:
         """One transaction: committed when the block ends, rolled back if it raises. The commit's
-        time counts as ``commit_step`` in :attr:`phases`."""
+        time counts as ``commit_step`` in :attr:`phases`. ``threads`` caps DuckDB's threads for
+        the transaction (its inserts and commit), not for the derivation that may follow it."""
         con = self.connection()
         underived = self._underived_from, self._underived_spans
         con.begin()
         try:
+            if threads:
+                con.execute(f"set threads = {int(threads)}")  # an int, not user text
             yield con
             with self.phases.timing(commit_step):
                 con.commit()
@@ -207,6 +212,11 @@ class SpanStore:
             with contextlib.suppress(duckdb.Error):
                 con.rollback()
             raise
+        finally:
+            if threads:
+                # settings outlive transactions; a broken connection must not hide the block's error
+                with contextlib.suppress(duckdb.Error):
+                    con.execute(f"set threads = {int(self.threads)}" if self.threads else "reset threads")
         if self._underived_spans > self.max_underived_spans:
             self.derive_pending()  # its own transaction ends with nothing waiting: no recursion
 

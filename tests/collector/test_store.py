@@ -264,3 +264,21 @@ def test_a_group_meeting_stored_spans_is_redone_with_exact_counts_per_batch(tmp_
         # A group of new spans goes in whole.
         assert store.insert_batches([_rows_of(_doc({6: "e"})), _rows_of(_doc({7: "e"}))]) == [(1, 0), (1, 0)]
         assert store.count() == 7
+
+
+@pytest.mark.parametrize("configured", [None, 3])
+def test_a_transactions_thread_cap_ends_with_it_committed_or_not(tmp_path: Path, configured: int | None) -> None:
+    def threads(store: SpanStore) -> int:
+        return int(store.connection().execute("select current_setting('threads')").fetchall()[0][0])
+
+    with SpanStore(tmp_path / "t.duckdb", threads=configured) as store:
+        before = threads(store)
+        with store.transaction(threads=1) as con:
+            assert threads(store) == 1
+            store.insert_table(con, _rows_of(_doc({1: "a"})).to_arrow(), skip_existing=False)
+        assert threads(store) == before
+        with pytest.raises(duckdb.ConstraintException), store.transaction(threads=1) as con:
+            store.insert_table(con, _rows_of(_doc({1: "a"})).to_arrow(), skip_existing=False)
+        assert threads(store) == before
+        assert store.count() == 1
+    assert configured is None or before == configured
