@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -49,7 +50,7 @@ from restorelens.collector.schema import TABLE
 
 __all__ = [
     "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_stored", "next_rowid", "rebuild", "registered",
-    "snapshot",
+    "snapshot", "unordered",
 ]
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,21 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
         _record(con, name, total)
 
 
+@contextlib.contextmanager
+def unordered(con: Any) -> Iterator[None]:
+    """Let DuckDB append the derived rows in any order while the block runs, from every thread at
+    once rather than in its scan's order (faster: benchmarks/RESULTS.md). Their order means nothing: every layer that reads them joins or
+    orders, and the analysis sorts what it returns. Enter it around the whole transaction: the
+    setting outlives transactions, and it is put back once the transaction has ended, committed
+    or rolled back (an aborted transaction would refuse it)."""
+    con.execute("set preserve_insertion_order = false")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a broken connection must not hide the block's error
+            con.execute("reset preserve_insertion_order")
+
+
 def ensure(con: Any) -> None:
     """Bring every derived table up to date on a write connection (missing, other SQL or incomplete).
 
@@ -185,14 +201,15 @@ def ensure(con: Any) -> None:
     stale = tuple(name for name in DERIVED_LAYERS if name not in fresh)
     if stale:
         log.info("deriving %s from the stored spans", ", ".join(stale))
-        con.begin()
-        try:
-            rebuild(con, stale)
-            con.commit()
-        except Exception as exc:  # duckdb.Error and anything else the SQL raises
-            with contextlib.suppress(Exception):  # a failed commit has ended the transaction already
-                con.rollback()
-            log.warning("derived tables not rebuilt (%s); the analysis computes those layers instead", exc)
+        with unordered(con):
+            con.begin()
+            try:
+                rebuild(con, stale)
+                con.commit()
+            except Exception as exc:  # duckdb.Error and anything else the SQL raises
+                with contextlib.suppress(Exception):  # a failed commit has ended the transaction already
+                    con.rollback()
+                log.warning("derived tables not rebuilt (%s); the analysis computes those layers instead", exc)
 
 
 def next_rowid(con: Any) -> int:

@@ -168,7 +168,8 @@ class SpanStore:
         assert first is not None
         self._underived_from, self._underived_spans = None, 0
         try:
-            with self.transaction(commit_step=DERIVED) as con, self.phases.timing(DERIVED):
+            con = self.connection()
+            with derived.unordered(con), self.transaction(commit_step=DERIVED), self.phases.timing(DERIVED):
                 derived.insert_stored(con, first, spans)
         # Anything: this runs after the spans' own commit (often inside the caller's transaction
         # block), and an error here must not read as if they were not stored. The next writer to

@@ -317,3 +317,25 @@ def test_a_duplicate_only_batch_leaves_no_stale_row_id_behind(sample_store: Path
     store.close()
     with duckdb.connect(str(db), read_only=True) as con:
         _all_equal(con)
+
+
+def test_unordered_appends_end_with_the_transaction_committed_or_aborted() -> None:
+    con = duckdb.connect()
+    con.execute("create table t (i integer primary key)")
+
+    def preserved() -> bool:
+        return bool(con.execute("select current_setting('preserve_insertion_order')").fetchall()[0][0])
+
+    with derived.unordered(con):
+        con.begin()
+        assert not preserved()
+        con.execute("insert into t values (1)")
+        con.commit()
+    assert preserved()
+    with pytest.raises(duckdb.ConstraintException), derived.unordered(con):
+        con.begin()
+        try:
+            con.execute("insert into t values (1)")  # aborts the transaction
+        finally:
+            con.rollback()
+    assert preserved()
