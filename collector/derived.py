@@ -178,10 +178,10 @@ def rebuild(con: Any, names: tuple[str, ...] | None = None) -> None:
 @contextlib.contextmanager
 def unordered(con: Any) -> Iterator[None]:
     """Let DuckDB append the derived rows in any order while the block runs, from every thread at
-    once rather than in its scan's order (faster: benchmarks/RESULTS.md). Their order means nothing: every layer that reads them joins or
-    orders, and the analysis sorts what it returns. Enter it around the whole transaction: the
-    setting outlives transactions, and it is put back once the transaction has ended, committed
-    or rolled back (an aborted transaction would refuse it)."""
+    once rather than in its scan's order (faster: benchmarks/RESULTS.md). Their order means
+    nothing: every layer that reads them joins or orders, and the analysis sorts what it returns.
+    Enter it around the whole transaction: the setting outlives transactions, and it is put back
+    once the transaction has ended, committed or rolled back (an aborted one would refuse it)."""
     con.execute("set preserve_insertion_order = false")
     try:
         yield
