@@ -49,6 +49,7 @@ from restorelens.collector.files import (
 from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
+from restorelens.collector.staging import StagedBlock, staged_blocks, staging_folder
 from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
 from restorelens.errors import InputError, first_line
 
@@ -164,14 +165,26 @@ def _load_fast(
     and NativeDeclined (nothing written) when ``native`` and the compiled decoder does not take the file.
     """
     try:
-        with open_stream(path, on_bytes) as (stream, is_json), store.transaction(threads=INSERT_THREADS) as con:
+        with (
+            open_stream(path, on_bytes) as (stream, is_json),
+            staging_folder() as folder,
+            store.transaction(threads=INSERT_THREADS) as con,
+        ):
             if not is_json:
                 return False
             loaded = total = 0
-            read = read_collector_jsonl_native if native else read_collector_jsonl
-            with _read_ahead(read(stream, store.phases, block_bytes)) as tables:
+            if native:  # its maps have no repeated or null key: the attributes may go as Parquet
+                blocks = staged_blocks(read_collector_jsonl_native(stream, store.phases, block_bytes), folder,
+                                       store.phases)
+            else:
+                blocks = read_collector_jsonl(stream, store.phases, block_bytes)
+            with _read_ahead(blocks) as tables:
                 for table in tables:
-                    loaded += store.insert_table(con, table, skip_existing=skip_existing)
+                    try:
+                        loaded += store.insert_table(con, table, skip_existing=skip_existing)
+                    finally:
+                        if isinstance(table, StagedBlock):
+                            table.discard()
                     total += table.num_rows
     except duckdb.ConstraintException:
         return None
@@ -186,7 +199,9 @@ def _load_fast(
 
 
 @contextlib.contextmanager
-def _read_ahead(tables: Generator[pa.Table, None, None]) -> Iterator[Iterator[pa.Table]]:
+def _read_ahead(
+    tables: Generator[pa.Table | StagedBlock, None, None],
+) -> Iterator[Iterator[pa.Table | StagedBlock]]:
     """``tables``, each read and built in a thread while the caller inserts the one before.
 
     Arrow's reader and compute kernels and DuckDB's insert all release the GIL, so on two cores
@@ -208,7 +223,7 @@ def _read_ahead(tables: Generator[pa.Table, None, None]) -> Iterator[Iterator[pa
         finally:
             tables.close()  # the reader lets go of its stream now, before the caller closes it
 
-    def consume() -> Iterator[pa.Table]:
+    def consume() -> Iterator[pa.Table | StagedBlock]:
         while True:
             kind, value = ready.get()
             if kind == "end":
