@@ -1,9 +1,8 @@
 """Blocks whose span attributes reach DuckDB as Parquet rather than as an Arrow MAP column.
 
 DuckDB checks every Arrow MAP it imports for null and repeated keys, building a value per key and
-a hash set per row: for the loader's 1M-span benchmark file, importing ``SpanAttributes`` took
-2.5 of the 7.5 CPU-seconds of its insert. It reads the same maps from a Parquet file without that
-check at a third of the cost (benchmarks/RESULTS.md). So the loader's read-ahead thread, beside
+a hash set per row: importing ``SpanAttributes`` was a third of the loader's insert. It reads the
+same maps from a Parquet file without that check, several times faster (benchmarks/RESULTS.md). So the loader's read-ahead thread, beside
 the inserts, writes each block's ``SpanAttributes`` column to an uncompressed Parquet file, and
 the insert reads the other columns from Arrow and that one from the file, joined row by row
 (DuckDB's ``positional join``).
