@@ -201,8 +201,8 @@ SIDES = {
                    "open, commit, close",
     "restorelens-lenient": "load_paths(fast=False): the span-by-span decoder, then the same store work",
     "store-alone": "restorelens's store work alone, the file decoded (and its attributes staged) before the "
-                   "clocks start: insert into otel_traces, derived tables, open, commit, close (what is left once decoding is free, "
-                   "though holding the decoded file costs it memory and cache; peak RSS includes the file)",
+                   "clocks start: insert into otel_traces, derived tables, open, commit, close (what is left "
+                   "once decoding is free, though holding the decoded file costs it memory and cache; peak RSS includes the file)",
 }
 
 

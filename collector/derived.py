@@ -49,8 +49,8 @@ from restorelens.analysis.layers import (
 from restorelens.collector.schema import TABLE
 
 __all__ = [
-    "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_stored", "next_rowid", "rebuild", "registered",
-    "snapshot", "unordered",
+    "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_stored", "next_rowid", "rebuild", "snapshot",
+    "unordered",
 ]
 
 log = logging.getLogger(__name__)
@@ -258,18 +258,3 @@ def insert_stored(con: Any, first_rowid: int, spans: int) -> None:
         )
     if not whole:
         con.execute("drop table rl_dirty")
-
-
-@contextlib.contextmanager
-def registered(con: Any, name: str, table: Any) -> Any:
-    """``table`` (Arrow) visible to SQL as ``name`` for the block. When the block fails, the
-    transaction may be aborted and unregistering would raise too: that error is dropped so the
-    block's own propagates."""
-    con.register(name, table)
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(Exception):
-            con.unregister(name)
-        raise
-    con.unregister(name)

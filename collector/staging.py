@@ -2,8 +2,8 @@
 
 DuckDB checks every Arrow MAP it imports for null and repeated keys, building a value per key and
 a hash set per row: importing ``SpanAttributes`` was a third of the loader's insert. It reads the
-same maps from a Parquet file without that check, several times faster (benchmarks/RESULTS.md). So the loader's read-ahead thread, beside
-the inserts, writes each block's ``SpanAttributes`` column to an uncompressed Parquet file, and
+same maps from a Parquet file without that check, several times faster (benchmarks/RESULTS.md).
+So the loader's read-ahead thread, beside the inserts, writes each block's ``SpanAttributes`` column to an uncompressed Parquet file, and
 the insert reads the other columns from Arrow and that one from the file, joined row by row
 (DuckDB's ``positional join``).
 
@@ -86,10 +86,10 @@ def staged_blocks(
     discards each block's file once it is inserted."""
     phases = phases if phases is not None else Phases()
     try:
+        if folder is None:
+            yield from tables
+            return
         for number, table in enumerate(tables):
-            if folder is None:
-                yield table
-                continue
             with phases.timing(ARROW_BUILD):
                 block = _stage(table, folder, number)
             yield block

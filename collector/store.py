@@ -249,7 +249,8 @@ class SpanStore:
             # the count is of the rows stored: not those already there, and of two copies in one
             # table only the one `insert or ignore` kept
             with self.phases.timing(DEDUPE):
-                new = self._insert_from(con.from_arrow(table), f"insert or ignore into {TABLE} select * from rl_incoming")
+                sql = f"insert or ignore into {TABLE} select * from rl_incoming"
+                new = self._insert_from(con.from_arrow(table), sql)
         self._underived_spans += new
         return new
 

@@ -230,9 +230,10 @@ def _store_as_an_older_writer(con: duckdb.DuckDBPyConnection, spans: pa.Table) -
     """What a writer from before the trace layers does: the spans and their typed rows, nothing else."""
     con.from_arrow(spans).insert_into(TABLE)
     register_macros(con)
-    with derived.registered(con, "older_batch", spans):
-        for name in SPAN_LAYERS:
-            con.execute(f"insert into {name} {derived._from('older_batch', name)}")
+    con.register("older_batch", spans)
+    for name in SPAN_LAYERS:
+        con.execute(f"insert into {name} {derived._from('older_batch', name)}")
+    con.unregister("older_batch")
 
 
 def test_a_trace_layer_left_behind_is_never_marked_complete_by_a_later_batch(
