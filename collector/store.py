@@ -64,6 +64,9 @@ class SpanStore:
 
     The connection opens on first use and again after :meth:`release`. ``threads`` caps DuckDB's
     worker threads (the receiver uses 1: its inserts are small and extra threads only cost CPU).
+    ``checkpoint_threshold_bytes`` is how much write-ahead log DuckDB lets grow before a commit
+    checkpoints it into the file (DuckDB's own default, 16 MiB, when None); closing checkpoints
+    whatever is left.
 
     The derived tables (``derived.py``) are written after the spans' transaction commits, in their
     own, for all spans stored since the last time: at once by default (``max_underived_spans=0``),
@@ -85,9 +88,11 @@ class SpanStore:
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         threads: int | None = None,
         max_underived_spans: int = 0,
+        checkpoint_threshold_bytes: int | None = None,
         phases: Phases | None = None,
     ) -> None:
         self.path = str(path)
+        self.checkpoint_threshold_bytes = checkpoint_threshold_bytes
         self.phases = phases if phases is not None else Phases()
         self.lock_timeout_s = lock_timeout_s
         self.threads = threads
@@ -126,6 +131,9 @@ class SpanStore:
             # 876 MiB with 5 and 685 MiB with 1, no slower (the receiver's groups are smaller
             # than a row group, so it is unaffected).
             con.execute("set write_buffer_row_group_count = 1")
+            if self.checkpoint_threshold_bytes is not None:
+                # an int, not user text
+                con.execute(f"set checkpoint_threshold = '{int(self.checkpoint_threshold_bytes)}B'")
             create_schema(con)
             if self._left_as is None or derived.snapshot(con) != self._left_as:
                 derived.ensure(con)  # first open, or another writer (maybe older) was here

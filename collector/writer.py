@@ -32,11 +32,16 @@ from restorelens.collector.phases import Phases
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import SpanStore, read_requested
 
-__all__ = ["Overloaded", "StoreWriter"]
+__all__ = ["CHECKPOINT_THRESHOLD_BYTES", "Overloaded", "StoreWriter"]
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+
+#: The write-ahead log the writer lets grow before a commit checkpoints it. DuckDB's default
+#: (16 MiB) checkpointed about every 17k spans of 512-span requests, more often than the checkpoints
+#: were worth, and stalled the request whose commit ran one (docs/collector.md, "Durability").
+CHECKPOINT_THRESHOLD_BYTES = 128 * 1024 * 1024
 
 
 class Overloaded(Exception):
@@ -56,6 +61,7 @@ class StoreWriter:
         reader_window_s: float = 0.05,
         max_group_spans: int = 50_000,
         poll_s: float = 0.05,
+        checkpoint_threshold_bytes: int = CHECKPOINT_THRESHOLD_BYTES,
         phases: Phases | None = None,
     ) -> None:
         self.max_pending_spans = max_pending_spans
@@ -71,6 +77,7 @@ class StoreWriter:
         # (the writer thread's own CPU: with one DuckDB thread, the store's work runs on it)
         self._store = SpanStore(
             db_path, lock_timeout_s=lock_timeout_s, threads=1, max_underived_spans=100_000,
+            checkpoint_threshold_bytes=checkpoint_threshold_bytes,
             phases=phases if phases is not None else Phases(time.thread_time),
         )
         self._store.release()

@@ -282,3 +282,28 @@ def test_a_transactions_thread_cap_ends_with_it_committed_or_not(tmp_path: Path,
         assert threads(store) == before
         assert store.count() == 1
     assert configured is None or before == configured
+
+
+@pytest.mark.parametrize("threshold_bytes", [256 * 1024, 64 * 1024 * 1024])
+def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_release(
+    tmp_path: Path, threshold_bytes: int
+) -> None:
+    db = tmp_path / "t.duckdb"
+    wal = tmp_path / "t.duckdb.wal"
+    names = {i: "s" * 200 for i in range(1, 2001)}
+    with SpanStore(db, checkpoint_threshold_bytes=threshold_bytes) as store:
+        store.release()  # the setting is the store's, made again on every connection
+        largest_wal = 0
+        for first in range(0, 2000, 100):
+            store.insert_batches([_rows_of(_doc({i: names[i] for i in range(first + 1, first + 101)}))])
+            largest_wal = max(largest_wal, wal.stat().st_size if wal.exists() else 0)
+        assert store.count() == 2000
+        log_now = wal.stat().st_size if wal.exists() else 0
+    if threshold_bytes < 1024 * 1024:
+        # checkpointed along the way: the log never reached the threshold (the 20 commits write twice it)
+        assert largest_wal < threshold_bytes
+    else:
+        assert log_now == largest_wal > 2 * 256 * 1024  # nothing checkpointed before the close
+    assert not wal.exists()  # closing checkpoints the rest
+    with open_read_only(db) as con:
+        assert con.execute("select count(*) from otel_traces").fetchall()[0][0] == 2000

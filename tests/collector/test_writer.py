@@ -10,7 +10,7 @@ from pathlib import Path
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import read_request_path, read_requested
-from restorelens.collector.writer import StoreWriter
+from restorelens.collector.writer import CHECKPOINT_THRESHOLD_BYTES, StoreWriter
 
 
 def _rows(span_id: int) -> SpanRows:
@@ -53,3 +53,16 @@ def test_a_stale_read_request_is_ignored(tmp_path: Path) -> None:
     assert read_requested(db)
     assert not read_requested(db, within_s=0.0)
     assert not read_requested(tmp_path / "other.duckdb")
+
+
+def test_the_writers_store_checkpoints_at_its_own_threshold_not_duckdbs_default(tmp_path: Path) -> None:
+    writer = StoreWriter(tmp_path / "t.duckdb", checkpoint_threshold_bytes=48 * 1024 * 1024).start()
+    try:
+        assert writer.submit(_rows(1)).result(timeout=30) == (1, 0)
+    finally:
+        writer.stop()
+    store = writer._store  # its thread has stopped: reopened here as the thread would reopen it
+    setting = store.connection().execute("select current_setting('checkpoint_threshold')").fetchall()
+    store.close()
+    assert setting == [("48.0 MiB",)]
+    assert StoreWriter(tmp_path / "u.duckdb")._store.checkpoint_threshold_bytes == CHECKPOINT_THRESHOLD_BYTES
