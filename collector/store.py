@@ -251,7 +251,11 @@ class SpanStore:
             # No named view to unregister: a failed insert aborts the transaction, and unregistering
             # then would raise and hide the ConstraintException.
             with self.phases.timing(INSERT):
-                con.from_arrow(table).insert_into(TABLE)
+                # DuckDB reads the local variable by its name (a replacement scan): a third less fixed
+                # cost per statement than a relation's insert_into, 0.65 against 0.97 ms, which the
+                # receiver pays per request
+                rl_incoming = table  # noqa: F841
+                con.execute(f"insert into {TABLE} select * from rl_incoming")
             new = table.num_rows
         else:
             # the count is of the rows stored: not those already there, and of two copies in one
