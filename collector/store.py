@@ -49,6 +49,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: The name the store's inserts read the incoming batch by. DuckDB resolves a table or view of the
+#: store's own first, which would take the batch's place: the store refuses to open over one.
+INCOMING = "rl_incoming"
+
 @dataclass(frozen=True)
 class InsertResult:
     """Spans newly stored, already present (same TraceId and SpanId), and rejected, with reasons."""
@@ -91,6 +95,8 @@ class SpanStore:
         checkpoint_threshold_bytes: int | None = None,
         phases: Phases | None = None,
     ) -> None:
+        if checkpoint_threshold_bytes is not None and checkpoint_threshold_bytes < 0:
+            raise ValueError(f"checkpoint_threshold_bytes must be at least 0, not {checkpoint_threshold_bytes}")
         self.path = str(path)
         self.checkpoint_threshold_bytes = checkpoint_threshold_bytes
         self.phases = phases if phases is not None else Phases()
@@ -135,6 +141,14 @@ class SpanStore:
                 # an int, not user text
                 con.execute(f"set checkpoint_threshold = '{int(self.checkpoint_threshold_bytes)}B'")
             create_schema(con)
+            hidden = con.execute(
+                "select 1 from duckdb_tables() where table_name = $name "
+                "union all select 1 from duckdb_views() where view_name = $name and not internal",
+                {"name": INCOMING},
+            ).fetchall()
+            if hidden:
+                raise InputError(self.path, f"holds a table or view named {INCOMING}, a name the collector "
+                                 "reserves for the spans it is inserting; rename or drop it")
             if self._left_as is None or derived.snapshot(con) != self._left_as:
                 derived.ensure(con)  # first open, or another writer (maybe older) was here
                 self._derive_failed = False
@@ -254,14 +268,14 @@ class SpanStore:
                 # DuckDB reads the local variable by its name (a replacement scan): a third less fixed
                 # cost per statement than a relation's insert_into, 0.65 against 0.97 ms, which the
                 # receiver pays per request
-                rl_incoming = table  # noqa: F841
-                con.execute(f"insert into {TABLE} select * from rl_incoming")
+                rl_incoming = table  # noqa: F841  (INCOMING)
+                con.execute(f"insert into {TABLE} select * from {INCOMING}")
             new = table.num_rows
         else:
             # the count is of the rows stored: not those already there, and of two copies in one
             # table only the one `insert or ignore` kept
             with self.phases.timing(DEDUPE):
-                sql = f"insert or ignore into {TABLE} select * from rl_incoming"
+                sql = f"insert or ignore into {TABLE} select * from {INCOMING}"
                 new = self._insert_from(con.from_arrow(table), sql)
         self._underived_spans += new
         return new
@@ -272,14 +286,14 @@ class SpanStore:
         columns = ", ".join(f'"{name}"' for name in COLUMNS)  # the table's order
         verb = "insert or ignore" if skip_existing else "insert"
         with self.phases.timing(DEDUPE if skip_existing else INSERT):
-            return self._insert_from(rows, f"{verb} into {TABLE} select {columns} from rl_incoming")
+            return self._insert_from(rows, f"{verb} into {TABLE} select {columns} from {INCOMING}")
 
     @staticmethod
     def _insert_from(rows: duckdb.DuckDBPyRelation, sql: str) -> int:
         """Run the insert ``sql`` reading ``rows`` as ``rl_incoming``; how many rows it stored. A
         relation rather than a registered view: each Arrow table registered and unregistered kept
         about 1.7 MiB of Arrow memory (DuckDB 2.0.1), 64 MiB over a 1M-span file."""
-        done = rows.query("rl_incoming", sql)
+        done = rows.query(INCOMING, sql)
         assert done is not None  # an insert answers with its count
         return int(done.fetchall()[0][0])
 

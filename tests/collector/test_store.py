@@ -19,7 +19,7 @@ from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import ARROW_SCHEMA, SpanRows
 from restorelens.collector import store_access
 from restorelens.collector.schema import COLUMNS, schema_sql
-from restorelens.collector.store import SpanStore, StoreBusy, open_read_only, store_spans
+from restorelens.collector.store import INCOMING, SpanStore, StoreBusy, open_read_only, store_spans
 from restorelens.errors import InputError
 
 
@@ -284,6 +284,24 @@ def test_a_transactions_thread_cap_ends_with_it_committed_or_not(tmp_path: Path,
     assert configured is None or before == configured
 
 
+def _threshold_shown(con: duckdb.DuckDBPyConnection) -> str:
+    return str(con.execute("select current_setting('checkpoint_threshold')").fetchall()[0][0])
+
+
+def _threshold_shown_for(threshold_bytes: int) -> str:
+    """How this DuckDB shows the setting (its format is DuckDB's, not ours)."""
+    con = duckdb.connect()
+    con.execute(f"set checkpoint_threshold = '{threshold_bytes}B'")
+    shown = _threshold_shown(con)
+    con.close()
+    return shown
+
+
+def test_a_negative_checkpoint_threshold_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="checkpoint_threshold_bytes must be at least 0, not -1"):
+        SpanStore(tmp_path / "t.duckdb", checkpoint_threshold_bytes=-1)
+
+
 @pytest.mark.parametrize("threshold_bytes", [256 * 1024, 64 * 1024 * 1024])
 def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_release(
     tmp_path: Path, threshold_bytes: int
@@ -299,6 +317,7 @@ def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_
             largest_wal = max(largest_wal, wal.stat().st_size if wal.exists() else 0)
         assert store.count() == 2000
         log_now = wal.stat().st_size if wal.exists() else 0
+        assert _threshold_shown(store.connection()) == _threshold_shown_for(threshold_bytes)
     if threshold_bytes < 1024 * 1024:
         # checkpointed along the way: the log never reached the threshold (the 20 commits write twice it)
         assert largest_wal < threshold_bytes
@@ -307,3 +326,26 @@ def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_
     assert not wal.exists()  # closing checkpoints the rest
     with open_read_only(db) as con:
         assert con.execute("select count(*) from otel_traces").fetchall()[0][0] == 2000
+
+
+@pytest.mark.parametrize("kind", ["table", "view"])
+def test_a_store_holding_the_name_its_inserts_read_the_batch_by_is_refused_not_written_wrong(
+    tmp_path: Path, kind: str
+) -> None:
+    db = tmp_path / "t.duckdb"
+    with SpanStore(db):
+        pass
+    con = duckdb.connect(str(db))
+    con.execute(f"create {kind} {INCOMING} as select * from otel_traces")
+    con.close()
+    # DuckDB would read that table or view instead of the incoming batch: answered 200, stored nothing
+    with pytest.raises(InputError, match=f"{db}: holds a table or view named {INCOMING}"):
+        SpanStore(db)
+    con = duckdb.connect(str(db))
+    con.execute(f"drop {kind} {INCOMING}")
+    con.close()
+    with SpanStore(db) as store:
+        assert store.insert_batches([_rows_of(_doc({1: "a"}))]) == [(1, 0)]
+        with store.transaction() as c:  # the insert-or-ignore path reads it by the same name
+            assert store.insert_table(c, _rows_of(_doc({1: "a", 2: "b"})).to_arrow()) == 1
+        assert store.count() == 2

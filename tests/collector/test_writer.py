@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import duckdb
+
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import read_request_path, read_requested
@@ -64,5 +66,8 @@ def test_the_writers_store_checkpoints_at_its_own_threshold_not_duckdbs_default(
     store = writer._store  # its thread has stopped: reopened here as the thread would reopen it
     setting = store.connection().execute("select current_setting('checkpoint_threshold')").fetchall()
     store.close()
-    assert setting == [("48.0 MiB",)]
+    fresh = duckdb.connect()  # DuckDB's own way of showing 48 MiB
+    fresh.execute("set checkpoint_threshold = '48MiB'")
+    assert setting == fresh.execute("select current_setting('checkpoint_threshold')").fetchall()
+    assert setting != duckdb.connect().execute("select current_setting('checkpoint_threshold')").fetchall()
     assert StoreWriter(tmp_path / "u.duckdb")._store.checkpoint_threshold_bytes == CHECKPOINT_THRESHOLD_BYTES
