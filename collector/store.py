@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 #: store's own first, which would take the batch's place: the store refuses to open over one.
 INCOMING = "rl_incoming"
 
+
 @dataclass(frozen=True)
 class InsertResult:
     """Spans newly stored, already present (same TraceId and SpanId), and rejected, with reasons."""
@@ -290,7 +291,7 @@ class SpanStore:
 
     @staticmethod
     def _insert_from(rows: duckdb.DuckDBPyRelation, sql: str) -> int:
-        """Run the insert ``sql`` reading ``rows`` as ``rl_incoming``; how many rows it stored. A
+        """Run the insert ``sql`` reading ``rows`` as :data:`INCOMING`; how many rows it stored. A
         relation rather than a registered view: each Arrow table registered and unregistered kept
         about 1.7 MiB of Arrow memory (DuckDB 2.0.1), 64 MiB over a 1M-span file."""
         done = rows.query(INCOMING, sql)

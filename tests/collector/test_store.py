@@ -308,12 +308,11 @@ def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_
 ) -> None:
     db = tmp_path / "t.duckdb"
     wal = tmp_path / "t.duckdb.wal"
-    names = {i: "s" * 200 for i in range(1, 2001)}
     with SpanStore(db, checkpoint_threshold_bytes=threshold_bytes) as store:
         store.release()  # the setting is the store's, made again on every connection
         largest_wal = 0
         for first in range(0, 2000, 100):
-            store.insert_batches([_rows_of(_doc({i: names[i] for i in range(first + 1, first + 101)}))])
+            store.insert_batches([_rows_of(_doc({i: "s" * 200 for i in range(first + 1, first + 101)}))])
             largest_wal = max(largest_wal, wal.stat().st_size if wal.exists() else 0)
         assert store.count() == 2000
         log_now = wal.stat().st_size if wal.exists() else 0
