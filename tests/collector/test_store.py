@@ -21,6 +21,7 @@ from restorelens.collector import store_access
 from restorelens.collector.schema import COLUMNS, schema_sql
 from restorelens.collector.store import INCOMING, SpanStore, StoreBusy, open_read_only, store_spans
 from restorelens.errors import InputError
+from restorelens.spans import SPAN_GATE_REQUEST
 
 
 def _make_spans(tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
@@ -325,6 +326,33 @@ def test_commits_checkpoint_only_past_the_stores_threshold_and_it_holds_after_a_
     assert not wal.exists()  # closing checkpoints the rest
     with open_read_only(db) as con:
         assert con.execute("select count(*) from otel_traces").fetchall()[0][0] == 2000
+
+
+@pytest.mark.parametrize("release", [True, False])
+def test_the_derivation_before_letting_go_checkpoints_with_its_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: bool
+) -> None:
+    from restorelens.collector import derived
+
+    db = tmp_path / "t.duckdb"
+    wal = tmp_path / "t.duckdb.wal"
+    log_after_derivation: list[int] = []
+    snapshot = derived.snapshot
+
+    def spy(con: duckdb.DuckDBPyConnection) -> object:  # runs after the derivation commits, before the close
+        log_after_derivation.append(wal.stat().st_size if wal.exists() else 0)
+        return snapshot(con)
+
+    monkeypatch.setattr(derived, "snapshot", spy)
+    store = SpanStore(db, max_underived_spans=10_000, checkpoint_threshold_bytes=64 * 1024 * 1024)
+    store.insert_batches([_rows_of(_doc({i: SPAN_GATE_REQUEST for i in range(1, 301)}))])
+    assert wal.stat().st_size > 0  # the spans' commit went to the log, derivation still pending
+    store.release() if release else store.close()
+    assert log_after_derivation == [0]  # spans and derived rows are in the file before it is let go
+    assert not wal.exists()
+    with open_read_only(db) as con:
+        assert con.execute("select count(*) from typed_gate_requests").fetchall()[0][0] == 300
+        assert "typed_gate_requests" in derived.fresh_layers(con)
 
 
 @pytest.mark.parametrize("kind", ["table", "view"])
