@@ -53,6 +53,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.memory import peak_rss_bytes
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SIZES = (10_000_000, 100_000_000)
 SIZES_ENV = "RESTORELENS_BENCH_CH_SIZES"
@@ -321,17 +323,6 @@ def worker(spec: dict) -> dict:
             "policy_rows": report["policy_summary"].height}
 
 
-def peak_rss() -> int:
-    """This process's peak resident set (bytes): VmHWM, which starts afresh at exec (``ru_maxrss``
-    keeps the forking parent's peak)."""
-    for row in Path("/proc/self/status").read_text().splitlines():
-        if row.startswith("VmHWM:"):
-            return int(row.split()[1]) * 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def timed(spec: dict) -> dict:
     """``worker(spec)`` in a fresh process, with its peak RSS (KiB -> bytes); a failure is a dict
     with ``error``."""
@@ -503,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
     args = options(argv)
     if args.worker:
         result = worker(json.loads(args.worker))
-        result["rss"] = peak_rss()
+        result["rss"] = peak_rss_bytes()
         print(json.dumps(result))
         return
 

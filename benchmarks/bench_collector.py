@@ -44,6 +44,9 @@ from opentelemetry.sdk.resources import SERVICE_NAME, TELEMETRY_SDK_LANGUAGE
 
 from restorelens import spans as S
 
+#: The children run from here, so that they import this folder's `benchmarks.memory`.
+ROOT = Path(__file__).resolve().parents[1]
+
 SPANS_PER_LINE = 512
 DEFAULT_SPANS = 100_000
 DEFAULT_RECEIVER_SPANS = 51_200
@@ -146,8 +149,9 @@ from sp
 
 _CHILD = textwrap.dedent(
     """
-    import json, resource, sys, time
+    import json, sys, time
     import duckdb
+    from benchmarks.memory import peak_rss_bytes
     from opentelemetry.sdk.resources import SERVICE_NAME
     from restorelens.collector.loader import load_paths  # imports are not part of the timing
     mode, src, db = sys.argv[1:4]
@@ -187,7 +191,7 @@ _CHILD = textwrap.dedent(
                 spans += len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"])
     elapsed = time.perf_counter() - t0
     cpu_s = time.process_time() - c0  # all threads (Arrow's and DuckDB's too)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_bytes() / 2**20  # bytes -> MiB
     print(json.dumps({"spans": spans, "seconds": elapsed, "cpu_s": cpu_s, "peak_mib": peak_mib, "phases": phases}))
     """
 )
@@ -215,7 +219,7 @@ def _run_loader(mode: str, src: Path, db: Path) -> dict[str, Any]:
         stale.unlink(missing_ok=True)  # each run loads into a fresh database
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, mode, str(src), str(db), _ANCHOR_SQL, _ANCHOR_DDL],
-        check=True, capture_output=True, text=True,
+        check=True, capture_output=True, text=True, cwd=ROOT,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -293,7 +297,8 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
 # stopped: the window ends after the writer's drain, the derivation it deferred and the store's close.
 _RECEIVER = textwrap.dedent(
     """
-    import json, resource, sys, time
+    import json, sys, time
+    from benchmarks.memory import peak_rss_bytes
     from restorelens.collector.receiver import create_receiver_app
     from restorelens.serving import ServerThread
     app = create_receiver_app(sys.argv[1])
@@ -303,7 +308,7 @@ _RECEIVER = textwrap.dedent(
     sys.stdin.readline()
     server.stop()
     cpu_s = time.process_time() - cpu0
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_bytes() / 2**20  # bytes -> MiB
     print(json.dumps({"cpu_s": cpu_s, "peak_mib": peak_mib, "phases": app.state.phases.as_dict()}), flush=True)
     """
 )
@@ -338,7 +343,7 @@ def _receive(batches: list[list[object]], db: Path, client_threads: int) -> dict
     for stale in (db, db.with_name(db.name + ".wal")):
         stale.unlink(missing_ok=True)
     with subprocess.Popen([sys.executable, "-c", _RECEIVER, str(db)], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True) as proc:
+                          stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip() + "/v1/traces"
         exporters = [OTLPSpanExporter(endpoint=url) for _ in range(client_threads)]
