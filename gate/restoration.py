@@ -181,8 +181,10 @@ class RestorationTracker:
         self.stats = RestorationStats()
         self.restore_budget_s: Callable[[], float | None] = _no_budget
         self._max_retained = max_retained
-        #: Episodes whose returning request's first byte was not seen yet, by that request's id.
-        self._awaiting_first_byte: dict[str, list[RestorationEpisode]] = {}
+        #: Episodes whose returning request's first byte was not seen yet, by that request's id,
+        #: and how many there are in all (the bound counts episodes: ids may repeat).
+        self._awaiting_first_byte: dict[str, deque[RestorationEpisode]] = {}
+        self._awaiting_episodes = 0
 
     @property
     def lending(self) -> bool:
@@ -230,11 +232,19 @@ class RestorationTracker:
             episode.over_budget = False
         self.episodes.append(episode)
         self._open_episodes.append(episode)
-        self._awaiting_first_byte.setdefault(request_id, []).append(episode)
-        if len(self._awaiting_first_byte) > self._max_retained:
+        self._awaiting_first_byte.setdefault(request_id, deque()).append(episode)
+        self._awaiting_episodes += 1
+        if self._awaiting_episodes > self._max_retained:
             # A returning request that never got a first byte (rejected, its client left) is not
-            # waited for forever; the oldest goes (never the one just added: it is last).
-            del self._awaiting_first_byte[next(iter(self._awaiting_first_byte))]
+            # waited for forever: the first episode of the id waiting longest goes (the oldest when
+            # ids do not repeat), never the one just added. The bound counts episodes, not ids: a
+            # client reusing one request id must not grow its queue without end.
+            oldest_id = next(iter(self._awaiting_first_byte))
+            waiting = self._awaiting_first_byte[oldest_id]
+            waiting.popleft()
+            self._awaiting_episodes -= 1
+            if not waiting:
+                del self._awaiting_first_byte[oldest_id]
         for listener in self.listeners:
             listener.restore_started(episode)
 
@@ -272,6 +282,7 @@ class RestorationTracker:
         episodes = self._awaiting_first_byte.pop(request_id, None)
         if episodes is None:
             return
+        self._awaiting_episodes -= len(episodes)
         for episode in episodes:
             episode.first_byte_seen_s = now_s
             self.stats.first_byte.observe(now_s - episode.t0_s)

@@ -208,6 +208,28 @@ def test_first_bytes_that_never_come_are_forgotten_oldest_first() -> None:
     assert scraped[(OVER, None)] == 0 and core.episodes[-1].over_budget is False
 
 
+def test_a_request_id_that_returns_again_and_again_without_a_first_byte_is_bounded() -> None:
+    core = lend_core(1.0, max_retained=3)
+    run = Script(core)
+    for cycle in range(50):  # one client reusing its request id, never answered
+        t = 100.0 * cycle
+        run.lend(t, f"b{cycle}")
+        run.arrive("same", "interactive", t + 10)
+        run.finish(t + 10.5, f"b{cycle}-lent1", f"b{cycle}-lent2", f"b{cycle}-own", "same")
+    waiting = core.tracker._awaiting_first_byte
+    assert list(waiting) == ["same"] and len(waiting["same"]) == 3
+    assert [episode.episode_id for episode in waiting["same"]] == [48, 49, 50]  # the newest kept
+    core.tracker.first_byte("same", T0 + 5000)  # the id's waiting episodes are all answered by it
+    assert [episode.first_byte_seen_s for episode in core.episodes] == [T0 + 5000] * 3
+    assert not core.tracker._awaiting_first_byte
+    # and the count starts again from nothing: three more fit before any is forgotten
+    for cycle in range(50, 53):
+        run.lend(100.0 * cycle, f"b{cycle}")
+        run.arrive(f"i{cycle}", "interactive", 100.0 * cycle + 10)
+        run.finish(100.0 * cycle + 10.5, f"b{cycle}-lent1", f"b{cycle}-lent2", f"b{cycle}-own", f"i{cycle}")
+    assert list(core.tracker._awaiting_first_byte) == ["i50", "i51", "i52"]
+
+
 def test_histogram_buckets_are_upper_bounds_inclusive() -> None:
     histogram = SecondsHistogram()
     for seconds in (0.0, 0.005, 0.0051, 600.0, 601.0):
