@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from restorelens.analysis.report import FORMATS, SECTIONS
+
 __all__ = ["COMMANDS", "check", "report", "window_options"]
 
 _DB = click.option(
@@ -34,7 +36,7 @@ _RUN = click.option("--run", "runs", multiple=True, metavar="RUN_ID",
 
 def window_options(command: Any) -> Any:
     """``--since``, ``--until`` and ``--run`` (the command takes ``since``, ``until`` and ``runs``;
-    ``analysis.sources.parse_window`` reads them): the window of every command that reads a store."""
+    ``analysis.window.parse_window`` reads them): the window of every command that reads a store."""
     for option in reversed((_SINCE, _UNTIL, _RUN)):
         command = option(command)
     return command
@@ -47,7 +49,7 @@ def _sources(command: Any) -> Any:
 def _where(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
            runs: tuple[str, ...]) -> tuple[Any, Any]:
     """The source (``--db`` or ``--source``, exactly one) and the window the options name."""
-    from restorelens.analysis.sources import parse_window
+    from restorelens.analysis.window import parse_window
     from restorelens.errors import SettingError
     from restorelens.sources import parse_source
 
@@ -99,11 +101,9 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
 
 @click.command()
 @_sources
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown", "csv"]), default="table",
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Output format (csv: one block per section after a `# section` line).")
-@click.option("--section", "sections", multiple=True,
-              type=click.Choice(["episode_counts", "lending_episodes", "wake_episodes", "requests", "engine",
-                                 "policy_summary", "paired_differences"]),
+@click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
               help="Only these sections (repeatable). Default: all.")
 @_SLO_TTFT
 @_SLO_E2E

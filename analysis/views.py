@@ -23,10 +23,10 @@ import polars as pl
 
 from restorelens.analysis.layers import DRIVING_SPANS, PUBLIC_VIEWS, SHARED_LAYERS, VIEW_LAYERS, register_macros
 from restorelens.analysis.queries import load_query
-from restorelens.collector.derived import fresh_layers
-from restorelens.collector.schema import ENGINE_METRICS_TABLE, TABLE, engine_metrics_sql
+from restorelens.analysis.derived import fresh_layers
 from restorelens.errors import InputError, SettingError, first_line
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, ARRIVAL_PHASE_WAKE, SPAN_CLIENT_REQUEST
+from restorelens.store import ENGINE_METRICS_TABLE, TABLE, engine_metrics_sql
 
 __all__ = ["GROUP_ALIASES", "LABELS", "PERCENTILE_METHODS", "STATISTICS", "Analysis", "Slo", "checked_labels",
            "checked_seconds", "nearest_rank"]
@@ -114,7 +114,7 @@ class Analysis:
     plain views, computed when read (cheapest when a view is read once: a view computes only the
     columns it needs). The layers the collector keeps (``DERIVED_LAYERS``: the typed layers,
     ``gate_requests`` and ``request_attempts``) are read from the store's tables while they are
-    fresh (``collector/derived.py``), else computed from ``otel_traces`` like the rest. Either
+    fresh (``derived.py``), else computed from ``otel_traces`` like the rest. Either
     way, a view whose driving span (``DRIVING_SPANS``) is absent from the store is answered empty
     without computing anything under it.
 
@@ -140,7 +140,7 @@ class Analysis:
         if self.labels:
             con.executemany("insert into rl_label_map values (?, ?)", list(self.labels.items()))
         _ensure_engine_metrics(con)
-        #: Layers read from the store's derived tables (kept by the collector) instead of computed;
+        #: Layers read from the store's derived tables (``derived.py``) instead of computed;
         #: ``use_derived=False`` computes every layer from ``otel_traces`` (same results, slower).
         self.stored_layers = fresh_layers(con) if use_derived else frozenset()
         for name in VIEW_LAYERS:
@@ -184,7 +184,7 @@ class Analysis:
         A missing, locked or foreign file (not DuckDB's, no ``otel_traces`` or another table of that
         name: ``open_read_only`` checks) is a one-line ``RestorelensError``.
         """
-        from restorelens.collector.store import open_read_only
+        from restorelens.store import open_read_only
 
         path = Path(db_path)
         try:

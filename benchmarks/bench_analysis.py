@@ -49,8 +49,8 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens import spans as S
 from restorelens.analysis import Analysis
-from restorelens.collector import derived
-from restorelens.collector.schema import create_schema
+from restorelens.analysis import derived
+from restorelens.store import create_schema
 
 SPANS_PER_UNIT = 16
 #: Runs of every side at every size; the fastest of each side is printed.

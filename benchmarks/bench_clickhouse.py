@@ -216,7 +216,7 @@ def build_chdb(base_db: Path, path: Path, copies: int, step_ns: int) -> None:
     """``otel_traces`` (the exporter's DDL) in a chDB folder holding ``copies`` copies of the base."""
     from chdb import session
 
-    from restorelens.analysis.clickhouse import EXPORTER_DDL
+    from restorelens.store import EXPORTER_DDL
     from restorelens.collector.export import export_to_clickhouse
     from restorelens.sources import parse_source
 
@@ -237,7 +237,7 @@ def build_duckdb(base_db: Path, path: Path, copies: int, step_ns: int) -> None:
     """The same spans in a DuckDB store (restorelens's schema), copy by copy in time order."""
     import duckdb
 
-    from restorelens.collector.schema import create_schema
+    from restorelens.store import create_schema
 
     con = duckdb.connect(str(path))
     try:
@@ -288,7 +288,7 @@ def derive(path: Path) -> float:
     """Build the DuckDB store's derived tables as a collector keeps them; seconds taken."""
     import duckdb
 
-    from restorelens.collector import derived
+    from restorelens.analysis import derived
 
     started = time.perf_counter()
     con = duckdb.connect(str(path))
@@ -306,7 +306,8 @@ def worker(spec: dict) -> dict:
     """Open the source (with the window, if any) and build the whole report: wall and CPU seconds
     and the episode counts."""
     from restorelens.analysis.report import build_report
-    from restorelens.analysis.sources import Window, open_analysis
+    from restorelens.analysis.sources import open_analysis
+    from restorelens.analysis.window import Window
     from restorelens.sources import parse_source
 
     window = Window(since_ns=spec.get("since_ns"), until_ns=spec.get("until_ns"))

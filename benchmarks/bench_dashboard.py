@@ -101,7 +101,8 @@ def record_runs(folder: Path) -> list[Path]:
 
 
 def build_store(folder: Path, target_spans: int = TARGET_SPANS) -> tuple[Path, int]:
-    from restorelens.collector import derived, load_paths
+    from restorelens.collector import load_paths
+    from restorelens.analysis import derived
 
     db = folder / "spans.duckdb"
     load_paths(record_runs(folder), db)

@@ -1,4 +1,5 @@
-"""restorelens.collector: the OTLP/HTTP receiver, file loaders and the durable DuckDB span store.
+"""restorelens.collector: the OTLP/HTTP receiver, file loaders and the writer of the durable DuckDB
+span store (its schema and opening it are ``restorelens.store``'s).
 
 See docs/collector.md.
 
@@ -11,19 +12,17 @@ from __future__ import annotations
 from restorelens.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
-    "FileRead": "loader",
+    "FileRead": "summary",
     "InsertResult": "store",
-    "LoadSummary": "loader",
+    "LoadSummary": "summary",
     "OutputExists": "export",
     "PayloadError": "rows",
     "SpanRows": "rows",
     "SpanStore": "store",
-    "StoreBusy": "store",
     "create_receiver_app": "receiver",
     "export_otlp_jsonl": "export",
     "export_parquet": "export",
     "load_paths": "loader",
-    "open_read_only": "store",
     "store_spans": "store",
 }
 

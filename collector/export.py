@@ -25,8 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from restorelens.collector.rows import KIND_NAMES, STATUS_NAMES
-from restorelens.collector.schema import TABLE
-from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, open_read_only
+from restorelens.store import DEFAULT_LOCK_TIMEOUT_S, TABLE, open_read_only
 from restorelens.errors import InputError
 
 __all__ = ["DEFAULT_SPANS_PER_LINE", "OutputExists", "export_otlp_jsonl", "export_parquet", "export_to_clickhouse"]
@@ -261,7 +260,7 @@ def export_to_clickhouse(db_path: str | os.PathLike[str], target: Any, *,
     """
     import tempfile
 
-    from restorelens.analysis.clickhouse import EXPORTER_DDL
+    from restorelens.store import EXPORTER_DDL
 
     with tempfile.TemporaryDirectory(prefix="restorelens-export-") as folder:
         copy = Path(folder) / "spans.parquet"

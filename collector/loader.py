@@ -20,7 +20,6 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +36,18 @@ from restorelens.collector.fast_jsonl import (
     read_collector_jsonl,
     read_collector_jsonl_native,
 )
-from restorelens.collector.files import (
-    ParquetProblem,
-    Payload,
-    compression,
-    is_parquet,
-    open_stream,
-    read_parquet_tables,
-    read_payloads,
-)
+from restorelens.collector.files import Payload, compression, is_parquet, open_stream, read_payloads
+from restorelens.collector.parquet import load_parquet
 from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
-from restorelens.collector.rows import MAX_ERRORS, PayloadError, SpanRows
+from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.staging import StagedBlock, staged_blocks, staging_folder
-from restorelens.collector.store import DEFAULT_LOCK_TIMEOUT_S, SpanStore
-from restorelens.errors import InputError, first_line
+from restorelens.collector.store import SpanStore
+from restorelens.collector.summary import FileRead, LoadSummary
+from restorelens.errors import InputError
+from restorelens.store import DEFAULT_LOCK_TIMEOUT_S
 
-__all__ = ["FORMATS", "FileRead", "LoadSummary", "expand_paths", "load_paths"]
+__all__ = ["FORMATS", "expand_paths", "load_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +59,6 @@ DERIVE_EVERY_SPANS = 200_000
 INSERT_THREADS = 1
 #: Spans per insert transaction: large enough to amortise DuckDB's per-statement cost.
 DEFAULT_BATCH_SPANS = 50_000
-#: Longest message kept (the file, the position, and a reason whose values are already cut).
-MAX_MESSAGE_CHARS = 1000
 
 OTLP_JSON = "OTLP JSON"
 OTLP_PROTOBUF = "OTLP protobuf"
@@ -75,50 +67,6 @@ TEMPO_JSON = "Tempo JSON"
 PARQUET = "Parquet (otel_traces)"
 #: Every format a file may be read as, as the loader names them.
 FORMATS = (OTLP_JSON, OTLP_PROTOBUF, JAEGER_JSON, TEMPO_JSON, PARQUET)
-
-
-@dataclass(frozen=True)
-class FileRead:
-    """What one file was read as: its format(s) (a JSON-lines file may mix them), the spans decoded
-    from it (stored or already stored; rejected spans are not counted) and notes (e.g. Tempo's
-    partial trace)."""
-
-    path: Path
-    formats: tuple[str, ...]
-    spans: int
-    notes: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        spans = f"{self.spans} span" + ("" if self.spans == 1 else "s")
-        text = f"{self.path}: {' + '.join(self.formats) or 'no traces'}, {spans}"
-        return f"{text} ({'; '.join(self.notes)})" if self.notes else text
-
-
-@dataclass
-class LoadSummary:
-    files: int = 0
-    loaded: int = 0
-    duplicate: int = 0
-    rejected: int = 0
-    malformed: int = 0  # lines, messages or whole files that were not traces at all
-    errors: list[str] = field(default_factory=list)
-    #: One per file, in the order read.
-    inputs: list[FileRead] = field(default_factory=list)
-    #: Seconds per step of the load (``phases.py``).
-    phases: Phases = field(default_factory=Phases)
-
-    def add_error(self, message: str) -> None:
-        if len(self.errors) < MAX_ERRORS:
-            # each is one line on stderr: a decoder quoting a huge value must not make it a page
-            if len(message) > MAX_MESSAGE_CHARS:
-                message = message[: MAX_MESSAGE_CHARS - 1] + "\u2026"
-            self.errors.append(message)
-
-    def describe(self) -> str:
-        return (
-            f"{self.files} file(s): {self.loaded} spans loaded, {self.duplicate} duplicate, "
-            f"{self.rejected} rejected, {self.malformed} malformed line(s)"
-        )
 
 
 def expand_paths(paths_or_globs: Iterable[str | os.PathLike[str]]) -> list[Path]:
@@ -244,42 +192,6 @@ def _read_ahead(
         thread.join()
 
 
-def _load_parquet(
-    store: SpanStore, path: Path, on_bytes: Callable[[int], None], summary: LoadSummary, *, skip_existing: bool
-) -> int | None:
-    """Load an ``otel_traces`` Parquet file in one transaction: all of it or, when it turns out
-    unreadable or foreign, none of it (reported as ``file: reason``). The span count, or None as
-    for :func:`_load_fast`."""
-    loaded = total = rejected = 0
-    reasons: list[str] = []
-    try:
-        with store.transaction() as con:
-            for table, left_out in read_parquet_tables(path, on_bytes):
-                loaded += store.insert_table(con, table, skip_existing=skip_existing)
-                total += table.num_rows
-                rejected += len(left_out)
-                kept = left_out[: max(0, MAX_ERRORS - len(reasons))]
-                reasons.extend(f"{path}: row {row}: {reason}" for row, reason in kept)
-    except duckdb.ConstraintException:
-        return None
-    except ParquetProblem as exc:
-        summary.malformed += 1
-        summary.add_error(f"{path}: {exc}")
-        return 0
-    except (duckdb.InvalidInputException, duckdb.ConversionException) as exc:
-        # a value read_parquet_tables let through and the store refuses: the transaction is rolled
-        # back, so the file is refused whole, and the other files still load
-        summary.malformed += 1
-        summary.add_error(f"{path}: the store refused a value of it: {first_line(exc)}")
-        return 0
-    summary.loaded += loaded
-    summary.duplicate += total - loaded
-    summary.rejected += rejected
-    for message in reasons:
-        summary.add_error(message)
-    return total
-
-
 def _claims(obj: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, format) for each key of ``obj`` that marks it as one of the JSON formats."""
     found = [(key, OTLP_JSON) for key in ("resourceSpans", "resource_spans") if key in obj]
@@ -374,10 +286,10 @@ def load_paths(
             file_start = done_bytes
             if is_parquet(path):
                 malformed = summary.malformed
-                count = _load_parquet(store, path, on_bytes, summary, skip_existing=False)
+                count = load_parquet(store, path, on_bytes, summary, skip_existing=False)
                 if count is None:  # spans already stored: again, with the key checked row by row
                     done_bytes = file_start
-                    count = _load_parquet(store, path, on_bytes, summary, skip_existing=True)
+                    count = load_parquet(store, path, on_bytes, summary, skip_existing=True)
                 read_as = (PARQUET,) if summary.malformed == malformed else ()
                 summary.inputs.append(FileRead(path, read_as, count or 0))
                 continue

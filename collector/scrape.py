@@ -31,7 +31,7 @@ import httpx
 import pyarrow as pa
 
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
-from restorelens.collector.schema import ENGINE_METRICS_TABLE
+from restorelens.store import ENGINE_METRICS_TABLE
 
 __all__ = [
     "DEFAULT_INTERVAL_S",

@@ -1,8 +1,9 @@
 """The durable span store: one DuckDB file holding ``otel_traces``, idempotent on (TraceId, SpanId).
 
 Each insert is one transaction: once it returns, DuckDB has committed it to its write-ahead log.
-Opening the file, and sharing it with readers in other processes, is ``store_access``; the
-derived typed tables written with the spans are ``derived``.
+Opening the file, and sharing it with readers in other processes, is the store package's
+(``restorelens.store``); the derived tables written with the spans are the analysis's
+(``analysis/derived.py``): this writer asks it to maintain them.
 """
 
 from __future__ import annotations
@@ -19,33 +20,16 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from restorelens.collector import derived
+from restorelens.analysis import derived
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.phases import ARROW_BUILD, COMMIT, DEDUPE, DERIVED, INSERT, OPEN_CLOSE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
 from restorelens.collector.rows import SpanRows, concat_spans
-from restorelens.collector.schema import COLUMNS, ENGINE_METRICS_TABLE, TABLE, create_schema
 from restorelens.collector.staging import StagedBlock
-from restorelens.collector.store_access import (
-    DEFAULT_LOCK_TIMEOUT_S,
-    StoreBusy,
-    connect,
-    open_read_only,
-    read_request_path,
-    read_requested,
-)
 from restorelens.errors import InputError
+from restorelens.store import COLUMNS, DEFAULT_LOCK_TIMEOUT_S, ENGINE_METRICS_TABLE, TABLE, connect, create_schema
 
-__all__ = [
-    "InsertResult",
-    "SpanStore",
-    "StoreBusy",
-    "connect",
-    "open_read_only",
-    "read_request_path",
-    "read_requested",
-    "store_spans",
-]
+__all__ = ["INCOMING", "InsertResult", "SpanStore", "store_spans"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +57,7 @@ class SpanStore:
     checkpoints it into the file (DuckDB's own default, 16 MiB, when None); closing checkpoints
     whatever is left.
 
-    The derived tables (``derived.py``) are written after the spans' transaction commits, in their
+    The derived tables (``analysis/derived.py``) are written after the spans' transaction commits, in their
     own, for all spans stored since the last time: at once by default (``max_underived_spans=0``),
     or, with a larger ``max_underived_spans``, when that many wait or the connection is released or
     closed. Deriving many batches at once costs less (the receiver: seven statements per small

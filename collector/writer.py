@@ -30,7 +30,8 @@ import pyarrow as pa
 
 from restorelens.collector.phases import Phases
 from restorelens.collector.rows import SpanRows
-from restorelens.collector.store import SpanStore, read_requested
+from restorelens.collector.store import SpanStore
+from restorelens.store import read_requested
 
 __all__ = ["CHECKPOINT_THRESHOLD_BYTES", "Overloaded", "StoreWriter"]
 

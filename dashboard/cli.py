@@ -76,7 +76,7 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
     """
     from restorelens.analysis import parse_limit
     from restorelens.analysis.settings import label_mapping
-    from restorelens.analysis.sources import parse_window
+    from restorelens.analysis.window import parse_window
     from restorelens.dashboard import source
 
     for text in limits:

@@ -20,7 +20,7 @@ import polars as pl
 import streamlit as st
 
 from restorelens.analysis import Analysis, Slo
-from restorelens.collector import open_read_only
+from restorelens.store import open_read_only
 from restorelens.dashboard import data, source
 
 __all__ = [

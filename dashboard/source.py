@@ -26,9 +26,9 @@ from typing import IO, Any
 
 import duckdb
 
-from restorelens.analysis.sources import Window
-from restorelens.collector import load_paths, open_read_only
-from restorelens.collector.schema import TABLE
+from restorelens.analysis.window import Window
+from restorelens.collector import load_paths
+from restorelens.store import TABLE, open_read_only
 from restorelens.errors import InputError, SettingError
 
 __all__ = [
@@ -154,7 +154,7 @@ def window_env_value(window: Window) -> str:
 def configured_window() -> Window:
     """The window the CLI set (``WINDOW_ENV``), checked again as the CLI checks it: the environment
     is the app's input too. None set: every span."""
-    from restorelens.analysis.sources import checked_window
+    from restorelens.analysis.window import checked_window
 
     text = os.environ.get(WINDOW_ENV)
     if not text:

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from restorelens import spans as sc
 from restorelens.clock import DEFAULT_VIRTUAL_EPOCH_S
-from restorelens.collector.schema import COLUMNS, TABLE, create_schema
+from restorelens.store import COLUMNS, TABLE, create_schema
 
 BASE_S = int(DEFAULT_VIRTUAL_EPOCH_S)
 BASE_NS = BASE_S * 1_000_000_000

@@ -16,7 +16,7 @@ import pytest
 
 from restorelens import spans
 from restorelens.analysis.layers import DERIVED_LAYERS, SHARED_LAYERS
-from restorelens.collector import derived
+from restorelens.analysis import derived
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_analysis.py"
 CONTRACT = {*spans.span_names().values(), *spans.attribute_keys().values(), *spans.event_names().values()}

@@ -11,7 +11,7 @@ from restorelens import spans as sc
 from restorelens.analysis import Analysis
 from restorelens.analysis.layers import DERIVED_LAYERS
 from restorelens.collector import SpanStore
-from restorelens.collector.derived import fresh_layers
+from restorelens.analysis.derived import fresh_layers
 
 
 def awkward_traces() -> Traces:

@@ -171,7 +171,7 @@ def test_open_errors_are_one_line(tmp_path: Path) -> None:
 def test_the_stores_derived_tables_give_the_same_frames_as_computing_every_layer(tmp_path: Path) -> None:
     from restorelens.analysis.layers import DERIVED_LAYERS
     from restorelens.collector import load_paths
-    from restorelens.collector.schema import TABLE, create_schema
+    from restorelens.store import TABLE, create_schema
 
     samples = sorted((Path(__file__).resolve().parents[2] / "sample_traces").glob("*.jsonl"))
     load_paths(samples, tmp_path / "samples.duckdb")  # the collector writes the derived tables

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from restorelens.cli import cli
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.serving import bind_socket
 
 DATA = Path(__file__).parent / "data"

@@ -11,7 +11,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json, json_value_to_str, may_hold_surrogates
 from restorelens.collector.rows import PayloadError, SpanRows
-from restorelens.collector.schema import COLUMNS
+from restorelens.store import COLUMNS
 
 TRACE = "5B8EFFF798038103D269B633813FC60C"
 SPAN = "EEE19B7EC3C1B174"

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from restorelens.collector.receiver import create_receiver_app
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.serving import ServerThread
 
 _RECEIVER = textwrap.dedent(
@@ -36,7 +36,7 @@ _RECEIVER = textwrap.dedent(
 _READER = textwrap.dedent(
     """
     import sys
-    from restorelens.collector.store import open_read_only
+    from restorelens.store import open_read_only
     with open_read_only(sys.argv[1], timeout_s=30) as con:
         print(con.execute("select count(*) from otel_traces").fetchone()[0], flush=True)
         sys.stdin.readline()

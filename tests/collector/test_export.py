@@ -15,8 +15,7 @@ import pytest
 from restorelens.collector import export as export_module
 from restorelens.collector.export import OutputExists, export_otlp_jsonl, export_parquet
 from restorelens.collector.loader import load_paths
-from restorelens.collector.schema import COLUMNS
-from restorelens.collector.store import open_read_only
+from restorelens.store import COLUMNS, open_read_only
 from restorelens.errors import InputError
 
 DATA = Path(__file__).parent / "data"

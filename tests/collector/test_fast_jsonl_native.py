@@ -30,7 +30,7 @@ from restorelens.collector.fast_jsonl import (
 )
 from restorelens.collector.loader import load_paths
 from restorelens.collector.rows import DICT_SCHEMA, SpanRows, plain_resources
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.otlp_json import encode_value
 
 DATA = Path(__file__).parent / "data"

@@ -32,9 +32,9 @@ from restorelens.analysis import Analysis
 from restorelens.cli import cli
 from restorelens.collector import files
 from restorelens.collector.export import export_parquet
-from restorelens.collector.loader import FileRead, load_paths
-from restorelens.collector.schema import COLUMNS
-from restorelens.collector.store import open_read_only
+from restorelens.collector.loader import load_paths
+from restorelens.collector.summary import FileRead
+from restorelens.store import COLUMNS, open_read_only
 
 DATA = Path(__file__).parent / "data"
 SOURCE = DATA / "formats_source.jsonl"

@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens import spans as S
 from restorelens.collector.loader import load_paths
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.errors import InputError
 
 DATA = Path(__file__).parent / "data"

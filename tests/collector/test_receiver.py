@@ -24,7 +24,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from restorelens import spans as S
 from restorelens.collector.receiver import create_receiver_app
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.serving import ServerThread
 
 DATA = Path(__file__).parent / "data"

@@ -52,7 +52,8 @@ from restorelens.collector.scrape import (
     scrape_once,
     target_problem,
 )
-from restorelens.collector.store import SpanStore, open_read_only
+from restorelens.collector.store import SpanStore
+from restorelens.store import open_read_only
 from restorelens.collector.writer import Overloaded, StoreWriter
 from restorelens.serving import ServerThread, bind_socket
 

@@ -15,7 +15,8 @@ from restorelens.collector import staging
 from restorelens.collector.fast_jsonl import native_table
 from restorelens.collector.loader import load_paths
 from restorelens.collector.staging import STAGED_COLUMN, StagedBlock, staged_blocks, staging_folder
-from restorelens.collector.store import SpanStore, open_read_only
+from restorelens.collector.store import SpanStore
+from restorelens.store import open_read_only
 
 
 def _lines(first: int, count: int, per_line: int = 50) -> bytes:

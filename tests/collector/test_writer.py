@@ -11,7 +11,7 @@ import duckdb
 
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import SpanRows
-from restorelens.collector.store import read_request_path, read_requested
+from restorelens.store import read_request_path, read_requested
 from restorelens.collector.writer import CHECKPOINT_THRESHOLD_BYTES, StoreWriter
 
 
@@ -25,7 +25,7 @@ def _rows(span_id: int) -> SpanRows:
 _READER = textwrap.dedent(
     """
     import sys
-    from restorelens.collector.store import open_read_only
+    from restorelens.store import open_read_only
     with open_read_only(sys.argv[1], timeout_s=30) as con:
         print(con.execute("select count(*) from otel_traces").fetchone()[0], flush=True)
     """

@@ -189,7 +189,7 @@ def hostile_store(db_path: Path, realistic: Path) -> Path:
     """The realistic store with ``HOSTILE`` appended to every service name and to each attribute in
     ``_HOSTILE_KEYS`` (consistently, so every join and episode still holds), plus a child span named
     ``HOSTILE`` with an event named ``HOSTILE`` under each client request."""
-    from restorelens.collector.derived import rebuild
+    from restorelens.analysis.derived import rebuild
 
     db_path.write_bytes(realistic.read_bytes())
     keys = ", ".join(f"'{key}'" for key in _HOSTILE_KEYS)

@@ -186,7 +186,7 @@ def test_the_window_options_are_report_and_checks_own() -> None:
 def test_the_window_reaches_the_app_as_data(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from restorelens.analysis.sources import Window
+    from restorelens.analysis.window import Window
     from restorelens.dashboard.source import WINDOW_ENV, configured_window
 
     argv, env = handed_over(monkeypatch, "--db", str(store_path), "--since", "2026-01-01T00:00:00Z",

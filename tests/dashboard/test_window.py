@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from rendered import seen
 from streamlit.testing.v1 import AppTest
 
-from restorelens.analysis.sources import Window
+from restorelens.analysis.window import Window
 from restorelens.cli import cli
 from restorelens.dashboard import queries, source
 from restorelens.errors import SettingError

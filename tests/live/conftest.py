@@ -18,7 +18,8 @@ import httpx
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from restorelens.collector import create_receiver_app, open_read_only
+from restorelens.collector import create_receiver_app
+from restorelens.store import open_read_only
 from restorelens.serving import ServerThread, bind_socket
 from restorelens.telemetry import build_tracer_provider
 

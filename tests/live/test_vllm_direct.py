@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from restorelens import spans
 from restorelens.analysis import Analysis
-from restorelens.collector import open_read_only
+from restorelens.store import open_read_only
 from restorelens.serving import ServerThread
 
 from .conftest import start_vllm, stop_process, wait_for_spans

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from restorelens import spans
 from restorelens.analysis import Analysis
-from restorelens.collector import open_read_only
+from restorelens.store import open_read_only
 from restorelens.collector.scrape import KEPT_METRICS, Scraper
 from restorelens.collector.writer import StoreWriter
 from restorelens.gate import GateSettings, create_gate_app

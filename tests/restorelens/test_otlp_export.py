@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from restorelens import spans as S
 from restorelens.collector.receiver import create_receiver_app
-from restorelens.collector.store import open_read_only
+from restorelens.store import open_read_only
 from restorelens.errors import SettingError
 from restorelens.otlp_export import BoundedBatchSpanProcessor, OtlpHttpSpanExporter, resolve_endpoint
 from restorelens.serving import ServerThread

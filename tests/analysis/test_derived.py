@@ -13,9 +13,10 @@ import pytest
 
 from restorelens.analysis import Analysis
 from restorelens.analysis.layers import DERIVED_LAYERS, SPAN_LAYERS, TRACE_LAYERS, macros_of, register_macros, sql_text
-from restorelens.collector import SpanStore, derived, load_paths
-from restorelens.collector.derived import META_TABLE, fingerprint, fresh_layers
-from restorelens.collector.schema import TABLE
+from restorelens.collector import SpanStore, load_paths
+from restorelens.analysis import derived
+from restorelens.analysis.derived import META_TABLE, fingerprint, fresh_layers
+from restorelens.store import TABLE
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 
@@ -92,7 +93,7 @@ def test_the_collector_imports_no_polars() -> None:
     # would cost each of them its import time and memory for nothing
     code = (
         "import sys\n"
-        "import restorelens.collector.derived, restorelens.collector.store\n"
+        "import restorelens.analysis.derived, restorelens.collector.store\n"
         "import restorelens.collector.loader, restorelens.collector.receiver, restorelens.collector.writer\n"
         "assert 'restorelens.analysis.layers' in sys.modules\n"
         "assert 'polars' not in sys.modules, sorted(m for m in sys.modules if m.startswith('restorelens'))\n"
@@ -197,7 +198,7 @@ def test_deferred_rows_of_a_rolled_back_transaction_are_forgotten(sample_store: 
 def test_a_failed_derivation_never_reads_as_spans_not_stored(
     sample_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from restorelens.collector import derived
+    from restorelens.analysis import derived
 
     spans = _all_spans(sample_store)
     db = tmp_path / "s.duckdb"

@@ -30,7 +30,7 @@ differs on ClickHouse (docs/design.md, "One analysis, two engines"). The rules:
 - a ``$name`` parameter becomes the query parameter ``{name:Type}`` (the caller's types, or
   ``PARAMETER_TYPES`` for the parameterised queries);
 - the shared macros (``rl_*``) have a ClickHouse definition each, in ``sql/clickhouse/``;
-- ``SETTINGS``, with every query (``on_clickhouse`` appends them), or on the session before any
+- ``SETTINGS``, with every query (``analysis.py`` appends them), or on the session before any
   view is created when layers are views (a view's column types are fixed then): unmatched join
   columns are NULL, an aggregate of no rows is NULL, a cast keeps
   ``Nullable``, a name inside an expression is the column before any alias.
@@ -43,7 +43,8 @@ ClickHouse; the ids' hex goes through the ``rl_*_key`` macros), an HTTP date out
 ``DateTime`` range (1970 to 2106) in ``rl_retry_after_s``.
 
 Nothing here runs a query: ``layer_sql`` and ``query_sql`` give text, ``SETTINGS`` the session
-settings, ``macro_definitions`` the functions to create first and ``EXPORTER_DDL`` the table.
+settings and ``macro_definitions`` the functions to create first (the exporter's table is
+``restorelens.store``'s ``EXPORTER_DDL``).
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ from sqlglot.optimizer.qualify_columns import qualify_columns
 from sqlglot.schema import MappingSchema
 
 from restorelens.analysis.layers import MACROS, VIEW_LAYERS, macros_of, sql_text
+from restorelens.store import COLUMNS, ENGINE_METRICS_COLUMNS, ENGINE_METRICS_TABLE, TABLE
 
-__all__ = ["BASE_COLUMNS", "EXPORTER_DDL", "PARAMETER_TYPES", "SETTINGS", "chdb_parameters", "layer_sql",
+__all__ = ["BASE_COLUMNS", "PARAMETER_TYPES", "SETTINGS", "chdb_parameters", "layer_sql",
            "macro_definitions", "query_sql", "to_clickhouse"]
 
 #: Session settings every layer assumes on ClickHouse: set them on the session (``SET``) before
@@ -224,58 +226,12 @@ def _indexes(node: exp.Expression) -> exp.Expression:
     return node
 
 
-#: ``otel_traces`` as the OpenTelemetry Collector's ClickHouse exporter creates it: its published
-#: DDL (opentelemetry-collector-contrib, exporter/clickhouseexporter/internal/sqltemplates/
-#: traces_table.sql) with the table name, engine (``MergeTree``) and no TTL filled in.
-EXPORTER_DDL = """\
-CREATE TABLE IF NOT EXISTS otel_traces (
-    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
-    TraceId String CODEC(ZSTD(1)),
-    SpanId String CODEC(ZSTD(1)),
-    ParentSpanId String CODEC(ZSTD(1)),
-    TraceState String CODEC(ZSTD(1)),
-    SpanName LowCardinality(String) CODEC(ZSTD(1)),
-    SpanKind LowCardinality(String) CODEC(ZSTD(1)),
-    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
-    ResourceAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
-    ScopeName String CODEC(ZSTD(1)),
-    ScopeVersion String CODEC(ZSTD(1)),
-    SpanAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
-    Duration UInt64 CODEC(ZSTD(1)),
-    StatusCode LowCardinality(String) CODEC(ZSTD(1)),
-    StatusMessage String CODEC(ZSTD(1)),
-    Events Nested (
-        Timestamp DateTime64(9),
-        Name LowCardinality(String),
-        Attributes Map(LowCardinality(String), String)
-    ) CODEC(ZSTD(1)),
-    Links Nested (
-        TraceId String,
-        SpanId String,
-        TraceState String,
-        Attributes Map(LowCardinality(String), String)
-    ) CODEC(ZSTD(1)),
-    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
-    INDEX idx_res_attr_key mapKeys(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_span_attr_key mapKeys(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_span_attr_value mapValues(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_duration Duration TYPE minmax GRANULARITY 1
-) ENGINE = MergeTree
-PARTITION BY toDate(Timestamp)
-ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))
-SETTINGS index_granularity=8192, ttl_only_drop_parts = 1
-"""
-
 #: Columns of the tables the layers read besides each other: the exporter's ``otel_traces``, the
 #: run-label map and the scraped engine metrics (only names matter: a star is expanded to them).
 BASE_COLUMNS = {
-    "otel_traces": ("Timestamp", "TraceId", "SpanId", "ParentSpanId", "TraceState", "SpanName", "SpanKind",
-                    "ServiceName", "ResourceAttributes", "ScopeName", "ScopeVersion", "SpanAttributes", "Duration",
-                    "StatusCode", "StatusMessage", "Events.Timestamp", "Events.Name", "Events.Attributes",
-                    "Links.TraceId", "Links.SpanId", "Links.TraceState", "Links.Attributes"),
+    TABLE: COLUMNS,
     "rl_label_map": ("label", "attribute"),
-    "engine_metrics": ("Timestamp", "Target", "MetricName", "Labels", "Value"),
+    ENGINE_METRICS_TABLE: ENGINE_METRICS_COLUMNS,
 }
 
 
@@ -369,7 +325,7 @@ def _parameter_text(value: Any, *, nested: bool = False) -> str:
 
 @cache
 def _macro_text(name: str) -> str:
-    return resources.files(__package__).joinpath("sql", "clickhouse", f"{name}.sql").read_text(encoding="utf-8")
+    return resources.files("restorelens.analysis").joinpath("sql", "clickhouse", f"{name}.sql").read_text(encoding="utf-8")
 
 
 def macro_definitions(names: tuple[str, ...] = MACROS) -> list[str]:

@@ -1,11 +1,4 @@
-"""The report: the numbers a user acts on, as named sections of polars DataFrames, and renderers.
-
-Sections: episode counts (how many, how many censored or clock-skewed), lending and wake episode
-statistics, request latencies, the engine's view of every request it served (per engine x traffic
-class, gate or not), the policy summary and the paired differences (median over seeds). A null
-policy (a request that passed no gate and carries no arm label) reads "no gate" in the text
-formats; JSON and CSV keep it null (empty).
-"""
+"""The report's sections as text: a rich table, Markdown, JSON or CSV (``FORMATS``)."""
 
 from __future__ import annotations
 
@@ -16,28 +9,8 @@ from typing import Any
 
 import polars as pl
 
-from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
+__all__ = ["NO_GATE", "render", "with_no_gate"]
 
-__all__ = ["ENGINE_METRICS", "FORMATS", "NO_GATE", "SECTIONS", "build_report", "render", "with_no_gate"]
-
-FORMATS = ("table", "json", "markdown", "csv")
-
-SECTIONS = (
-    "episode_counts",
-    "lending_episodes",
-    "wake_episodes",
-    "requests",
-    "engine",
-    "policy_summary",
-    "paired_differences",
-)
-
-LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
-WAKE_METRICS = ("retry_after_s", "hint_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
-                "engine_schedule_s", "total_s")
-REQUEST_METRICS = ("ttft_s", "e2e_s", "attempts")
-ENGINE_METRICS = ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
-                  "prefill_s", "decode_s")
 #: How a null policy reads in the text formats: the request passed no gate.
 NO_GATE = "no gate"
 #: Sections whose policy columns group requests, where a null policy means the request passed no
@@ -55,55 +28,6 @@ _TITLES = {
     "policy_summary": "Policy summary: goodput per policy x workload x seed (req/s)",
     "paired_differences": "Paired differences: policy - baseline, median over seeds (req/s)",
 }
-
-
-def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str, pl.DataFrame]:
-    """Every section, computed from the analysis views; ``percentile`` is the method of every
-    percentile and median (``PERCENTILE_METHODS``)."""
-    lending = analysis.lending_episodes()
-    wakes = analysis.wake_episodes()
-    # the statistics' columns only: a store's requests and engine requests are as many as its
-    # spans, and each of their other columns would be read, sent and held for nothing
-    requests = analysis.view("requests", ["traffic_class", *REQUEST_METRICS])
-    counts = pl.DataFrame(
-        {
-            "episodes": ["lending", "wake"],
-            "count": [lending.height, wakes.height],
-            "censored": [int(lending["censored"].sum()), int(wakes["censored"].sum())],
-            "clock_skew": [int(lending["clock_skew"].sum()), int(wakes["clock_skew"].sum())],
-        },
-        schema={"episodes": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
-    )
-    paired = analysis.paired_differences()
-    medians = (
-        paired.group_by("workload", "policy", "baseline")
-        .agg(
-            pl.len().alias("seeds"),
-            _median("interactive_slo_goodput_diff_rps", percentile),
-            _median("batch_borrow_goodput_diff_rps", percentile),
-        )
-        .sort("workload", "policy", "baseline", nulls_last=True)
-    )
-    return {
-        "episode_counts": counts,
-        "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
-        "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path"], method=percentile),
-        "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
-        "engine": percentiles_of(analysis.view("engine_requests", ["engine", "traffic_class", *ENGINE_METRICS]),
-                                 ENGINE_METRICS, ["engine", "traffic_class"], method=percentile),
-        "policy_summary": analysis.policy_summary(),
-        "paired_differences": medians,
-    }
-
-
-def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str, percentile: str) -> pl.DataFrame:
-    return percentiles_of(frame, metrics, [by], method=percentile)
-
-
-def _median(column: str, percentile: str) -> pl.Expr:
-    if percentile == "linear":
-        return pl.col(column).median()
-    return nearest_rank_expr(pl.col(column).drop_nulls(), 0.5).alias(column)  # the 3rd of 5 seeds
 
 
 def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:

@@ -12,8 +12,9 @@ and what each reads, is the catalog's: ``analysis/layers.py``):
   late span (an engine span exported after its client's) is exact, not lost.
 
 Deriving these on every read cost half of a decomposition (10M spans: ~11 s of ~21 s on two
-cores), so the store pays for them once, after the spans commit (``SpanStore`` decides when: at
-once, or in bulk). The analysis reads a table only while it is fresh (:func:`fresh_layers`):
+cores), so the store pays for them once, after the spans commit: the collector's writer
+(``SpanStore``) calls this module and decides when, at once or in bulk. The analysis reads a
+table only while it is fresh (:func:`fresh_layers`):
 written by the SQL it would run itself (fingerprint: the layer's file and the macros it calls, and
 for a trace layer its inputs' SQL too), and complete. A typed table is complete when it holds one
 row per span of its kind. A trace layer records the span count at which it was complete: set by a
@@ -46,7 +47,7 @@ from restorelens.analysis.layers import (
     register_macros,
     sql_text,
 )
-from restorelens.collector.schema import TABLE
+from restorelens.store import TABLE
 
 __all__ = [
     "META_TABLE", "ensure", "fingerprint", "fresh_layers", "insert_stored", "next_rowid", "rebuild", "snapshot",

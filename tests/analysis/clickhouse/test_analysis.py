@@ -11,13 +11,14 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from restorelens.analysis.sources import Window, open_analysis
+from restorelens.analysis.sources import open_analysis
+from restorelens.analysis.window import Window
 from restorelens.cli import cli as main
 from restorelens.collector import load_paths
 from restorelens.sources import parse_source
 from restorelens.spans import ATTR_SCENARIO
 
-SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+SAMPLES = Path(__file__).resolve().parents[3] / "sample_traces"
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +160,7 @@ def test_a_run_keeps_the_engine_spans_of_its_traces(stores: tuple[Path, str], tm
 
     duck, _ = stores
     bare = tmp_path / "bare.duckdb"
-    from restorelens.collector.schema import create_schema
+    from restorelens.store import create_schema
 
     con = duckdb.connect(str(bare))
     create_schema(con)
@@ -183,7 +184,7 @@ def test_a_run_keeps_the_engine_spans_of_its_traces(stores: tuple[Path, str], tm
 def test_each_shared_layer_is_computed_once_per_analysis(stores: tuple[Path, str]) -> None:
     """ClickHouse computes a CTE at every reference: the layers several others read are kept in
     session temporary tables, each made once, in dependency order, when a query first needs it."""
-    from restorelens.analysis.on_clickhouse import KEPT_LAYERS
+    from restorelens.analysis.clickhouse.analysis import KEPT_LAYERS
     from restorelens.analysis.queries import load_query
     from restorelens.analysis.report import build_report
 
@@ -245,7 +246,7 @@ def test_a_user_who_may_not_make_a_kept_table_gets_the_same_report(
         stores: tuple[Path, str], engines: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     """An engine the server refuses (ClickHouse's own error, as for a user without the grant) is
     skipped: the next one keeps the layers, and with none left every layer is a CTE."""
-    from restorelens.analysis import on_clickhouse
+    from restorelens.analysis.clickhouse import analysis as on_clickhouse
 
     duck, chdb = stores
     monkeypatch.setattr(on_clickhouse, "KEPT_ENGINES", engines)

@@ -1,9 +1,9 @@
 """The analysis on ClickHouse equals the analysis on DuckDB.
 
 Each store's spans go into an embedded ClickHouse (chDB) ``otel_traces`` created with the
-OpenTelemetry Collector exporter's own DDL (``clickhouse.EXPORTER_DDL``); every layer
-(``VIEW_LAYERS``) is created there from ``clickhouse.layer_sql`` and every parameterised query run
-from ``clickhouse.query_sql``, and each must equal what ``Analysis`` answers on the DuckDB store,
+OpenTelemetry Collector exporter's own DDL (``restorelens.store.EXPORTER_DDL``); every layer
+(``VIEW_LAYERS``) is created there from ``dialect.layer_sql`` and every parameterised query run
+from ``dialect.query_sql``, and each must equal what ``Analysis`` answers on the DuckDB store,
 row for row (floats within 1e-9). Stores: the recorded sample traces (plain, and with every label
 mapped, which is the only way ``span_labels`` has rows), the experiment store (a MoFlux matrix of
 four arms x two seeds) and the dashboard's realistic store with engine scrapes (the one store with
@@ -31,11 +31,12 @@ from chdb import session as chdb_session
 
 from restorelens import spans as sc
 from restorelens.analysis import Analysis, Slo
-from restorelens.analysis import clickhouse as ch
+from restorelens.analysis.clickhouse import dialect as ch
 from restorelens.analysis.layers import PARAMETERISED, VIEW_LAYERS, sql_text
 from restorelens.collector import load_paths
+from restorelens.store import EXPORTER_DDL
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(TESTS / "dashboard"))
 
 from dashboard_stores import build_store, engine_store  # noqa: E402
@@ -178,7 +179,7 @@ class Engines:
         self.analysis = Analysis(self.con, use_derived=False, labels=labels)
         chdb.query(f"create database {database}")
         chdb.query(f"use {database}")
-        chdb.query(ch.EXPORTER_DDL)
+        chdb.query(EXPORTER_DDL)
         chdb.query(LABEL_MAP_DDL)
         chdb.query(ENGINE_METRICS_DDL)
         self._copy("otel_traces", store.with_suffix(".spans.parquet"))

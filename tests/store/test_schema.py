@@ -1,6 +1,6 @@
 import duckdb
 
-from restorelens.collector.schema import COLUMNS, TABLE, create_schema
+from restorelens.store import COLUMNS, TABLE, create_schema
 
 
 def test_schema_has_the_clickhouse_exporter_columns_in_order() -> None:
@@ -15,7 +15,7 @@ def test_the_benchmarks_frozen_anchor_table_has_the_store_columns_and_the_key() 
     import duckdb
 
     from benchmarks.bench_collector import _ANCHOR_DDL
-    from restorelens.collector.schema import create_schema
+    from restorelens.store import create_schema
 
     described = []
     for make in (lambda con: con.execute(_ANCHOR_DDL), create_schema):

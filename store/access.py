@@ -3,8 +3,8 @@
 DuckDB lets one process write a file, and while it has the file open no other process may open it,
 not even read-only. So readers use :func:`open_read_only`, which retries while the file is locked,
 asks the writer to let go by touching ``<db>.read-request``, and should be closed promptly; the
-writer (``writer.StoreWriter``) closes its connection (``SpanStore.release``) when asked, when
-idle, and periodically.
+collector's writer (``collector/writer.py``) closes its connection (``SpanStore.release``) when
+asked, when idle, and periodically.
 
 Every store is opened by :func:`connect`, which is also where a file that is no span store is
 turned away with a one-line error: one that is not DuckDB's (before DuckDB sees it), or whose
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from restorelens.collector.schema import TABLE, create_schema
+from restorelens.store.schema import TABLE, create_schema
 from restorelens.errors import InputError, RestorelensError, first_line
 
 __all__ = [

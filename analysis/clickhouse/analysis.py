@@ -1,5 +1,6 @@
 """The analysis read from ClickHouse or chDB: the same layers and the same ``Analysis`` methods,
-each query sent as the layers it needs (``clickhouse.layer_sql``) over ``otel_traces``.
+each query sent as the layers it needs (``dialect.layer_sql``) over ``otel_traces``, through a
+client (``clients.py``: chDB or a server).
 
 ClickHouse computes a CTE again at every reference to it, and the layers reference each other many
 times over (``wake_episodes`` alone reads the typed layers dozens of times as CTEs). So the layers
@@ -15,32 +16,31 @@ create none gets every layer as CTEs: the same answers, slower.
 Read only, on purpose: a fleet's ClickHouse belongs to its operators. Nothing outlives the
 analysis: ``close()`` drops the temporary tables (and the session's end would); the shared macros
 are inlined, the label mapping and the (absent) ``engine_metrics`` table are CTEs, and the window
-(``sources.Window``) is a ``where`` on the CTE that reads the table, so ClickHouse prunes
+(``window.Window``) is a ``where`` on the CTE that reads the table, so ClickHouse prunes
 partitions and granules by time before any layer runs.
 """
 
 from __future__ import annotations
 
-import io
 import re
-import uuid
-from pathlib import Path
-from functools import cache
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 import polars as pl
 
-from restorelens.analysis import clickhouse
+from restorelens.analysis.clickhouse import dialect
+from restorelens.analysis.clickhouse.clients import error_code, param_type
+from restorelens.analysis.clickhouse.frames import as_duckdb_gives, duckdb_schema
+from restorelens.analysis.clickhouse.macros import inline_macros, layer_text, macro_bodies
 from restorelens.analysis.layers import DERIVED_LAYERS, MACROS, PARAMETERISED, SHARED_LAYERS, SPAN_LAYERS, VIEW_LAYERS
 from restorelens.analysis.queries import load_query
-from restorelens.analysis.sources import Window, window_filter
 from restorelens.analysis.views import Analysis, Slo, checked_labels
+from restorelens.analysis.window import Window, window_filter
 from restorelens.errors import InputError, first_line
-from restorelens.sources import Source, password
 from restorelens.spans import SPAN_CLIENT_REQUEST
 
-__all__ = ["KEPT_LAYERS", "ClickHouseAnalysis", "connect"]
+__all__ = ["KEPT_ENGINES", "KEPT_LAYERS", "KEPT_PREFIX", "ClickHouseAnalysis"]
 
 #: Layers computed once per analysis into session temporary tables, in dependency order: the typed
 #: and trace layers (a collector's store keeps the same ones) and the others several layers read.
@@ -56,96 +56,16 @@ KEPT_PREFIX = "rl_kept_"
 #: ClickHouse error codes meaning "this user or server may not create that temporary table":
 #: BAD_ARGUMENTS, UNKNOWN_STORAGE, INCORRECT_QUERY, READONLY, ACCESS_DENIED.
 _REFUSED_CODES = frozenset({36, 56, 80, 164, 497})
-#: How long a server keeps an idle session (and its temporary tables), in seconds.
-SESSION_TIMEOUT_S = 3600
-_CODE = re.compile(r"Code: (\d+)")
 _UNKNOWN_TABLE = 60
 
 _WORD = re.compile(r"\b[a-z_][a-z0-9_]*\b")
 #: Comments and string literals: a layer's name inside either is not a read of that layer.
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/|'(?:[^']|'')*'", re.DOTALL)
-#: ``engine_metrics``' columns as ``collector/engine_metrics.sql`` types them: a fleet's ClickHouse
+#: ``engine_metrics``' columns as ``store/engine_metrics.sql`` types them: a fleet's ClickHouse
 #: has no such table (restorelens's collector writes it), so its layers read none.
 _NO_ENGINE_METRICS = ("select cast(null, 'Nullable(DateTime64(9))') as Timestamp, '' as Target, '' as MetricName, "
                       "cast(map(), 'Map(String, String)') as Labels, cast(null, 'Nullable(Float64)') as Value "
                       "where 0")
-
-
-def _param_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "Bool"
-    if isinstance(value, int):
-        return "Int64"
-    if isinstance(value, float):
-        return "Float64"
-    if isinstance(value, (list, tuple)):
-        return "Array(String)"
-    return "String"
-
-
-_SETTINGS = ", ".join(f"{name} = {value}" for name, value in clickhouse.SETTINGS.items())
-
-
-class _Chdb:
-    """The embedded engine on a data folder."""
-
-    def __init__(self, path: str) -> None:
-        from chdb import session
-
-        self.name = f"chdb:{path}"
-        self._session = session.Session(path)
-
-    def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
-        import pyarrow as pa
-
-        answer = self._session.query(f"{sql}\nsettings {_SETTINGS}", "ArrowStream",
-                                     params=clickhouse.chdb_parameters(parameters) or None)
-        return pl.from_arrow(pa.ipc.open_stream(io.BytesIO(answer.bytes())).read_all())  # type: ignore[return-value]
-
-    def execute(self, sql: str, parameters: Mapping[str, Any]) -> None:
-        self._session.query(f"{sql}\nsettings {_SETTINGS}", params=clickhouse.chdb_parameters(parameters) or None)
-
-    def close(self) -> None:
-        self._session.close()
-
-
-class _Server:
-    """A ClickHouse server's HTTP interface (clickhouse-connect), read only."""
-
-    def __init__(self, source: Source) -> None:
-        import clickhouse_connect
-
-        self.name = source.describe()
-        # a session of its own, named here rather than left to the driver's global default, so
-        # the kept layers' temporary tables are there for every later query of this analysis
-        self._client = clickhouse_connect.get_client(
-            host=source.host, port=source.port, username=source.user, password=password(),
-            database=source.database, secure=source.secure, session_id=f"restorelens-{uuid.uuid4()}",
-            settings={**clickhouse.SETTINGS, "readonly": 2, "session_timeout": SESSION_TIMEOUT_S},
-        )
-
-    def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
-        return pl.from_arrow(self._client.query_arrow(sql, parameters=dict(parameters)))  # type: ignore[return-value]
-
-    def execute(self, sql: str, parameters: Mapping[str, Any]) -> None:
-        self._client.command(sql, parameters=dict(parameters))
-
-    def close(self) -> None:
-        self._client.close()
-
-
-def connect(source: Source) -> Any:
-    """The client for a chdb or clickhouse ``source``; an unreachable one is a one-line ``InputError``."""
-    if source.kind == "chdb" and not Path(source.path).is_dir():
-        # chDB would make the folder: reading must not create anything
-        raise InputError(source.describe(), "no such chDB data folder")
-    try:
-        return _Chdb(source.path) if source.kind == "chdb" else _Server(source)
-    except ImportError as exc:
-        raise InputError(source.describe(), f"needs the clickhouse extra (pip install 'restorelens[clickhouse]'): "
-                                            f"{exc.name} is missing") from None
-    except Exception as exc:  # the drivers raise their own types; the message names what failed
-        raise InputError(source.describe(), f"cannot connect: {first_line(exc)}") from None
 
 
 class ClickHouseAnalysis(Analysis):
@@ -165,7 +85,7 @@ class ClickHouseAnalysis(Analysis):
         self.labels = checked_labels("labels", labels or {})
         self.stored_layers = frozenset()
         self._summary_materialized_for = None
-        self._macros = _macro_bodies()
+        self._macros = macro_bodies()
         #: The layers computed so far into this session's temporary tables (``KEPT_LAYERS``).
         self.kept: list[str] = []
         #: The engines temporary tables may still be made with; none: every layer is a CTE.
@@ -174,7 +94,7 @@ class ClickHouseAnalysis(Analysis):
     # --- how a query reaches ClickHouse ---------------------------------------------------------
 
     def _frame(self, sql: str, parameters: dict[str, Any] | None = None) -> pl.DataFrame:
-        return _as_duckdb_gives(self._answer(sql, parameters or {}), sql, parameters or {})
+        return as_duckdb_gives(self._answer(sql, parameters or {}), sql, parameters or {})
 
     def _answer(self, sql: str, parameters: Mapping[str, Any], extra: Sequence[tuple[str, str]] = ()) -> pl.DataFrame:
         """``sql`` composed and run; once again from the spans if the server ended the session
@@ -184,7 +104,7 @@ class ClickHouseAnalysis(Analysis):
             try:
                 return self.client.frame(text, values)
             except Exception as exc:  # the drivers raise their own types; the line names what failed
-                if not again and self.kept and _code(exc) == _UNKNOWN_TABLE and KEPT_PREFIX in str(exc):
+                if not again and self.kept and error_code(exc) == _UNKNOWN_TABLE and KEPT_PREFIX in str(exc):
                     self.kept.clear()
                     continue
                 raise InputError(self.client.name,
@@ -195,7 +115,7 @@ class ClickHouseAnalysis(Analysis):
         """``sql`` (DuckDB dialect, naming layers) as one ClickHouse query over the table and the
         kept layers, computing those it needs first."""
         values = dict(parameters)
-        types = {name: _param_type(value) for name, value in values.items()}
+        types = {name: param_type(value) for name, value in values.items()}
         body = self._inline(_to_clickhouse(sql, types))
         needed = _layers_needed(sql + " " + " ".join(text for _, text in extra))
         self._keep(needed)
@@ -217,7 +137,7 @@ class ClickHouseAnalysis(Analysis):
         ctes = [("otel_traces", f"select * from {table} where {where} limit 1 by TraceId, SpanId"),
                 ("rl_label_map", self._label_map(values)),
                 ("engine_metrics", _NO_ENGINE_METRICS)]
-        ctes += [(name, f"select * from {KEPT_PREFIX}{name}" if name in self.kept else _layer_text(name))
+        ctes += [(name, f"select * from {KEPT_PREFIX}{name}" if name in self.kept else layer_text(name))
                  for name in VIEW_LAYERS if name in needed]
         ctes += list(extra)
         composed = "with " + ",\n".join(f"{name} as ({text})" for name, text in ctes) + f"\nselect * from ({body})"
@@ -230,7 +150,7 @@ class ClickHouseAnalysis(Analysis):
             if name not in needed or name in self.kept:
                 continue
             reads = _layers_needed(load_query(name).sql) - {name}
-            text, values = self._with(_layer_text(name), {}, reads, span_name=SPAN_LAYERS.get(name))
+            text, values = self._with(layer_text(name), {}, reads, span_name=SPAN_LAYERS.get(name))
             while self._engines:
                 try:
                     # a table left by a create the driver gave up on would refuse the name
@@ -239,7 +159,7 @@ class ClickHouseAnalysis(Analysis):
                                         f"as {text}", values)
                     break
                 except Exception as exc:  # the drivers raise their own types; the line names what failed
-                    if _code(exc) not in _REFUSED_CODES:
+                    if error_code(exc) not in _REFUSED_CODES:
                         raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
                                                            f"{first_line(exc)}") from None
                     self._engines.pop(0)  # not this engine for this user: the next, else CTEs
@@ -257,7 +177,7 @@ class ClickHouseAnalysis(Analysis):
 
     def _inline(self, sql: str) -> str:
         """Every ``rl_*`` macro call replaced by its ClickHouse body (nothing is created on the server)."""
-        return _inline_macros(sql, self._macros) if any(m in sql for m in MACROS) else sql
+        return inline_macros(sql, self._macros) if any(m in sql for m in MACROS) else sql
 
     def _has_spans(self, span_name: str) -> bool:
         text, values = self._with("select count() > 0 as present from (select 1 from otel_traces limit 1)", {}, set(),
@@ -274,7 +194,7 @@ class ClickHouseAnalysis(Analysis):
     def _empty_frame(self, name: str) -> pl.DataFrame:
         # DuckDB's columns and types (the frames are cast to them), from an empty store: asking
         # ClickHouse would compute the kept layers under the view just to learn its columns
-        return pl.DataFrame(schema=_duckdb_schema(f"select * from {name}", {}))
+        return pl.DataFrame(schema=duckdb_schema(f"select * from {name}", {}))
 
     def close(self) -> None:
         try:
@@ -290,7 +210,7 @@ class ClickHouseAnalysis(Analysis):
 
     def paired_differences(self) -> pl.DataFrame:
         summary = load_query("policy_summary")
-        types = {name: _param_type(value) for name, value in self.slo.parameters().items()}
+        types = {name: param_type(value) for name, value in self.slo.parameters().items()}
         extra = [("policy_summary", self._inline(_to_clickhouse(summary.sql, types)))]
         frame = self._answer(load_query("paired_differences").sql, self.slo.parameters(), extra)
         return frame.sort("workload", "policy", "baseline", "seed", nulls_last=True)
@@ -298,56 +218,6 @@ class ClickHouseAnalysis(Analysis):
     def traces_for_request(self, request_id: str) -> list[str]:
         frame = self._frame(load_query("traces_for_request").sql, {"request_id": request_id})
         return frame[frame.columns[0]].to_list()
-
-
-_EMPTY_STORE: list[Any] = []
-
-
-def _code(exc: Exception) -> int | None:
-    """The ClickHouse error code in a driver's exception (both put ``Code: N`` in the message)."""
-    match = _CODE.search(str(exc))
-    return int(match.group(1)) if match else None
-
-
-def _duckdb_schema(sql: str, parameters: Mapping[str, Any]) -> pl.Schema:
-    """The columns and types DuckDB gives ``sql``: run on an empty in-memory store (cached per query
-    text), so both engines hand back the same frame types (ClickHouse's flags are UInt8, its
-    instants carry UTC, its counts are unsigned)."""
-    return _schema_of(sql, tuple(sorted((name, repr(value)) for name, value in parameters.items())))
-
-
-@cache
-def _schema_of(sql: str, parameters: tuple[tuple[str, str], ...]) -> pl.Schema:
-    import ast
-
-    import duckdb
-
-    from restorelens.collector.schema import create_schema
-
-    if not _EMPTY_STORE:
-        con = duckdb.connect()
-        create_schema(con)
-        _EMPTY_STORE.append(Analysis(con))
-    values = {name: ast.literal_eval(text) for name, text in parameters}
-    return _EMPTY_STORE[0]._frame(f"select * from ({sql}) limit 0", values or None).schema
-
-
-def _as_duckdb_gives(frame: pl.DataFrame, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
-    schema = _duckdb_schema(sql, parameters)
-    if list(schema) != frame.columns:
-        return frame
-    columns = []
-    for name, dtype in schema.items():
-        column = frame[name]
-        if isinstance(dtype, pl.Datetime) and isinstance(column.dtype, pl.Datetime) and column.dtype.time_zone:
-            column = column.dt.replace_time_zone(None)
-        if column.dtype != dtype:
-            try:
-                column = column.cast(dtype, strict=False)
-            except pl.exceptions.InvalidOperationError:
-                pass  # an internal integer key (UInt128 arrives as bytes): no page reads it as a number
-        columns.append(column)
-    return pl.DataFrame(columns)
 
 
 def _layers_needed(sql: str) -> set[str]:
@@ -370,53 +240,11 @@ def _reads(sql: str) -> frozenset[str]:
     return frozenset(needed)
 
 
-_MACRO = re.compile(r"create function if not exists (\w+) as \(([^)]*)\) ->(.*)", re.DOTALL)
-
-
 def _to_clickhouse(sql: str, types: Mapping[str, str]) -> str:
-    """``clickhouse.to_clickhouse`` with each ``$name`` a typed query parameter ``{name:Type}``."""
+    """``dialect.to_clickhouse`` with each ``$name`` a typed query parameter ``{name:Type}``."""
     try:
-        return clickhouse.to_clickhouse(sql, types)
+        return dialect.to_clickhouse(sql, types)
     except KeyError as exc:
         raise InputError("query", f"parameter ${exc.args[0]} has no value") from None
 
 
-@cache
-def _layer_text(name: str) -> str:
-    """A layer's ClickHouse text with its macros inlined, made once per process: transpiling and
-    inlining cost more than a small query itself."""
-    text = clickhouse.layer_sql(name)
-    return _inline_macros(text, _macro_bodies()) if any(m in text for m in MACROS) else text
-
-
-@cache
-def _macro_bodies() -> dict[str, tuple[tuple[str, ...], str]]:
-    """Each macro's parameters and ClickHouse body, from ``sql/clickhouse/<macro>.sql``."""
-    bodies = {}
-    for definition in clickhouse.macro_definitions():
-        code = "\n".join(line for line in definition.splitlines() if not line.lstrip().startswith("--"))
-        match = _MACRO.search(code)
-        if match is None:
-            raise InputError("analysis/sql/clickhouse", f"not a `create function NAME as (args) -> body`: {code[:60]}")
-        name, parameters, body = match.groups()
-        bodies[name] = (tuple(p.strip() for p in parameters.split(",")), body.strip())
-    return bodies
-
-
-def _inline_macros(sql: str, bodies: Mapping[str, tuple[tuple[str, ...], str]]) -> str:
-    """Every call of a macro in ``sql`` replaced by its body with the arguments put in."""
-    import sqlglot
-    from sqlglot import exp
-
-    parsed = {name: (parameters, sqlglot.parse_one(body, read="clickhouse")) for name, (parameters, body) in bodies.items()}
-    tree = sqlglot.parse_one(sql, read="clickhouse")
-    for node in reversed(list(tree.walk())):
-        if isinstance(node, exp.Anonymous) and str(node.this) in parsed:
-            parameters, body = parsed[str(node.this)]
-            arguments = dict(zip(parameters, node.expressions, strict=True))
-            expanded = body.copy()
-            for column in list(expanded.find_all(exp.Column)):
-                if not column.table and column.name in arguments:
-                    column.replace(exp.Paren(this=arguments[column.name].copy()))
-            node.replace(exp.Paren(this=expanded))
-    return tree.sql(dialect="clickhouse")
