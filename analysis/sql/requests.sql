@@ -3,12 +3,12 @@
 -- and the engine span that finally served it. Outcome `rejected` and `gave_up` are kept. The
 -- policy is the client's arm label when it has one (arms without a gate have no other), else
 -- the gate's; a request that passed no gate and has no label has none (null). Labels the user
--- mapped onto their own attribute names (span_labels) come first.
+-- mapped onto their own attribute names come first (labelled_client_requests).
 with
 
 clients as (
 
-    select * from typed_client_requests
+    select * from labelled_client_requests
 
 ),
 
@@ -39,30 +39,23 @@ last_attempt as (
 
 ),
 
-labels as (
-
-    select * from span_labels
-
-),
-
 final as (
 
     select
         clients.trace_id,
         clients.request_id,
-        -- the user's own attribute for a label (span_labels) before restorelens's
-        coalesce(labels.run_id, clients.run_id) as run_id,
+        clients.run_id,
         clients.scenario,
-        coalesce(labels.workload, clients.workload) as workload,
-        coalesce(labels.seed, clients.seed) as seed,
-        coalesce(labels.traffic_class, clients.traffic_class) as traffic_class,
-        coalesce(labels.model, clients.model) as model,
+        clients.workload,
+        clients.seed,
+        clients.traffic_class,
+        clients.model,
         clients.retry_policy,
         clients.arrival_phase,
         clients.arrival_phase_start_s,
         clients.arrival_phase_window_s,
         clients.outcome,
-        coalesce(labels.policy, clients.client_policy, last_attempt.policy, per_request.any_policy) as policy,
+        coalesce(clients.client_policy, last_attempt.policy, per_request.any_policy) as policy,
         make_timestamp_ns(clients.start_ns) as start,
         make_timestamp_ns(clients.end_ns) as "end",
         -- all durations: nanosecond differences / 1e9 -> seconds
@@ -96,9 +89,6 @@ final as (
     left join last_attempt
         on clients.span_key = last_attempt.parent_key
         and clients.trace_key = last_attempt.trace_key
-    left join labels
-        on clients.span_key = labels.span_key
-        and clients.trace_key = labels.trace_key
 
 )
 

@@ -1,19 +1,13 @@
 -- The runs a store holds: one row per run id x its labels (scenario, workload, policy, seed), with
 -- how many client requests carry them, for the dashboard's run filter. Cheap on purpose (it is read
--- on every page): the typed client requests, the user's own labels (span_labels, no rows without a
--- mapping) and the policy of any gate the request's trace passed; requests without a run id are no
--- run. The policy is the client's arm label, else the gate's, as the requests view reads it.
+-- on every page): the client requests under the user's own labels (labelled_client_requests) and
+-- the policy of any gate the request's trace passed; requests without a run id are no run. The
+-- policy is the client's (its label or arm label), else the gate's, as the requests view reads it.
 with
 
 clients as (
 
-    select * from typed_client_requests
-
-),
-
-labels as (
-
-    select * from span_labels
+    select * from labelled_client_requests
 
 ),
 
@@ -28,16 +22,13 @@ gates as (
 labelled as (
 
     select
-        coalesce(labels.run_id, clients.run_id) as run_id,
+        clients.run_id,
         clients.scenario,
-        coalesce(labels.workload, clients.workload) as workload,
-        coalesce(labels.policy, clients.client_policy, gates.policy) as policy,
-        coalesce(labels.seed, clients.seed) as seed
+        clients.workload,
+        coalesce(clients.client_policy, gates.policy) as policy,
+        clients.seed
 
     from clients
-    left join labels
-        on clients.span_key = labels.span_key
-        and clients.trace_key = labels.trace_key
     left join gates
         on clients.trace_key = gates.trace_key
 

@@ -293,8 +293,8 @@ def test_every_layer_has_rows_somewhere(engines: Engines) -> None:
         "labelled": {"engine_pressure", "model_pressure"},
         "scraped": {"span_labels"},
         "skewed": {"span_labels", "engine_pressure", "model_pressure"},
-        "experiment": {"span_labels", "engine_pressure", "model_pressure", "typed_model_wakes", "wake_episodes",
-                       "typed_model_states", "lifecycle_intervals"},
+        "experiment": {"span_labels", "engine_pressure", "model_pressure", "typed_model_wakes", "wake_triggers",
+                       "wake_episodes", "typed_model_states", "lifecycle_intervals"},
         "realistic": {"span_labels"},
     }[engines.database]
     assert set(empty) == expected_empty
