@@ -24,19 +24,6 @@ pressure as (
 
 ),
 
-pressured as (
-
-    select
-        returns.*,
-        pressure.* exclude (model, t0_ns)
-
-    from returns
-    left join pressure
-        on returns.model = pressure.model
-        and returns.t0_ns = pressure.t0_ns
-
-),
-
 final as (
 
     select
@@ -94,7 +81,9 @@ final as (
         trace_id,
         span_id
 
-    from pressured
+    -- the engine's pressure at the episode's t0 (its model's)
+    from returns
+    left join pressure using (model, t0_ns)
 
 )
 

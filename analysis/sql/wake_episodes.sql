@@ -111,19 +111,6 @@ joined as (
 
 ),
 
-pressured as (
-
-    select
-        joined.*,
-        pressure.* exclude (model, t0_ns)
-
-    from joined
-    left join pressure
-        on joined.model = pressure.model
-        and joined.t0_ns = pressure.t0_ns
-
-),
-
 final as (
 
     select
@@ -194,7 +181,9 @@ final as (
         trace_id,
         span_id
 
-    from pressured
+    -- the engine's pressure at the episode's t0 (its model's)
+    from joined
+    left join pressure using (model, t0_ns)
 
 )
 

@@ -100,3 +100,28 @@ def test_macros_register_on_a_read_only_store_and_leave_nothing_in_the_file(tmp_
     with duckdb.connect(str(db)) as con:  # a plain DuckDB finds no trace of them in the file
         assert con.execute("select count(*) from duckdb_functions() where function_name in $names",
                            {"names": list(MACROS)}).fetchall() == [(0,)]
+
+
+_CTE = re.compile(r"^(\w+) as (?:not materialized )?\(\n(.*?)\n\),?$", re.MULTILINE | re.DOTALL)
+
+
+def _copied_ctes(texts: dict[str, str], min_lines: int = 5) -> list[list[tuple[str, str]]]:
+    """CTEs of at least ``min_lines`` lines (comments and blank lines aside) whose text is in more
+    than one file: (file, CTE) for each copy."""
+    copies: dict[str, list[tuple[str, str]]] = {}
+    for name, text in texts.items():
+        for cte, body in _CTE.findall(text):
+            lines = [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith("--")]
+            if len(lines) >= min_lines:
+                copies.setdefault(" ".join(lines), []).append((name, cte))
+    return [places for places in copies.values() if len(places) > 1]
+
+
+def test_a_step_two_layers_need_is_a_layer_not_a_copied_cte() -> None:
+    assert _copied_ctes({name: sql_text(name) for name in (*VIEW_LAYERS, *PARAMETERISED)}) == []
+
+
+def test_a_copied_cte_is_found() -> None:
+    step = "joined as (\n\n    select\n        a.*,\n        b.x,\n        b.y\n\n    from a\n    left join b on a.k = b.k\n\n),\n"
+    texts = {"one": f"with\n\n{step}\nfinal as (\n\n    select 1\n\n)\n", "two": f"with\n\n{step}"}
+    assert _copied_ctes(texts) == [[("one", "joined"), ("two", "joined")]]
