@@ -61,14 +61,14 @@ DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
 VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "labelled_client_requests", "runs", "engine_pressure", "model_pressure",
-               "attempts", "requests", "engine_requests", "lending_returns", "wake_triggers", "episode_pressure",
-               "lending_episodes", "wake_episodes", "lifecycle_intervals")
+               "episode_pressure", "attempts", "requests", "engine_requests", "lending_episodes", "wake_episodes",
+               "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 #: Not ``labelled_client_requests``: as large as the client requests, and each layer reading it
 #: computes only the columns it needs.
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
-                 "request_attempts", "span_labels", "requests", "lending_returns", "wake_triggers", "episode_pressure")
+                 "request_attempts", "span_labels", "requests")
 
 #: Layer -> the span name each of its rows comes from: a store without such spans gives an empty
 #: layer, so it can be answered without computing the layers under it (e.g. no wake spans, no
@@ -83,8 +83,6 @@ DRIVING_SPANS = {
     "attempts": SPAN_CLIENT_REQUEST,
     "requests": SPAN_CLIENT_REQUEST,
     "engine_requests": SPAN_LLM_REQUEST,
-    "lending_returns": SPAN_GATE_RESTORE,
-    "wake_triggers": SPAN_MODELCLAIM_WAKE,
     "lending_episodes": SPAN_GATE_RESTORE,
     "wake_episodes": SPAN_MODELCLAIM_WAKE,
     "lifecycle_intervals": SPAN_MODELCLAIM_STATE,

@@ -1,16 +1,8 @@
--- Episode pressure: the engine's pressure when an episode began, one row per model and t0 of any
--- lending (lending_returns) or wake (wake_triggers) episode: the last scrape at or before t0 of
--- the engines serving that model (model_pressure: that scrape's engines together), and when that
--- scrape was taken; null when none was. Episodes join it on their model and t0.
+-- Episode pressure: the engine's pressure as a lending or wake episode reads it at its t0, one row
+-- per model and scrape instant (model_pressure: that instant's engines together), named as the
+-- episode views name it. Each episode takes the last row at or before its t0 for its model (an
+-- asof join on model_name and pressure_ns), so one instant is always one answer.
 with
-
-starts as (
-
-    select model, t0_ns from lending_returns
-    union
-    select model, t0_ns from wake_triggers
-
-),
 
 pressure as (
 
@@ -21,17 +13,13 @@ pressure as (
 final as (
 
     select
-        starts.model,
-        starts.t0_ns,
-        pressure.at_ns as pressure_ns,
-        pressure.running as engine_running_at_t0,
-        pressure.waiting as engine_waiting_at_t0,
-        pressure.kv_cache_usage_fraction as engine_kv_cache_usage_at_t0
+        model_name,
+        at_ns as pressure_ns,
+        running as engine_running_at_t0,
+        waiting as engine_waiting_at_t0,
+        kv_cache_usage_fraction as engine_kv_cache_usage_at_t0
 
-    from starts
-    asof left join pressure
-        on starts.model = pressure.model_name
-        and starts.t0_ns >= pressure.at_ns
+    from pressure
 
 )
 

@@ -4,7 +4,7 @@
 --   drain_s           = borrowed occupancy drained - t0 (0 when nothing was borrowed at return)
 --   engine_schedule_s = engine scheduled the returning request - grant restored
 --   ttft_s            = first token of the returning request - t0
--- The returning request is found through the `gate.restore` span link (lending_returns). A negative
+-- The returning request is found through the `gate.restore` span link. A negative
 -- engine_schedule_s is real (the request was served before its grant came back) and marked
 -- `served_before_grant`; an engine schedule before t0 can only be clock skew and is flagged.
 -- Episodes without a restored grant or a drain are kept and marked censored. The engine's
@@ -12,15 +12,72 @@
 -- model (episode_pressure), with its age; null when none was scraped.
 with
 
-returns as (
+restores as (
 
-    select * from lending_returns
+    select * from typed_gate_restores
+
+),
+
+gates as (
+
+    select * from gate_requests
+
+),
+
+clients as (
+
+    -- the user's own attribute for a label before restorelens's, as the requests view reads
+    -- them, so an episode's run is the run the dashboard's filter offers
+    select * from labelled_client_requests
+
+),
+
+posts as (
+
+    select * from typed_http_attempts
 
 ),
 
 pressure as (
 
     select * from episode_pressure
+
+),
+
+joined as (
+
+    select
+        restores.*,
+        gates.request_id as returning_request_id,
+        gates.model,
+        gates.slot as returning_slot,
+        gates.engine_scheduled_ns,
+        gates.engine_scheduled_lower_ns,
+        gates.engine_scheduled_upper_ns,
+        gates.engine_scheduled_point,
+        gates.engine_clock_skew,
+        -- first token: the engine's, else the gate's first upstream byte, else the client's chunk
+        coalesce(
+            gates.engine_first_token_ns,
+            gates.upstream_first_byte_ns,
+            clients.first_chunk_ns
+        ) as first_token_ns,
+        clients.workload,
+        clients.seed,
+        clients.run_id
+
+    from restores
+    left join gates
+        on restores.returning_span_key = gates.span_key
+        and restores.returning_trace_key = gates.trace_key
+    -- the client's attempt that reached the gate, and the client request above it: only the
+    -- client's first chunk and labels are needed, not the whole attempt history
+    left join posts
+        on gates.parent_key = posts.span_key
+        and gates.trace_key = posts.trace_key
+    left join clients
+        on posts.parent_key = clients.span_key
+        and posts.trace_key = clients.trace_key
 
 ),
 
@@ -81,9 +138,11 @@ final as (
         trace_id,
         span_id
 
-    -- the engine's pressure at the episode's t0 (its model's)
-    from returns
-    left join pressure using (model, t0_ns)
+    from joined
+    -- the last scrape at or before t0 of the engines serving the episode's model
+    asof left join pressure
+        on joined.model = pressure.model_name
+        and joined.t0_ns >= pressure.pressure_ns
 
 )
 

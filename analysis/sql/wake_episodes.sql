@@ -17,18 +17,25 @@
 -- A wake that never became ready, or whose request was never served, is kept and censored.
 -- Gaps that causality says cannot be negative are listed when they are (clock skew). The
 -- engine's pressure at t0 is the last scrape at or before t0 of the engines serving the model
--- (episode_pressure), with its age; null when none was scraped. The trigger and t0 are
--- wake_triggers'.
+-- (episode_pressure), with its age; null when none was scraped.
 with
 
-triggered as (
+wakes as (
 
-    select * from wake_triggers
+    select * from typed_model_wakes
+
+),
+
+gates as (
+
+    select * from gate_requests
 
 ),
 
 clients as (
 
+    -- the user's own attribute for a label before restorelens's, as the requests view reads
+    -- them, so an episode's run is the run the dashboard's filter offers
     select * from labelled_client_requests
 
 ),
@@ -42,6 +49,37 @@ attempts as (
 pressure as (
 
     select * from episode_pressure
+
+),
+
+triggered as (
+
+    select
+        wakes.*,
+        trigger_attempt.trace_key as request_trace_key,
+        trigger_attempt.parent_key as client_key,
+        trigger_attempt.attempt_index as trigger_attempt_index,
+        trigger_attempt.attempt_count,
+        trigger_attempt.clock_skew as trigger_clock_skew,
+        -- t0: the first attempt as the client sent it; else as the gate saw it; else the wake
+        coalesce(trigger_attempt.start_ns, trigger_gate.start_ns, wakes.start_ns) as t0_ns,
+        coalesce(trigger_attempt.status_code, trigger_gate.status_code) as first_status,
+        coalesce(trigger_attempt.retry_after_s, trigger_gate.retry_after_s) as retry_after_s,
+        trigger_gate.request_id as trigger_request_id,
+        trigger_gate.start_ns as trigger_gate_ns,
+        trigger_gate.hint_mode,
+        trigger_gate.hint_source,
+        trigger_gate.gate_retry_after_ms,
+        trigger_gate.predicted_ready_in_s,
+        trigger_gate.hold_s
+
+    from wakes
+    left join gates as trigger_gate
+        on wakes.trigger_span_key = trigger_gate.span_key
+        and wakes.trigger_trace_key = trigger_gate.trace_key
+    left join attempts as trigger_attempt
+        on trigger_gate.parent_key = trigger_attempt.span_key
+        and trigger_gate.trace_key = trigger_attempt.trace_key
 
 ),
 
@@ -181,9 +219,11 @@ final as (
         trace_id,
         span_id
 
-    -- the engine's pressure at the episode's t0 (its model's)
     from joined
-    left join pressure using (model, t0_ns)
+    -- the last scrape at or before t0 of the engines serving the episode's model
+    asof left join pressure
+        on joined.model = pressure.model_name
+        and joined.t0_ns >= pressure.pressure_ns
 
 )
 

@@ -289,11 +289,11 @@ def test_every_layer_has_rows_somewhere(engines: Engines) -> None:
     """The comparison means something: the layers a store is meant to exercise are not empty."""
     empty = [name for name in VIEW_LAYERS if engines.clickhouse(f"select count() as n from {name}")["n"][0] == 0]
     expected_empty = {
-        "samples": {"span_labels", "engine_pressure", "model_pressure"},
-        "labelled": {"engine_pressure", "model_pressure"},
+        "samples": {"span_labels", "engine_pressure", "model_pressure", "episode_pressure"},
+        "labelled": {"engine_pressure", "model_pressure", "episode_pressure"},
         "scraped": {"span_labels"},
-        "skewed": {"span_labels", "engine_pressure", "model_pressure"},
-        "experiment": {"span_labels", "engine_pressure", "model_pressure", "typed_model_wakes", "wake_triggers",
+        "skewed": {"span_labels", "engine_pressure", "model_pressure", "episode_pressure"},
+        "experiment": {"span_labels", "engine_pressure", "model_pressure", "episode_pressure", "typed_model_wakes",
                        "wake_episodes", "typed_model_states", "lifecycle_intervals"},
         "realistic": {"span_labels"},
     }[engines.database]
