@@ -1,9 +1,10 @@
 """The layer catalog: which SQL files there are, in what order they run, which spans drive them,
 which of them the store keeps, and the macros they share.
 
-The collector (which writes the kept layers with the spans) and the analysis (which registers
-the others as views) both read the SQL through this module. It imports neither polars nor
-anything that does: the receiver and the loader import it.
+``derived.py`` (which writes the kept layers as tables beside the spans, when the collector's
+writer asks it to) and ``Analysis`` (which registers the others as views) both read the SQL
+through this module. It imports neither polars nor anything that does: the collector's receiver
+and loader import it through ``derived``.
 """
 
 from __future__ import annotations
