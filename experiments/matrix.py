@@ -30,12 +30,11 @@ from typing import Any
 from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.scenarios import ARMS, SCENARIOS
 
-__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix",
+__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "MAX_SEEDS", "Cell", "Matrix",
            "checked_budget", "default_arms", "parse_arms", "parse_queue", "parse_seeds", "play", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
-DEFAULT_SEEDS = "1-5"
 #: The budget-aware arms' restoration budget (``MofluxScenario.restore_budget_s``), in seconds.
 DEFAULT_RESTORE_BUDGET_S = 1.0
 #: A seed range past this is a typo, not a study (each seed is one run per scenario and arm).
