@@ -21,7 +21,8 @@ from pathlib import Path
 from opentelemetry.trace import NoOpTracerProvider
 
 from restorelens.experiments.providers import ServiceProviders
-from restorelens.experiments.runner import RunTelemetry, run_virtual
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 from restorelens.experiments.scenarios import get_scenario
 
 REPEATS = 5

@@ -77,7 +77,8 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | 
     """
     import json
 
-    from restorelens.experiments.runner import RunTelemetry, new_run_id, run_live, run_virtual
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import new_run_id, run_live, run_virtual
     from restorelens.experiments.scenarios import get_scenario
 
     chosen = with_cycles(get_scenario(scenario, arm), cycles)

@@ -75,7 +75,8 @@ def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
                    on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
     """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
     from restorelens.experiments.record import SAMPLE_SCENARIOS, sample_run_name, sample_scenario
-    from restorelens.experiments.runner import RunTelemetry, run_live
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_live
 
     summaries = []
     for name, arm in SAMPLE_SCENARIOS:

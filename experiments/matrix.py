@@ -301,7 +301,8 @@ except RestorelensError as exc:
 
 
 def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
-    from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_live, run_virtual
 
     with RunTelemetry("file", path=str(path), run_id=cell.run_id, scenario=scenario.name) as telemetry:
         if live:

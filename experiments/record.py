@@ -56,7 +56,8 @@ def sample_file_name(scenario: str, arm: str | None) -> str:
 
 def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
     """Write every sample scenario's spans into ``folder``; returns the files written."""
-    from restorelens.experiments.runner import RunTelemetry, run_virtual
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_virtual
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []

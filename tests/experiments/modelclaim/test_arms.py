@@ -31,7 +31,8 @@ from restorelens.experiments.modelclaim.scenarios import (
     ModelClaimScenario,
     expected_wake,
 )
-from restorelens.experiments.runner import RunTelemetry, run_virtual
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 from restorelens.experiments.scenarios import get_scenario
 from restorelens.spans import HINT_MODES
 
