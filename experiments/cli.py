@@ -77,9 +77,9 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | 
     """
     import json
 
+    from restorelens.experiments.catalog import get_scenario
     from restorelens.experiments.run_telemetry import RunTelemetry
     from restorelens.experiments.runner import new_run_id, run_live, run_virtual
-    from restorelens.experiments.scenarios import get_scenario
 
     chosen = with_cycles(get_scenario(scenario, arm), cycles)
     if bool(out) == bool(collector):
@@ -226,7 +226,7 @@ def _score(analysis: Any, matrix: Any) -> Any:
         from restorelens.experiments.modelclaim.summary import score_wakes
 
         return score_wakes(analysis, {cell.run_id: (cell.scenario, cell.arm) for cell in matrix.cells()}, matrix.arms)
-    from restorelens.experiments.study import score
+    from restorelens.analysis.study import score
 
     return score(analysis, matrix.workload_scenarios(), matrix.arms)
 

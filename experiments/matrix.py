@@ -4,9 +4,9 @@ A matrix is data (``Matrix``); ``play`` runs each cell once, its spans into one 
 file per run under ``DIR/runs/``. Virtual runs are shared out to worker processes, one per core,
 because a run is pure CPU and the cores are otherwise idle; live runs play one after another on
 loopback servers (they share the machine's ports and time). The files are then loaded into
-``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
+``DIR/spans.duckdb`` and ``analysis.study`` scores the store.
 
-A scenario is a named MoFlux one (``experiments.scenarios``) or a recorded run replayed
+A scenario is a named MoFlux one (``experiments.moflux.scenarios``) or a recorded run replayed
 (``experiments.replay``); every cell's scenario carries the matrix's restoration budget. A matrix
 of ModelClaim wake scenarios (``experiments.modelclaim.scenarios``) has their arms instead (fixed,
 calibrated, hold) and, when given, its runs' number of sleep -> wake cycles; ``experiments.modelclaim.summary``
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
-from restorelens.experiments.scenarios import ARMS, SCENARIOS
+from restorelens.experiments.moflux.scenarios import ARMS, SCENARIOS
 
 __all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "MAX_SEEDS", "Cell", "Matrix",
            "checked_budget", "default_arms", "parse_arms", "parse_queue", "parse_seeds", "play", "scenario_kind"]
@@ -99,7 +99,7 @@ class Matrix:
 
     def scenario(self, cell: Cell) -> Any:
         """The scenario ``cell`` plays: its arm, and the matrix's restoration budget."""
-        from restorelens.experiments.scenarios import get_scenario
+        from restorelens.experiments.catalog import get_scenario
 
         if self.kind == "modelclaim":
             scenario = get_scenario(cell.scenario, cell.arm)

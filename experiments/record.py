@@ -39,7 +39,7 @@ SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
 def sample_scenario(name: str, arm: str | None) -> Any:
     """The scenario as the demo and the samples play it: a wake scenario with one sleep -> wake
     cycle (each path once; ``restorelens experiment`` repeats it for a calibration's history)."""
-    from restorelens.experiments.scenarios import get_scenario
+    from restorelens.experiments.catalog import get_scenario
 
     scenario = get_scenario(name, arm)
     return replace(scenario, cycles=1) if scenario.kind == "modelclaim" else scenario

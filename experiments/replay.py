@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restorelens.errors import InputError, SettingError
-from restorelens.experiments.scenarios import MofluxScenario
+from restorelens.experiments.moflux.scenarios import MofluxScenario
 from restorelens.loadgen.workloads import Arrival, EngineShape, Phase, RequestShape, Workload
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, TRAFFIC_CLASSES
 

@@ -17,6 +17,7 @@ from restorelens.analysis import Analysis
 from restorelens.cli import cli
 from restorelens.collector import SpanStore, load_paths
 from restorelens.errors import SettingError
+from restorelens.experiments.catalog import get_scenario
 from restorelens.experiments.matrix import Cell, Matrix, _cells_of_job, _job, play
 from restorelens.experiments.replay import (
     DEFAULT_REPLAY_ENGINE,
@@ -27,7 +28,6 @@ from restorelens.experiments.replay import (
     replays_from_store,
     scenario_from_json,
 )
-from restorelens.experiments.scenarios import get_scenario
 from restorelens.sim.config import PRESETS
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN
 

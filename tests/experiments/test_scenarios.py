@@ -5,8 +5,9 @@ import dataclasses
 import pytest
 
 from restorelens.errors import SettingError
+from restorelens.experiments.catalog import get_scenario
+from restorelens.experiments.live_tolerance import LIVE_SLACK_ROUND_TRIPS
 from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, expected_wake
-from restorelens.experiments.scenarios import LIVE_SLACK_ROUND_TRIPS, get_scenario
 
 
 def test_live_tolerance_is_the_real_slack_or_the_measured_round_trips_times_the_scale() -> None:
