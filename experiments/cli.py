@@ -257,7 +257,8 @@ def _replays(scenarios: tuple[str, ...], replay_db: str | None, runs: tuple[str,
         raise SettingError("--replay", f"replays a store instead of scenarios: drop {scenarios[0]!r} or --replay")
     from restorelens.analysis import checked_labels
     from restorelens.analysis.settings import label_mapping, parse_label
-    from restorelens.experiments.replay import DEFAULT_REPLAY_ENGINE, parse_class_map, replays_from_store
+    from restorelens.experiments.replay.store import DEFAULT_REPLAY_ENGINE, replays_from_store
+    from restorelens.experiments.replay.workload import parse_class_map
 
     mapping = label_mapping(config_file)
     for text in labels:  # as label_mapping's flags, but errors name --replay-label

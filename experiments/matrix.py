@@ -59,7 +59,7 @@ class Matrix:
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     #: Every cell's ``restore_budget_s`` (``--restore-budget-s``).
     restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S
-    #: Recorded runs to replay, by scenario name (``experiments.replay.ReplayScenario``); a name
+    #: Recorded runs to replay, by scenario name (``experiments.replay.workload.ReplayScenario``); a name
     #: in ``scenarios`` is looked up here first, then among the MoFlux scenarios.
     replays: Mapping[str, Any] = field(default_factory=dict)
     #: Every gated cell's queue per traffic class (``--queue-s``; ``MofluxScenario.queue_s``).
@@ -254,7 +254,7 @@ def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_d
 def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
     """A worker's runs as JSON: the budget, the replayed workloads they need, and
     ``[[scenario, arm, seed, path], ...]``."""
-    from restorelens.experiments.replay import scenario_to_json
+    from restorelens.experiments.replay.scenario_json import scenario_to_json
 
     needed = dict.fromkeys(cell.scenario for cell, _ in chunk if cell.scenario in matrix.replays)
     return json.dumps({
@@ -269,7 +269,7 @@ def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
 def _cells_of_job(job: str) -> list[tuple[Any, Cell, Path]]:
     """A worker's runs (``_job``) as (scenario, cell, span file), each scenario built as the
     parent's matrix builds it."""
-    from restorelens.experiments.replay import scenario_from_json
+    from restorelens.experiments.replay.scenario_json import scenario_from_json
 
     data = json.loads(job)
     replays = {scenario.name: scenario for scenario in map(scenario_from_json, data["replays"])}
