@@ -34,12 +34,22 @@ class RunReport:
         for a ModelClaim run, what the first request's client saw instead."""
         if self.t0_s is not None:
             return self._wake_summary()
-        outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
         interactive = [r for r in self.results if r.traffic_class == "interactive"]
-        x = self.time_scale
         good = sum(r.meets_slo(self.slo_ttft_s, self.slo_e2e_s) for r in interactive)
         ttfts = [r.ttft_s for r in interactive if r.ttft_s is not None]
         batch_ok = sum(1 for r in self.results if r.traffic_class == "batch" and r.outcome == "ok")
+        return {
+            **self._run_counts(),
+            "interactive_slo_goodput_rps": round(good / self.duration_s, 4),
+            "interactive_slo_met": f"{good}/{len(interactive)}",
+            "interactive_ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
+            "batch_completions_rps": round(batch_ok / self.duration_s, 4),
+        }
+
+    def _run_counts(self) -> dict[str, Any]:
+        """What every summary starts with: the run's labels, its requests and their outcomes."""
+        x = self.time_scale
+        outcomes = Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results)
         return {
             "scenario": self.scenario,
             "arm": self.arm,
@@ -48,27 +58,16 @@ class RunReport:
             "run_id": self.run_id,
             "requests": len(self.results),
             "outcomes": dict(sorted(outcomes.items())),
-            "interactive_slo_goodput_rps": round(good / self.duration_s, 4),
-            "interactive_slo_met": f"{good}/{len(interactive)}",
-            "interactive_ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
-            "batch_completions_rps": round(batch_ok / self.duration_s, 4),
         }
-
 
     def _wake_summary(self) -> dict[str, Any]:
         assert self.t0_s is not None
         first = min(self.results, key=lambda r: r.start_s)
-        x, t0 = self.time_scale, self.t0_s
+        t0 = self.t0_s
         success = next((a for a in first.attempts if a.status is not None and 200 <= a.status < 300), None)
         hint = first.attempts[0].retry_after.seconds if first.attempts else None
         return {
-            "scenario": self.scenario,
-            "arm": self.arm,
-            "seed": self.seed,
-            "mode": self.mode if x == 1 else f"{self.mode} (x{x:g})",
-            "run_id": self.run_id,
-            "requests": len(self.results),
-            "outcomes": dict(sorted(Counter(f"{r.traffic_class}:{r.outcome}" for r in self.results).items())),
+            **self._run_counts(),
             "first_request_statuses": list(first.statuses),
             "first_retry_after_s": hint,
             "success_attempt_s": None if success is None else round(success.start_s - t0, 3),
