@@ -47,6 +47,7 @@ import duckdb
 import polars as pl
 from opentelemetry.sdk.resources import SERVICE_NAME
 
+from benchmarks.ratios import versus
 from restorelens import spans as S
 from restorelens.analysis import Analysis
 from restorelens.analysis import derived
@@ -634,10 +635,6 @@ def _polars_stages(measured: Measured) -> dict[str, tuple[float, float]]:
     return {stage: measured.part(*polars_parts) for stage, (_, polars_parts) in STAGES.items()}
 
 
-def _ratio(anchor: float, ours: float) -> str:
-    return f"{anchor / ours:.2f}x" if ours > 0 else "n/a"
-
-
 def measure(db: Path, repeats: int, skip: tuple[str, ...] = ()) -> tuple[dict[str, Measured], dict[str, list[str]],
                                                                          list[str]]:
     """Every side ``repeats`` times, round by round (so a busy spell of the shared machine slows
@@ -691,20 +688,21 @@ def run(spans: int, folder: Path, repeats: int) -> dict[str, float]:
         _line("sql_raw", raw, f"  ({spans / raw.wall_s / 1e6:.2f} M spans/s wall)"),
         _line("polars", anchor,
               f"  (read the spans {read_s:.2f} s + decompose {compute_s:.2f} s)"),
-        f"    restorelens vs anchor: {_ratio(anchor.wall_s, raw.wall_s)} faster wall, "
-        f"{_ratio(anchor.cpu_s, raw.cpu_s)} less CPU (SQL from raw spans vs polars from raw spans; < 1 is slower); "
-        f"vs polars' decomposition alone, spans already in memory: {_ratio(compute_s, raw.wall_s)} wall",
+        f"    restorelens vs anchor: {versus(anchor.wall_s, raw.wall_s)} wall, "
+        f"{versus(anchor.cpu_s, raw.cpu_s, better='less', worse='more')} CPU (SQL from raw spans vs polars from raw "
+        f"spans); vs polars' decomposition alone, spans already in memory: {versus(compute_s, raw.wall_s)} wall",
         "    columns computed, SQL / polars: " + ", ".join(f"{name} {sql}/{twin}" for name, (sql, twin) in widths.items()),
-        _line("sql_raw_narrow", narrow, f"  (vs anchor: {_ratio(anchor.wall_s, narrow.wall_s)} faster wall, "
-                                        f"{_ratio(anchor.cpu_s, narrow.cpu_s)} less CPU)"),
+        _line("sql_raw_narrow", narrow, f"  (vs anchor: {versus(anchor.wall_s, narrow.wall_s)} wall, "
+                                        f"{versus(anchor.cpu_s, narrow.cpu_s, better='less', worse='more')} CPU)"),
         "  (b) on the derived tables a collector keeps, their build beside",
         _line("build", build),
         _line("sql_derived", on_derived,
               f"  ({spans / on_derived.wall_s / 1e6:.2f} M spans/s wall; goal at 10M: <= 10 s)"),
-        f"    on derived tables vs anchor: {_ratio(anchor.wall_s, on_derived.wall_s)} faster wall, "
-        f"{_ratio(anchor.cpu_s, on_derived.cpu_s)} less CPU (query alone); build + query {build_and_query_s:.2f} s wall, "
-        f"{build_and_query_cpu_s:.2f} s CPU vs anchor {anchor.wall_s:.2f} s: {_ratio(anchor.wall_s, build_and_query_s)} "
-        f"faster wall, {_ratio(anchor.cpu_s, build_and_query_cpu_s)} less CPU",
+        f"    on derived tables vs anchor: {versus(anchor.wall_s, on_derived.wall_s)} wall, "
+        f"{versus(anchor.cpu_s, on_derived.cpu_s, better='less', worse='more')} CPU (query alone); build + query "
+        f"{build_and_query_s:.2f} s wall, {build_and_query_cpu_s:.2f} s CPU vs anchor {anchor.wall_s:.2f} s: "
+        f"{versus(anchor.wall_s, build_and_query_s)} wall, "
+        f"{versus(anchor.cpu_s, build_and_query_cpu_s, better='less', worse='more')} CPU",
         "  (c) other readings, on the derived tables",
         *([_line("sql_views", best["sql_views"])] if "sql_views" in best else []),
         _line("episodes", best["episodes"]),

@@ -42,6 +42,7 @@ from typing import Any
 
 from opentelemetry.sdk.resources import SERVICE_NAME, TELEMETRY_SDK_LANGUAGE
 
+from benchmarks.ratios import versus
 from restorelens import spans as S
 
 #: The children run from here, so that they import this folder's `benchmarks.memory`.
@@ -271,8 +272,9 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
     if "restorelens" not in results or "duckdb-anchor" not in results:
         return
     ours, anchor = results["restorelens"], results["duckdb-anchor"]
-    summary = (f"  restorelens vs anchor: {anchor['seconds'] / ours['seconds']:.2f}x faster wall (goal >= 1.5x, "
-               f"derived tables included), {anchor['cpu_s'] / ours['cpu_s']:.2f}x less CPU; peak RSS "
+    summary = (f"  restorelens vs anchor: {versus(anchor['seconds'], ours['seconds'])} wall (goal >= 1.5x faster, "
+               f"derived tables included), {versus(anchor['cpu_s'], ours['cpu_s'], better='less', worse='more')} CPU; "
+               f"peak RSS "
                f"{peaks['restorelens']:.0f} vs {peaks['duckdb-anchor']:.0f} MiB, "
                f"{peaks['restorelens'] / peaks['duckdb-anchor']:.2f}x the anchor's (goal <= 1x); "
                f"{spans / ours['seconds']:,.0f} spans/s")
@@ -286,8 +288,8 @@ def bench_load(spans: int, workdir: Path, runs: int = 3, sides: tuple[str, ...] 
     if "store-alone" in results:
         floor = results["store-alone"]
         print(f"  the store's work alone (the file decoded beforehand and held in memory): {floor['seconds']:.2f} s "
-              f"wall, {floor['cpu_s']:.2f} CPU-s, {anchor['seconds'] / floor['seconds']:.2f}x faster than the anchor "
-              f"wall ({anchor['cpu_s'] / floor['cpu_s']:.2f}x by CPU); the whole load takes "
+              f"wall, {floor['cpu_s']:.2f} CPU-s, {versus(anchor['seconds'], floor['seconds'])} than the anchor "
+              f"wall ({versus(anchor['cpu_s'], floor['cpu_s'])} by CPU); the whole load takes "
               f"{ours['seconds'] / floor['seconds']:.2f}x its wall time")
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 
 import duckdb
 
+from benchmarks.ratios import versus
+
 TARGET_SPANS = 1_000_000
 GOAL_S = 2.0
 ROUNDS = 3
@@ -211,8 +213,8 @@ def main() -> None:
         print(f"        the dashboard's own cost (target - anchor)  {cold_s - anchor:6.2f} s wall "
               f"{cold_cpu - anchor_cpu:6.2f} s CPU")
         print(f"        rerun, warm caches                          {warm_s:6.2f} s wall {warm_cpu:6.2f} s CPU")
-        print(f"ratio first render / anchor: {cold_s / anchor:.2f}x wall, {cold_cpu / anchor_cpu:.2f}x CPU "
-              "(the dashboard's own cost on top of the SQL)")
+        print(f"restorelens vs anchor, first render: {versus(anchor, cold_s)} wall, "
+              f"{versus(anchor_cpu, cold_cpu, better='less', worse='more')} CPU (the dashboard's own cost on top of the SQL)")
 
 
 if __name__ == "__main__":

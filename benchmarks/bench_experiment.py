@@ -24,6 +24,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.ratios import versus
+
 SCENARIOS = ("moflux-balanced", "moflux-long-context", "moflux-fixed-burst")
 ARMS = ("fcfs", "priority", "static", "lend")
 SEEDS = (1, 2, 3, 4, 5)
@@ -72,7 +74,7 @@ def main() -> None:
     verdict = "meets the goal" if best_target <= TARGET_S else "misses the goal"
     print(f"target: restorelens experiment (one command)     {best_target:7.2f} s  (goal <= {TARGET_S:g} s): {verdict}")
     print(f"anchor: one restorelens run per run, then load   {best_anchor:7.2f} s")
-    print(f"ratio anchor / target: {best_anchor / best_target:.1f}x")
+    print(f"restorelens vs anchor: {versus(best_anchor, best_target)} wall")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.http_load import Client, closed_loop, cpu_seconds, event_loop_and_parser, open_loop, percentile
+from benchmarks.ratios import versus
 
 RATES_PER_S = (100, 500)
 DURATION_S = float(os.environ.get("BENCH_GATE_DURATION_S", "4"))
@@ -445,7 +446,7 @@ def report_export(stats: dict | None, stored: tuple[int, int], cpu: dict[str, fl
           "trace-context headers, and the export thread's contention)")
     ours, sdk = encoder_comparison()
     print(f"encoding a 512-span batch of the gate's spans, best of 5 each: restorelens {ours * 1e6:.1f} us/span, "
-          f"anchor (the SDK's OTLP encoder) {sdk * 1e6:.1f} us/span: restorelens vs anchor: {sdk / ours:.2f}x faster CPU, "
+          f"anchor (the SDK's OTLP encoder) {sdk * 1e6:.1f} us/span: restorelens vs anchor: {versus(sdk, ours)} CPU, "
           "same bytes")
 
 

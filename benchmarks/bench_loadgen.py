@@ -20,9 +20,10 @@ from pathlib import Path
 
 from opentelemetry.trace import NoOpTracerProvider
 
+from restorelens.experiments.catalog import get_scenario
 from restorelens.experiments.providers import ServiceProviders
-from restorelens.experiments.runner import RunTelemetry, run_virtual
-from restorelens.experiments.scenarios import get_scenario
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 
 REPEATS = 5
 SEEDS = (0, 1, 2)

@@ -41,6 +41,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.http_load import Client, closed_loop, cpu_seconds, event_loop_and_parser
+from benchmarks.ratios import versus
 from restorelens.spans import SPAN_LLM_REQUEST
 
 LIVE_REQUESTS = int(os.environ.get("BENCH_SIM_REQUESTS", "3000"))
@@ -197,8 +198,9 @@ def live_shell_cost() -> None:
           f"CPU/req   {1 / sim.cpu_per_request:6.0f} req per server CPU-s   target >= {TARGET_LIVE_RPS:.0f} req/s")
     print(f"live: trivial Starlette anchor     {anchor.rps:8.0f} req/s wall   {anchor.cpu_per_request * 1e6:6.0f} us "
           f"server CPU/req   {1 / anchor.cpu_per_request:6.0f} req per server CPU-s")
-    print(f"live: simulator / anchor           {sim.rps / anchor.rps:8.2f} wall         "
-          f"{anchor.cpu_per_request / sim.cpu_per_request:6.2f} of the anchor's requests per CPU-s")
+    # a request's wall time is 1 / the closed loop's rate: the comparison is of times, as every bench words it
+    print(f"live: simulator vs anchor          {versus(1 / anchor.rps, 1 / sim.rps)} wall, "
+          f"{versus(anchor.cpu_per_request, sim.cpu_per_request, better='less', worse='more')} server CPU per request")
     verdict = "meets" if sim.rps >= TARGET_LIVE_RPS else "misses"
     print(f"live: {verdict} the target of {TARGET_LIVE_RPS:.0f} req/s with tracing on "
           f"(CPU-bound capacity on one core: {1 / sim.cpu_per_request:.0f} req/s)")
@@ -297,7 +299,8 @@ def live_engine_setting(preset: str, anchor: Live) -> None:
           f"{server_cpu_s / REALISTIC_S:.0%} of a core")
     print(f"live: trivial Starlette anchor     {anchor.cpu_per_request * 1e6:8.0f} us/req  {anchor_per_token * 1e6:8.2f} "
           f"us/token   (same body sizes, answered at once, {anchor.rps:.0f} req/s)")
-    print(f"live: simulator / anchor CPU       {per_request / anchor.cpu_per_request:8.2f}x per request and per token; "
+    print(f"live: simulator vs anchor          {versus(anchor.cpu_per_request, per_request, better='less', worse='more')} "
+          "server CPU per request and per token; "
           f"{SPAN_LLM_REQUEST} spans written {spans_written} (of {answered_in_all} requests answered)")
 
 

@@ -77,8 +77,9 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | 
     """
     import json
 
-    from restorelens.experiments.runner import RunTelemetry, new_run_id, run_live, run_virtual
-    from restorelens.experiments.scenarios import get_scenario
+    from restorelens.experiments.catalog import get_scenario
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import new_run_id, run_live, run_virtual
 
     chosen = with_cycles(get_scenario(scenario, arm), cycles)
     if bool(out) == bool(collector):
@@ -225,7 +226,7 @@ def _score(analysis: Any, matrix: Any) -> Any:
         from restorelens.experiments.modelclaim.summary import score_wakes
 
         return score_wakes(analysis, {cell.run_id: (cell.scenario, cell.arm) for cell in matrix.cells()}, matrix.arms)
-    from restorelens.experiments.study import score
+    from restorelens.analysis.study import score
 
     return score(analysis, matrix.workload_scenarios(), matrix.arms)
 
@@ -256,7 +257,8 @@ def _replays(scenarios: tuple[str, ...], replay_db: str | None, runs: tuple[str,
         raise SettingError("--replay", f"replays a store instead of scenarios: drop {scenarios[0]!r} or --replay")
     from restorelens.analysis import checked_labels
     from restorelens.analysis.settings import label_mapping, parse_label
-    from restorelens.experiments.replay import DEFAULT_REPLAY_ENGINE, parse_class_map, replays_from_store
+    from restorelens.experiments.replay.store import DEFAULT_REPLAY_ENGINE, replays_from_store
+    from restorelens.experiments.replay.workload import parse_class_map
 
     mapping = label_mapping(config_file)
     for text in labels:  # as label_mapping's flags, but errors name --replay-label

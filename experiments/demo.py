@@ -33,11 +33,9 @@ from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
 
-__all__ = ["DEFAULT_TIME_SCALE", "DemoResult", "play_scenarios", "prepare_db", "print_report", "run_demo",
-           "serve_dashboard", "sigterm_interrupts", "signals_held"]
+__all__ = ["DemoResult", "play_scenarios", "prepare_db", "print_report", "run_demo", "serve_dashboard",
+           "sigterm_interrupts", "signals_held"]
 
-#: Fits every scenario (about 920 protocol seconds) into ~92 s of wall time plus start-ups.
-DEFAULT_TIME_SCALE = 10.0
 #: Protocol seconds of each scenario (any arm), for the progress bar (MoFlux: 105 s; wakes: setup + wake).
 PROTOCOL_S = {
     "moflux-balanced": 105.0, "moflux-long-context": 105.0, "moflux-fixed-burst": 105.0, "modelclaim-in-place": 90.0,
@@ -77,7 +75,8 @@ def play_scenarios(endpoint: str, *, time_scale: float, seed: int,
                    on_progress: Callable[[str, float], None] = lambda name, done_s: None) -> list[dict[str, Any]]:
     """Run every demo scenario live, spans to ``endpoint``; returns each run's summary."""
     from restorelens.experiments.record import SAMPLE_SCENARIOS, sample_run_name, sample_scenario
-    from restorelens.experiments.runner import RunTelemetry, run_live
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_live
 
     summaries = []
     for name, arm in SAMPLE_SCENARIOS:

@@ -4,9 +4,9 @@ A matrix is data (``Matrix``); ``play`` runs each cell once, its spans into one 
 file per run under ``DIR/runs/``. Virtual runs are shared out to worker processes, one per core,
 because a run is pure CPU and the cores are otherwise idle; live runs play one after another on
 loopback servers (they share the machine's ports and time). The files are then loaded into
-``DIR/spans.duckdb`` and ``experiments.study`` scores the store.
+``DIR/spans.duckdb`` and ``analysis.study`` scores the store.
 
-A scenario is a named MoFlux one (``experiments.scenarios``) or a recorded run replayed
+A scenario is a named MoFlux one (``experiments.moflux.scenarios``) or a recorded run replayed
 (``experiments.replay``); every cell's scenario carries the matrix's restoration budget. A matrix
 of ModelClaim wake scenarios (``experiments.modelclaim.scenarios``) has their arms instead (fixed,
 calibrated, hold) and, when given, its runs' number of sleep -> wake cycles; ``experiments.modelclaim.summary``
@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
-from restorelens.experiments.scenarios import ARMS, SCENARIOS
+from restorelens.experiments.moflux.scenarios import ARMS, SCENARIOS
 
-__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "DEFAULT_SEEDS", "MAX_SEEDS", "Cell", "Matrix",
+__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "MAX_SEEDS", "Cell", "Matrix",
            "checked_budget", "default_arms", "parse_arms", "parse_queue", "parse_seeds", "play", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
-DEFAULT_SEEDS = "1-5"
 #: The budget-aware arms' restoration budget (``MofluxScenario.restore_budget_s``), in seconds.
 DEFAULT_RESTORE_BUDGET_S = 1.0
 #: A seed range past this is a typo, not a study (each seed is one run per scenario and arm).
@@ -60,7 +59,7 @@ class Matrix:
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     #: Every cell's ``restore_budget_s`` (``--restore-budget-s``).
     restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S
-    #: Recorded runs to replay, by scenario name (``experiments.replay.ReplayScenario``); a name
+    #: Recorded runs to replay, by scenario name (``experiments.replay.workload.ReplayScenario``); a name
     #: in ``scenarios`` is looked up here first, then among the MoFlux scenarios.
     replays: Mapping[str, Any] = field(default_factory=dict)
     #: Every gated cell's queue per traffic class (``--queue-s``; ``MofluxScenario.queue_s``).
@@ -100,7 +99,7 @@ class Matrix:
 
     def scenario(self, cell: Cell) -> Any:
         """The scenario ``cell`` plays: its arm, and the matrix's restoration budget."""
-        from restorelens.experiments.scenarios import get_scenario
+        from restorelens.experiments.catalog import get_scenario
 
         if self.kind == "modelclaim":
             scenario = get_scenario(cell.scenario, cell.arm)
@@ -255,7 +254,7 @@ def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_d
 def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
     """A worker's runs as JSON: the budget, the replayed workloads they need, and
     ``[[scenario, arm, seed, path], ...]``."""
-    from restorelens.experiments.replay import scenario_to_json
+    from restorelens.experiments.replay.scenario_json import scenario_to_json
 
     needed = dict.fromkeys(cell.scenario for cell, _ in chunk if cell.scenario in matrix.replays)
     return json.dumps({
@@ -270,7 +269,7 @@ def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
 def _cells_of_job(job: str) -> list[tuple[Any, Cell, Path]]:
     """A worker's runs (``_job``) as (scenario, cell, span file), each scenario built as the
     parent's matrix builds it."""
-    from restorelens.experiments.replay import scenario_from_json
+    from restorelens.experiments.replay.scenario_json import scenario_from_json
 
     data = json.loads(job)
     replays = {scenario.name: scenario for scenario in map(scenario_from_json, data["replays"])}
@@ -302,7 +301,8 @@ except RestorelensError as exc:
 
 
 def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
-    from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_live, run_virtual
 
     with RunTelemetry("file", path=str(path), run_id=cell.run_id, scenario=scenario.name) as telemetry:
         if live:

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from restorelens.clock import ScaledClock
 from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.run_telemetry import SERVICE_NAMES
 from restorelens.spans import VLLM_LATENCY_PREFIX, VLLM_LLM_REQUEST_ATTRIBUTES
 
 __all__ = ["WALL_CLOCK_SCOPES", "ProtocolTimeline", "RescaledExporter"]
@@ -90,7 +91,6 @@ class ProtocolTimeline:
     """
 
     def __init__(self, providers: ServiceProviders, time_scale: float) -> None:
-        from restorelens.experiments.runner import SERVICE_NAMES
         from restorelens.telemetry import build_tracer_provider
 
         self.clock = ScaledClock(time_scale)

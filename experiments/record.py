@@ -39,7 +39,7 @@ SAMPLE_SCENARIOS: tuple[tuple[str, str | None], ...] = (
 def sample_scenario(name: str, arm: str | None) -> Any:
     """The scenario as the demo and the samples play it: a wake scenario with one sleep -> wake
     cycle (each path once; ``restorelens experiment`` repeats it for a calibration's history)."""
-    from restorelens.experiments.scenarios import get_scenario
+    from restorelens.experiments.catalog import get_scenario
 
     scenario = get_scenario(name, arm)
     return replace(scenario, cycles=1) if scenario.kind == "modelclaim" else scenario
@@ -56,7 +56,8 @@ def sample_file_name(scenario: str, arm: str | None) -> str:
 
 def record_samples(folder: Path, *, seed: int = 0) -> list[Path]:
     """Write every sample scenario's spans into ``folder``; returns the files written."""
-    from restorelens.experiments.runner import RunTelemetry, run_virtual
+    from restorelens.experiments.run_telemetry import RunTelemetry
+    from restorelens.experiments.runner import run_virtual
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []

@@ -1,13 +1,12 @@
 """vLLM's dev-mode sleep API on the simulator: ``POST /sleep``, ``POST /wake_up``, ``GET /is_sleeping``.
 
 Each call is a SERVER span (child of the caller's traceparent) stamped with the simulator's clock;
-the wake-up span lasts the modelled wake time. Also the JSON answer helpers the app shares.
+the wake-up span lasts the modelled wake time.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry.propagators.textmap import DefaultGetter
 from opentelemetry.trace import SpanKind
@@ -16,8 +15,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from restorelens.clock import to_ns
-from restorelens.sim import openai_api as api
+from restorelens.sim.json_responses import error_response, json_response
 from restorelens.sim.records import EngineNotReadyError
+from restorelens.sim.state import SimState
 from restorelens.spans import (
     ATTR_ENGINE_SLEEP_LEVEL,
     ATTR_ENGINE_WAKE_TAGS,
@@ -28,23 +28,10 @@ from restorelens.spans import (
     SPAN_ENGINE_WAKE_UP,
 )
 
-if TYPE_CHECKING:
-    from restorelens.sim.app import SimState
-
-__all__ = ["SleepRoutes", "error_response", "json_response"]
+__all__ = ["SleepRoutes"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _GETTER = DefaultGetter()
-
-
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        json.dumps(body, separators=(",", ":")), status_code=status, media_type="application/json", headers=headers
-    )
-
-
-def error_response(status: int, message: str, *, param: str | None = None, error_type: str | None = None) -> Response:
-    return json_response(api.error_body(status, message, param=param, error_type=error_type), status)
 
 
 class SleepRoutes:

@@ -11,17 +11,17 @@ import asyncio
 import hmac
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from restorelens.sim import openai_api as api
+from restorelens.sim.openai_requests import ApiError, ParsedRequest, error_body, parse_request
+from restorelens.sim.openai_responses import (CHAT, COMPLETIONS, STREAM_DONE, chat_body, completion_body, stream_chunk,
+                                              token_text)
 from restorelens.sim.records import EngineNotReadyError, RequestRecord, RequestRejectedError, SimRequest, TokenEvent
-
-if TYPE_CHECKING:
-    from restorelens.sim.app import SimState
+from restorelens.sim.state import SimState
 
 __all__ = ["InferenceHandler"]
 
@@ -34,7 +34,7 @@ def _dump(body: Any) -> bytes:
 
 
 _UNAUTHORIZED = _dump({"error": "Unauthorized"})
-_ABORTED = _dump(api.error_body(503, "the request was aborted because the engine was put to sleep or restarted"))
+_ABORTED = _dump(error_body(503, "the request was aborted because the engine was put to sleep or restarted"))
 
 
 class InferenceHandler:
@@ -47,7 +47,7 @@ class InferenceHandler:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Raw ASGI ``POST /v1/completions`` and ``/v1/chat/completions``: the hot path skips
         Starlette's request, response and middleware objects (they were a fifth of the CPU)."""
-        kind = api.CHAT if scope["path"].endswith("/chat/completions") else api.COMPLETIONS
+        kind = CHAT if scope["path"].endswith("/chat/completions") else COMPLETIONS
         started = False
 
         async def reply(status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -75,11 +75,11 @@ class InferenceHandler:
                 raw = await self._receive_body(receive, declared)
                 if raw is None:
                     return  # the client left before sending its body
-                parsed = api.parse_request(raw, kind, config=self.sim.config, model_name=self.sim.model_name)
-            except api.ApiError as exc:
+                parsed = parse_request(raw, kind, config=self.sim.config, model_name=self.sim.model_name)
+            except ApiError as exc:
                 await reply(exc.status, _dump(exc.body()))
                 return
-            prefix = "cmpl" if kind == api.COMPLETIONS else "chatcmpl"
+            prefix = "cmpl" if kind == COMPLETIONS else "chatcmpl"
             if not request_id or self.sim.engine.is_in_flight(request_id):
                 request_id = f"{prefix}-{self.sim.request_ids.getrandbits(128):032x}"
             sim_request = SimRequest(
@@ -95,10 +95,10 @@ class InferenceHandler:
                     sim_request, parent_context=_PROPAGATOR.extract(carrier), span_params=parsed.span_params()
                 )
             except RequestRejectedError as exc:
-                await reply(400, _dump(api.error_body(400, str(exc), param=exc.param)))
+                await reply(400, _dump(error_body(400, str(exc), param=exc.param)))
                 return
             except EngineNotReadyError as exc:
-                await reply(503, _dump(api.error_body(503, str(exc))))
+                await reply(503, _dump(error_body(503, str(exc))))
                 return
             response_id = request_id if request_id.startswith(prefix) else f"{prefix}-{request_id}"
             if parsed.stream:
@@ -117,13 +117,13 @@ class InferenceHandler:
             if record.finish_reason == "abort":
                 await reply(503, _ABORTED)
                 return
-            build = api.completion_body if kind == api.COMPLETIONS else api.chat_body
+            build = completion_body if kind == COMPLETIONS else chat_body
             body = build(response_id, self.sim.created, parsed.model, record.prompt_tokens, record.completion_tokens, record.finish_reason)
             await reply(200, body, [(b"x-request-id", request_id.encode("latin-1"))])
         except Exception as exc:
             if not started:
                 # The class name helps a bug report; the traceback stays in the server log only.
-                error = api.error_body(500, f"internal error ({type(exc).__name__})", error_type="InternalServerError")
+                error = error_body(500, f"internal error ({type(exc).__name__})", error_type="InternalServerError")
                 await reply(500, _dump(error))
             raise
 
@@ -144,7 +144,7 @@ class InferenceHandler:
 
     async def _receive_body(self, receive: Receive, declared: bytes) -> bytes | None:
         if declared.isdigit() and int(declared) > self.sim.max_body_bytes:
-            raise api.ApiError(413, f"request body is larger than {self.sim.max_body_bytes} bytes")
+            raise ApiError(413, f"request body is larger than {self.sim.max_body_bytes} bytes")
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -153,13 +153,13 @@ class InferenceHandler:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.sim.max_body_bytes:
-                raise api.ApiError(413, f"request body is larger than {self.sim.max_body_bytes} bytes")
+                raise ApiError(413, f"request body is larger than {self.sim.max_body_bytes} bytes")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
     async def _stream(
-        self, parsed: api.ParsedRequest, tokens: Any, request_id: str, response_id: str
+        self, parsed: ParsedRequest, tokens: Any, request_id: str, response_id: str
     ) -> AsyncIterator[str]:
         kind, created, model = parsed.kind, self.sim.created, parsed.model
         finished = False
@@ -167,24 +167,24 @@ class InferenceHandler:
             while True:
                 item: TokenEvent | RequestRecord = await tokens.get()
                 if isinstance(item, TokenEvent):
-                    text = api.token_text(item.index)
-                    if item.index == 0 and kind == api.CHAT:
-                        yield api.stream_chunk(kind, response_id, created, model, role=True, text="")
-                    yield api.stream_chunk(kind, response_id, created, model, text=text)
+                    text = token_text(item.index)
+                    if item.index == 0 and kind == CHAT:
+                        yield stream_chunk(kind, response_id, created, model, role=True, text="")
+                    yield stream_chunk(kind, response_id, created, model, text=text)
                     continue
                 finished = True
                 if item.finish_reason == "abort":
-                    error = api.error_body(503, "the request was aborted because the engine was put to sleep")
+                    error = error_body(503, "the request was aborted because the engine was put to sleep")
                     yield f"data: {json.dumps(error)}\n\n"
                 else:
-                    yield api.stream_chunk(
-                        kind, response_id, created, model, text="" if kind == api.COMPLETIONS else None,
+                    yield stream_chunk(
+                        kind, response_id, created, model, text="" if kind == COMPLETIONS else None,
                         finish_reason=item.finish_reason,
                     )
                     if parsed.include_usage:
                         usage = (item.prompt_tokens, item.completion_tokens)
-                        yield api.stream_chunk(kind, response_id, created, model, usage_tokens=usage)
-                yield api.STREAM_DONE
+                        yield stream_chunk(kind, response_id, created, model, usage_tokens=usage)
+                yield STREAM_DONE
                 return
         finally:
             if not finished:

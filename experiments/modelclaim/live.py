@@ -39,6 +39,7 @@ from restorelens.experiments.modelclaim.deployment import SetupDirector, deploym
 from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
 from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.run_report import RunReport
 from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
 from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
@@ -234,9 +235,7 @@ def _play_cycle(scenario: ModelClaimScenario, cycle: int, seed: int, providers: 
 
 
 def run_live_modelclaim(scenario: ModelClaimScenario, seed: int, providers: ServiceProviders, run_id: str, *,
-                        time_scale: float = 1.0) -> Any:
-    from restorelens.experiments.runner import RunReport
-
+                        time_scale: float = 1.0) -> RunReport:
     timeline = ProtocolTimeline(providers, time_scale)
     clock, providers = timeline.clock, timeline.providers
     labels = RunLabels(scenario.name, scenario.workload_name, seed, run_id)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from restorelens.errors import SettingError
+from restorelens.experiments.live_tolerance import live_tolerance_s
 from restorelens.loadgen.workloads import Arrival
 from restorelens.spans import ARRIVAL_PHASE_WAKE, HINT_MODES
 
@@ -248,9 +249,7 @@ class ExpectedWake:
     def live_tolerance_s(self, time_scale: float = 1.0, round_trip_s: float = 0.0) -> float:
         """Protocol seconds a live value may be off (at least 1 s: the lifecycle's 0.5-s readiness
         polls land on either side of a ready instant); ``round_trip_s``: see
-        ``scenarios.live_tolerance_s``."""
-        from restorelens.experiments.scenarios import live_tolerance_s
-
+        ``live_tolerance.live_tolerance_s``."""
         return max(1.0, live_tolerance_s(self.live_slack_real_s, time_scale, round_trip_s))
 
     @property

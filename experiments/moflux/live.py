@@ -21,6 +21,7 @@ from typing import Any
 from restorelens.clock import ScaledClock
 from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.experiments.providers import ServiceProviders
+from restorelens.experiments.run_report import RunReport
 from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.request import RequestResult, RunLabels
 from restorelens.loadgen.retry import make_policy
@@ -45,8 +46,7 @@ async def _drive(url: str, scenario: Any, workload: Any, labels: RunLabels, prov
 
 
 def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_id: str, *,
-                    time_scale: float = 1.0) -> Any:
-    from restorelens.experiments.runner import RunReport
+                    time_scale: float = 1.0) -> RunReport:
     from restorelens.gate.app import create_gate_app
     from restorelens.serving import ServerThread
     from restorelens.sim.app import create_app

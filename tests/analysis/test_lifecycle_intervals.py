@@ -12,7 +12,8 @@ from restorelens import spans as sc
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
 from restorelens.experiments.record import sample_scenario
-from restorelens.experiments.runner import RunTelemetry, run_virtual
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 
 GIB = 2**30
 

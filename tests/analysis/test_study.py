@@ -9,8 +9,6 @@ import polars as pl
 import pytest
 
 from restorelens.analysis import GATES, STUDY_ARMS, StudyTable, score_frames
-from restorelens.analysis import study as core
-from restorelens.experiments import study as experiments_study
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN
 
 _SUMMARY = {"policy": pl.String, "workload": pl.String, "seed": pl.Int64, "interactive_slo_goodput_rps": pl.Float64,
@@ -27,12 +25,6 @@ def summary(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
 
 def nothing(schema: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
-
-
-def test_experiments_study_is_the_analysis_core() -> None:
-    # one decision in one place: the experiment command scores with the very objects the dashboard does
-    for name in ("FRONTIER_AXES", "GATES", "Gate", "StudyTable", "score", "score_frames", "table_cell"):
-        assert getattr(experiments_study, name) is getattr(core, name), name
 
 
 def test_gates_pair_seeds_and_take_the_nearest_rank_median_with_a_float_tolerance() -> None:

@@ -2,7 +2,7 @@
 
 The store is what ``restorelens experiment`` leaves behind (``experiment_store``): one scenario,
 the study's four arms, two seeds. The page must show the study's own figures: the same points,
-medians and gates as ``experiments.study.score`` computes on the same store.
+medians and gates as ``analysis.study.score`` computes on the same store.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from experiment_store import EXPERIMENT_ARMS, EXPERIMENT_SEEDS, experiment_store
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import FRONTIER_AXES, GATES, Analysis, Slo, nearest_rank
+from restorelens.analysis.study import StudyTable, score
 from restorelens.dashboard import frontier, palette, source
 from restorelens.dashboard.data import NO_GATE, NO_WORKLOAD
 from restorelens.dashboard.figures import literal
-from restorelens.experiments.study import StudyTable, score
 
 
 def frames(path: Path, slo: Slo | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:

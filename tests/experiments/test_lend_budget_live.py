@@ -25,8 +25,9 @@ import pytest
 
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
-from restorelens.experiments.runner import RunTelemetry, run_live
-from restorelens.experiments.scenarios import MofluxScenario
+from restorelens.experiments.moflux.scenarios import MofluxScenario
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_live
 from restorelens.loadgen.workloads import (
     FIXED_BURST_RETURN_CHARS, MOFLUX_MODEL, MOFLUX_PROFILES, Arrival, EngineShape, Phase, Workload,
 )

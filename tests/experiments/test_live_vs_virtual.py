@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
-from restorelens.experiments.runner import RunReport, RunTelemetry, run_live, run_virtual
-from restorelens.experiments.scenarios import get_scenario
+from restorelens.experiments.catalog import get_scenario
+from restorelens.experiments.run_report import RunReport
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_live, run_virtual
 from restorelens.spans import (
     ATTR_GATE_DECISION,
     ATTR_GATE_SLOT,

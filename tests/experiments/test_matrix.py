@@ -9,10 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from restorelens.analysis import nearest_rank
+from restorelens.analysis.study import StudyTable
 from restorelens.cli import cli
 from restorelens.errors import SettingError
 from restorelens.experiments.matrix import MAX_SEEDS, Cell, Matrix, parse_arms, parse_seeds
-from restorelens.experiments.study import StudyTable
 
 
 @pytest.mark.parametrize(("text", "seeds"), [("1-5", (1, 2, 3, 4, 5)), ("1,3,3,7", (1, 3, 7)), ("1-3,9", (1, 2, 3, 9)),

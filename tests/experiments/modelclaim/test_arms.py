@@ -21,6 +21,7 @@ from restorelens.analysis import Analysis
 from restorelens.cli import cli
 from restorelens.collector import load_paths
 from restorelens.errors import SettingError
+from restorelens.experiments.catalog import get_scenario
 from restorelens.experiments.matrix import Matrix, default_arms, parse_arms
 from restorelens.experiments.modelclaim.scenarios import (
     CALIBRATED,
@@ -31,8 +32,8 @@ from restorelens.experiments.modelclaim.scenarios import (
     ModelClaimScenario,
     expected_wake,
 )
-from restorelens.experiments.runner import RunTelemetry, run_virtual
-from restorelens.experiments.scenarios import get_scenario
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 from restorelens.spans import HINT_MODES
 
 EXACT = 1e-6  # virtual time: exact up to the nanosecond timestamps at an epoch-sized float

@@ -22,7 +22,8 @@ import pytest
 from restorelens.analysis import Analysis
 from restorelens.collector import load_paths
 from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, ModelClaimScenario, expected_wake
-from restorelens.experiments.runner import RunTelemetry, run_live, run_virtual
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_live, run_virtual
 
 TIME_SCALE = 5.0
 

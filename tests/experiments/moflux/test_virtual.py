@@ -10,8 +10,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from restorelens.cli import cli
 from restorelens.clock import DEFAULT_VIRTUAL_EPOCH_S, to_ns
-from restorelens.experiments.runner import RunTelemetry, run_virtual
-from restorelens.experiments.scenarios import get_scenario
+from restorelens.experiments.catalog import get_scenario
+from restorelens.experiments.run_telemetry import RunTelemetry
+from restorelens.experiments.runner import run_virtual
 from restorelens.spans import (
     ATTR_ATTEMPTS,
     ATTR_HTTP_RESEND_COUNT,

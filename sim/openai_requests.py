@@ -1,10 +1,9 @@
-"""The OpenAI wire format: parse and check request bodies; errors. Answers are built in
-``openai_responses`` (re-exported here, so ``openai_api`` stays the one name callers use).
+"""The OpenAI wire format, request side: parse and check request bodies; errors.
 
-Pure functions; the app (``sim/app.py``, ``sim/inference_asgi.py``) does the I/O. Errors are ``ApiError`` carrying the HTTP
-status and OpenAI's error object ``{"error": {"message", "type", "param", "code"}}``.
-Text is never inspected beyond its length: prompt tokens are estimated from characters and the
-"generated" text is filler words, one per token.
+Pure functions; the app (``sim/app.py``, ``sim/inference_asgi.py``) does the I/O and
+``openai_responses`` builds the answers. Errors are ``ApiError`` carrying the HTTP status and
+OpenAI's error object ``{"error": {"message", "type", "param", "code"}}``. Text is never inspected
+beyond its length: prompt tokens are estimated from characters.
 """
 
 from __future__ import annotations
@@ -14,37 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from restorelens.sim.config import EngineConfig
-from restorelens.sim.openai_responses import (
-    CHAT,
-    COMPLETIONS,
-    STREAM_DONE,
-    chat_body,
-    chat_response,
-    completion_body,
-    completion_response,
-    completion_text,
-    stream_chunk,
-    token_text,
-    usage,
-)
+from restorelens.sim.openai_responses import COMPLETIONS
 
-__all__ = [
-    "ApiError",
-    "CHAT",
-    "COMPLETIONS",
-    "ParsedRequest",
-    "STREAM_DONE",
-    "chat_body",
-    "chat_response",
-    "completion_body",
-    "completion_response",
-    "completion_text",
-    "error_body",
-    "parse_request",
-    "stream_chunk",
-    "token_text",
-    "usage",
-]
+__all__ = ["ApiError", "ParsedRequest", "error_body", "parse_request"]
 
 #: OpenAI's default for /v1/completions when max_tokens is absent.
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16

@@ -1,7 +1,8 @@
-"""Named scenarios: a workload plus the system it runs against (gate policy, engine shape).
+"""The MoFlux scenarios: the lending protocol's workload plus the system it runs against (gate policy, engine shape).
 
-``restorelens run SCENARIO`` looks names up here. A scenario is data; the runner (live or virtual)
-builds the servers or the cores from it, so both shells run exactly the same experiment.
+A scenario is data; the runner (live or virtual) builds the servers or the cores from it, so both
+shells run exactly the same experiment. ``restorelens run SCENARIO`` finds them by name through
+``experiments.catalog``.
 
 MoFlux arms (the benchmark's ``demo/VLLM-CONTENTION.md``; docs/experiments.md): ``fcfs`` and
 ``priority`` go straight to the engine (its arrival order; vLLM priority 0/10, set by the client),
@@ -15,9 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from restorelens.errors import SettingError
+from restorelens.experiments.live_tolerance import live_tolerance_s
 from restorelens.loadgen.workloads import Workload, moflux_workload
 
-__all__ = ["ARMS", "LIVE_SLACK_ROUND_TRIPS", "SCENARIOS", "MofluxScenario", "get_scenario", "live_tolerance_s", "scenario_names"]
+__all__ = ["ARMS", "SCENARIOS", "MofluxScenario"]
 
 #: Gate policy per arm name; "moflux" is accepted for "lend". The study's four arms come first; the
 #: ``lend-*`` arms are restorelens's own lenders (docs/gate.md), played on the same protocol.
@@ -30,17 +32,6 @@ ENGINE_PRIORITY_POLICIES = frozenset({"priority", "lend-priority"})
 
 #: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
 BALANCED_KV_BLOCKS = 1_600
-#: A live time value may be off by this many loopback round trips (real seconds, before the time
-#: scale): a request crosses four hops and three event loops, and on a busy machine each of them
-#: waits for a core now and then, so the tail is many times the median round trip.
-LIVE_SLACK_ROUND_TRIPS = 40.0
-
-
-def live_tolerance_s(slack_real_s: float, time_scale: float, round_trip_s: float = 0.0) -> float:
-    """``max(slack_real_s, LIVE_SLACK_ROUND_TRIPS * round_trip_s) * time_scale``: how far (protocol
-    seconds) a live run's times may be from virtual time's, on a machine whose loopback round trip
-    is ``round_trip_s`` real seconds now."""
-    return max(slack_real_s, LIVE_SLACK_ROUND_TRIPS * round_trip_s) * time_scale
 
 
 @dataclass(frozen=True)
@@ -154,20 +145,3 @@ SCENARIOS: dict[str, MofluxScenario] = {
     "moflux-fixed-burst": MofluxScenario("moflux-fixed-burst", "fixed-burst", control_period_s=0.25),
 }
 
-
-def scenario_names() -> list[str]:
-    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
-
-    return sorted(SCENARIOS) + list(MODELCLAIM_SCENARIOS)
-
-
-def get_scenario(name: str, arm: str | None = None) -> Any:
-    """A MoFlux scenario (with its arm) or a ModelClaim wake scenario, by name."""
-    from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
-
-    if name in MODELCLAIM_SCENARIOS:
-        return MODELCLAIM_SCENARIOS[name].with_arm(arm)
-    scenario = SCENARIOS.get(name)
-    if scenario is None:
-        raise SettingError("SCENARIO", f"unknown scenario {name!r}; choose one of {', '.join(scenario_names())}")
-    return scenario.with_arm(arm)

@@ -1,43 +1,16 @@
-"""Replay recorded traffic: a workload built from a span store, so a policy is tried on real load.
-
-``restorelens experiment --replay DB`` reads every request the store shows arriving
-(``experiments/sql/replay_requests.sql``: the restorelens client's ``client.request`` spans, or,
-for traces of another client, vLLM's ``llm_request`` spans), makes one ``Workload`` per recorded
-run and plays it under each arm in virtual time, as the named MoFlux scenarios are played.
-
-``replay_workload`` is the sans-I/O part: rows (``RecordedRequest``) in, a ``Replay`` (the
-workload and what had to be made up for it) out. What a replay keeps, and the choices it makes
-where a recording says nothing (docs/experiments.md, "Replaying recorded traffic"):
-
-- arrivals: each run's recorded offsets from its first arrival, to the microsecond (as the
-  MoFlux workloads round theirs);
-- traffic class: the recorded one (a mapped label first); a value that is neither interactive
-  nor batch is translated by ``class_map`` (``--replay-class gold=interactive``), else played as
-  interactive, as the gate treats a request without ``x-traffic-class``;
-- tokens: the engine's prompt tokens (else the client span's), made into a prompt the chosen
-  engine counts as that many tokens; the engine's completion tokens as the output length. The
-  simulator generates exactly ``max_tokens``, so that length is the replayed ``max_tokens``
-  (the recorded ``max_tokens`` stands in when no completion was recorded). A request no engine
-  served has no token counts: it takes its class's nearest-rank median in its run;
-- windows: a run whose requests carry ``restore.arrival_phase`` keeps those phases and their
-  recorded windows (a restorelens recording is scored as it was); a run without any is one
-  window from its first arrival to its last, interactive requests scored as the contention
-  window and batch requests as the borrow window (docs/analysis.md, "Policy summary").
-"""
+"""A recorded run made a workload: the sans-I/O core of a replay (what it keeps and what it makes up:
+the package's docstring)."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from restorelens.errors import InputError, SettingError
-from restorelens.experiments.scenarios import MofluxScenario
+from restorelens.errors import SettingError
+from restorelens.experiments.moflux.scenarios import MofluxScenario
 from restorelens.loadgen.workloads import Arrival, EngineShape, Phase, RequestShape, Workload
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, TRAFFIC_CLASSES
 
@@ -45,30 +18,18 @@ if TYPE_CHECKING:
     from restorelens.sim.config import EngineConfig
 
 __all__ = [
-    "DEFAULT_REPLAY_ENGINE",
     "DEFAULT_TRAFFIC_CLASS",
     "RecordedRequest",
     "Replay",
     "ReplayScenario",
     "parse_class_map",
     "prompt_chars_for",
-    "read_recorded_requests",
     "replay_workload",
-    "replays_from_store",
-    "scenario_from_json",
-    "scenario_to_json",
 ]
 
-#: The engine a replay runs against unless ``--replay-engine`` says otherwise: the MoFlux study's
-#: (docs/sim.md), as its preset defines it.
-DEFAULT_REPLAY_ENGINE = "qwen2.5-1.5b-m1"
 #: The class of a request recorded without one: what the gate makes of a request without an
 #: ``x-traffic-class`` header (``gate.default_traffic_class``'s default).
 DEFAULT_TRAFFIC_CLASS = "interactive"
-#: The name of a replayed run's scenario (and workload label): this, then its recorded run id.
-REPLAY_PREFIX = "replay"
-#: A run id is cut to this many characters in a scenario name (it names the run's span files).
-MAX_RUN_NAME_CHARS = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,108 +275,3 @@ def _recorded_phases(requests: Sequence[RecordedRequest]) -> tuple[Phase, ...]:
         windows[name] = max(windows.get(name, 0.0), request.arrival_phase_window_s)
     return tuple(Phase(name, starts[name], starts[name] + windows[name])
                  for name in sorted(starts, key=lambda n: (starts[n], n)))
-
-
-# --- the store ---------------------------------------------------------------------------------
-
-
-def read_recorded_requests(db_path: str | Path, *, labels: Mapping[str, str] | None = None) -> list[RecordedRequest]:
-    """Every replayable request in the store at ``db_path`` (read-only), labels mapped by ``labels``."""
-    import duckdb
-
-    from restorelens.analysis import Analysis, Slo
-    from restorelens.errors import first_line
-
-    sql = resources.files(__package__).joinpath("sql", "replay_requests.sql").read_text(encoding="utf-8")
-    with Analysis.open(db_path, materialize=True, labels=labels) as analysis:
-        try:
-            cursor = analysis.con.execute(sql, {"excluded_phases": list(Slo().excluded_phases)})
-            columns = [column[0] for column in cursor.description or ()]
-            rows = cursor.fetchall()
-        except duckdb.Error as exc:
-            raise InputError(str(db_path), f"cannot read its requests: {first_line(exc)}") from None
-    return [RecordedRequest(**dict(zip(columns, row, strict=True))) for row in rows]
-
-
-def replays_from_store(db_path: str | Path, *, runs: Sequence[str] = (), engine_preset: str = DEFAULT_REPLAY_ENGINE,
-                       labels: Mapping[str, str] | None = None, class_map: Mapping[str, str] | None = None,
-                       ) -> list[Replay]:
-    """One ``Replay`` per recorded run of the store (``runs``: only those run ids), in the order of
-    their first arrivals. Nothing replayable, or a run id not recorded, is a ``SettingError``."""
-    from restorelens.sim.config import PRESETS
-
-    engine = PRESETS.get(engine_preset)
-    if engine is None:
-        raise SettingError("--replay-engine", f"unknown preset {engine_preset!r}; choose one of {', '.join(PRESETS)}")
-    by_run: dict[str | None, list[RecordedRequest]] = {}
-    for request in sorted(read_recorded_requests(db_path, labels=labels), key=lambda r: r.arrival_ns):
-        by_run.setdefault(request.run_id, []).append(request)
-    if not by_run:
-        raise SettingError("--replay", f"{db_path}: nothing to replay: no client.request span, nor an llm_request "
-                                       "span with vLLM's latencies (ModelClaim wake requests are left out)")
-    if runs:
-        missing = [run for run in runs if run not in by_run]
-        if missing:
-            recorded = ", ".join(r for r in by_run if r is not None) or "none with a run id"
-            raise SettingError("--replay-run", f"{db_path} records no run {missing[0]!r}; its runs: {recorded}")
-        by_run = {run: by_run[run] for run in dict.fromkeys(runs)}
-    names: set[str] = set()
-    replays = []
-    for run_id, requests in by_run.items():
-        name = _unique(_replay_name(run_id), names)
-        replays.append(replay_workload(requests, engine, name=name, engine_preset=engine_preset, class_map=class_map))
-    return replays
-
-
-def _replay_name(run_id: str | None) -> str:
-    if not run_id:
-        return REPLAY_PREFIX
-    # the name becomes a file name (SCENARIO-ARM-sSEED.jsonl): only portable characters
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)[:MAX_RUN_NAME_CHARS].strip("._-") or "run"
-    return f"{REPLAY_PREFIX}-{safe}"
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    candidate, n = name, 1
-    while candidate in taken:
-        n += 1
-        candidate = f"{name}-{n}"
-    taken.add(candidate)
-    return candidate
-
-
-# --- to and from a worker process --------------------------------------------------------------
-
-
-def scenario_to_json(scenario: ReplayScenario) -> dict[str, Any]:
-    """A replayed scenario as JSON (without its arm and budget, which each cell sets)."""
-    workload = scenario.replayed
-    assert workload is not None
-    return {
-        "name": scenario.name,
-        "engine_preset": scenario.engine_preset,
-        "workload": {
-            "name": workload.name,
-            "duration_s": workload.duration_s,
-            "model": workload.model,
-            "phases": [[p.name, p.start_s, p.end_s] for p in workload.phases],
-            "shapes": [[c, s.prompt_chars, s.max_tokens] for c, s in workload.shapes],
-            "engine": [workload.engine.max_num_seqs, workload.engine.max_model_len, workload.engine.num_gpu_blocks,
-                       workload.engine.block_size],
-            "slo": [workload.slo.ttft_s, workload.slo.e2e_s],
-            "arrivals": [[a.at_s, a.request_id, a.traffic_class, a.phase, a.prompt_chars, a.max_tokens]
-                         for a in workload.arrivals],
-        },
-    }
-
-
-def scenario_from_json(data: Mapping[str, Any]) -> ReplayScenario:
-    from restorelens.loadgen.workloads import Slo
-
-    w = data["workload"]
-    workload = Workload(
-        w["name"], 0, w["duration_s"], tuple(Phase(*p) for p in w["phases"]),
-        tuple((c, RequestShape(chars, tokens)) for c, chars, tokens in w["shapes"]),
-        tuple(Arrival(*a) for a in w["arrivals"]), w["model"], Slo(*w["slo"]), EngineShape(*w["engine"]),
-    )
-    return ReplayScenario(data["name"], data["name"], engine_preset=data["engine_preset"], replayed=workload)

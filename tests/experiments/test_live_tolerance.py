@@ -1,12 +1,12 @@
-from __future__ import annotations
+"""``live_tolerance_s``: how far a live run's times may be from virtual time's, for both scenario kinds."""
 
-import dataclasses
+from __future__ import annotations
 
 import pytest
 
-from restorelens.errors import SettingError
+from restorelens.experiments.catalog import get_scenario
+from restorelens.experiments.live_tolerance import LIVE_SLACK_ROUND_TRIPS
 from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS, expected_wake
-from restorelens.experiments.scenarios import LIVE_SLACK_ROUND_TRIPS, get_scenario
 
 
 def test_live_tolerance_is_the_real_slack_or_the_measured_round_trips_times_the_scale() -> None:
@@ -21,18 +21,3 @@ def test_live_tolerance_is_the_real_slack_or_the_measured_round_trips_times_the_
     assert wake.live_tolerance_s(5.0) == pytest.approx(wake.live_slack_real_s * 5)
     assert wake.live_tolerance_s(5.0, round_trip_s=busy_round_trip_s) == pytest.approx(
         LIVE_SLACK_ROUND_TRIPS * busy_round_trip_s * 5)
-
-
-def test_a_slice_of_the_protocol_runs_from_its_start() -> None:
-    scenario = dataclasses.replace(get_scenario("moflux-balanced", "static"), from_s=20.0, until_s=32.0)
-    workload = scenario.workload(16)
-    assert workload.duration_s == 12.0 and min(a.at_s for a in workload.arrivals) >= 0.0
-    assert workload.arrivals == get_scenario("moflux-balanced").workload(16).between(20.0, 32.0).arrivals
-    assert get_scenario("moflux-balanced").workload(3) == get_scenario("moflux-balanced").workload(3).between(0, 105)
-
-
-def test_unknown_scenario_and_arm_name_the_setting() -> None:
-    with pytest.raises(SettingError, match="SCENARIO"):
-        get_scenario("nope")
-    with pytest.raises(SettingError, match="--arm"):
-        get_scenario("moflux-balanced", "greedy")
