@@ -179,7 +179,7 @@ def time_entrypoint(*, cold: bool) -> tuple[float, float, dict[str, int]]:
 
 
 def main() -> None:
-    from restorelens.dashboard import source
+    from restorelens.dashboard import environment
 
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as folder:
         started = time.perf_counter()
@@ -187,8 +187,8 @@ def main() -> None:
         print(f"store: {spans:,} spans ({len(LENDING_RUNS)} virtual MoFlux lending runs and {len(WAKE_RUNS)} "
               f"ModelClaim wake runs, replicated with fresh ids) built in {time.perf_counter() - started:.1f} s")
         # the store as `restorelens dashboard --db` names it, with the default limits and no labels
-        os.environ[source.DB_ENV] = str(db)
-        for name in (source.LIMITS_ENV, source.LABELS_ENV):
+        os.environ[environment.DB_ENV] = str(db)
+        for name in (environment.LIMITS_ENV, environment.LABELS_ENV):
             os.environ.pop(name, None)
         anchors, colds, warms = [], [], []
         for _ in range(ROUNDS):

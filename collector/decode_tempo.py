@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from restorelens.collector.decode_jaeger import SHOWN_CHARS
+from restorelens.collector.jaeger import SHOWN_CHARS
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.rows import PayloadError, SpanRows
 

@@ -26,7 +26,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from restorelens.collector.decode_jaeger import decode_jaeger_json, is_jaeger_json
+from restorelens.collector.jaeger import decode_jaeger_json, is_jaeger_json
 from restorelens.collector.decode_json import decode_traces_json
 from restorelens.collector.decode_tempo import decode_tempo_json, is_tempo_json
 from restorelens.collector import fast_jsonl

@@ -9,17 +9,14 @@ from pathlib import Path
 import click
 
 from restorelens.analysis.cli import window_options
+from restorelens.dashboard.environment import DEFAULT_MAX_UPLOAD_BYTES
 
-__all__ = ["COMMANDS", "DEFAULT_MAX_UPLOAD_BYTES", "dashboard", "streamlit_command"]
-
-#: ``source.DEFAULT_MAX_UPLOAD_BYTES`` (a test keeps them equal): source imports DuckDB, and
-#: ``--help`` should not wait for it.
-DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
+__all__ = ["COMMANDS", "dashboard", "streamlit_command"]
 
 
 def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> list[str]:
     """The ``python -m streamlit run`` command line for the packaged app."""
-    from restorelens.dashboard.source import upload_size_mib
+    from restorelens.dashboard.uploads import upload_size_mib
 
     app = Path(__file__).resolve().parent / "pages" / "app.py"
     return [
@@ -77,13 +74,13 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
     from restorelens.analysis import parse_limit
     from restorelens.analysis.settings import label_mapping
     from restorelens.analysis.window import parse_window
-    from restorelens.dashboard import source
+    from restorelens.dashboard import environment, source
 
     for text in limits:
         parse_limit(text, "--max")
     mapping = label_mapping(config_file, labels)
     window = parse_window(since, until, runs)
-    window_text = source.window_env_value(window)
+    window_text = environment.window_env_value(window)
     from restorelens.errors import SettingError
     from restorelens.sources import parse_source
 
@@ -96,17 +93,17 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
         path = f"chdb:{Path(where.path).resolve()}" if where.kind == "chdb" else source_text.strip()  # type: ignore[union-attr]
     source.validate_store(path, window=window)
     env = dict(os.environ)
-    env[source.DB_ENV] = path
-    env[source.MAX_UPLOAD_ENV] = str(max_upload_bytes)
+    env[environment.DB_ENV] = path
+    env[environment.MAX_UPLOAD_ENV] = str(max_upload_bytes)
     if limits:
-        env[source.LIMITS_ENV] = ";".join(limits)
+        env[environment.LIMITS_ENV] = ";".join(limits)
     # an inherited mapping must not outlive a command line that gives none
-    env.pop(source.LABELS_ENV, None)
+    env.pop(environment.LABELS_ENV, None)
     if mapping:
-        env[source.LABELS_ENV] = source.labels_env_value(mapping)
-    env.pop(source.WINDOW_ENV, None)  # the same for a window
+        env[environment.LABELS_ENV] = environment.labels_env_value(mapping)
+    env.pop(environment.WINDOW_ENV, None)  # the same for a window
     if not window.everything:
-        env[source.WINDOW_ENV] = window_text
+        env[environment.WINDOW_ENV] = window_text
     command = streamlit_command(host, port, max_upload_bytes)
     click.echo(f"restorelens dashboard: http://{host}:{port} (spans from {path}); Ctrl-C stops it", err=True)
     sys.stdout.flush()

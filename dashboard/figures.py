@@ -75,7 +75,7 @@ def literals(values: Iterable[Any]) -> list[Any]:
 
 
 def time_bars(segments: pl.DataFrame, title: str, events: Sequence[str]) -> go.Figure:
-    """Where each episode's time went: one horizontal bar per episode (``data.time_segments``), its
+    """Where each episode's time went: one horizontal bar per episode (``segments.time_segments``), its
     stretches stacked in time order and coloured by the instant that ends each (legend: ``events``,
     in causal order, named as the pages name them). Longest on top; a censored episode's bar is
     hatched and a clock-skewed one outlined in red, and both say so in their name."""
@@ -112,7 +112,7 @@ def engine_distributions(curves: pl.DataFrame, titles: Mapping[str, str] = ENGIN
                          groups: Sequence[str] = ("engine", "traffic class"), *,
                          known: Mapping[str, str] | None = None, what: str = "requests") -> go.Figure:
     """One panel per metric (``titles``' order), one step curve (an ECDF) per group: the share of
-    the group's ``what`` at or below each time. ``curves`` from ``data.distribution_curves``; a
+    the group's ``what`` at or below each time. ``curves`` from ``engine.distribution_curves``; a
     group's name (its ``groups`` values, e.g. engine · traffic class, or a policy) is its legend
     entry, shared by its curves in every panel, coloured from ``known`` (a palette map) when given."""
     metrics = list(titles)

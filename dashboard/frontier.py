@@ -10,7 +10,7 @@ per workload, and keeps the result as frames for the page's tables and figures:
 - the interactive TTFT p95 of the contention window per arm × seed.
 
 Pure: frames in, frames and Plotly figures out (no Streamlit, no SQL). A null policy reads
-``NO_GATE`` and a null workload ``NO_WORKLOAD``, as on every page (``data.with_arm_labels``).
+``NO_GATE`` and a null workload ``NO_WORKLOAD``, as on every page (``labels.with_arm_labels``).
 Text from the spans (policies, workloads, seeds) reaches a figure through ``figures.literal``.
 """
 
@@ -26,7 +26,7 @@ from plotly.subplots import make_subplots
 from restorelens.analysis import Slo
 from restorelens.analysis.study import FRONTIER_AXES, GATES, RUN_COLUMNS, STUDY_ARMS, StudyTable, score_frames
 from restorelens.dashboard import palette
-from restorelens.dashboard.data import NO_WORKLOAD, with_arm_labels
+from restorelens.dashboard.labels import NO_WORKLOAD, with_arm_labels
 from restorelens.dashboard.figures import literal
 
 __all__ = ["PolicyPage", "VERDICTS", "frontier_figure", "gates_figure", "policy_page", "ttft_figure"]

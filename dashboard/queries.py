@@ -21,7 +21,10 @@ import streamlit as st
 
 from restorelens.analysis import Analysis, Slo
 from restorelens.store import open_read_only
-from restorelens.dashboard import data, source
+from restorelens.dashboard import engine, environment, episodes, pressure, source, uploads
+from restorelens.dashboard.overview import Overview
+from restorelens.dashboard.overview import overview as overview_of
+from restorelens.dashboard.selection import Selection, runs_of, select
 
 __all__ = [
     "TTL_S",
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 #: No run filter: every row.
-_ALL = data.Selection()
+_ALL = Selection()
 #: Cached frames expire after this long even when the store's stamp did not change.
 TTL_S = 10 * 60
 
@@ -62,10 +65,10 @@ class StoreReader:
     def __init__(self, path: str) -> None:
         # read once: the CLI fixes the mapping and the window for the life of the process, as it
         # fixes the store
-        self.window = source.store_window(path)
+        self.window = environment.store_window(path)
         source.validate_store(path, window=self.window)
         self.path = path
-        self.labels = source.configured_labels()
+        self.labels = environment.configured_labels()
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
@@ -96,7 +99,7 @@ def uploaded_store(digest: str, name: str, max_bytes: int, _upload: IO[bytes]) -
     """A store holding an uploaded OTLP JSON(L) file, plain, gzip or zstd (one per distinct content,
     name and limit: the name appears in messages), in this process's folder."""
     _upload.seek(0)
-    return str(source.load_upload(_upload, name, max_bytes=max_bytes))
+    return str(uploads.load_upload(_upload, name, max_bytes=max_bytes))
 
 
 @st.cache_resource(show_spinner="Loading the sample traces…")
@@ -111,34 +114,34 @@ def sample_store(files: tuple[str, ...], stamps: tuple[int, ...]) -> str:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def runs(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
-    """The runs the store holds (``data.runs_of``), for the sidebar's filter and every selection."""
+    """The runs the store holds (``selection.runs_of``), for the sidebar's filter and every selection."""
     with store_reader(path).analysis() as analysis:
-        return data.runs_of(analysis.runs())
+        return runs_of(analysis.runs())
 
 
-def _keep(path: str, stamp: tuple[int, ...], selection: data.Selection) -> Callable[[pl.DataFrame], pl.DataFrame]:
+def _keep(path: str, stamp: tuple[int, ...], selection: Selection) -> Callable[[pl.DataFrame], pl.DataFrame]:
     """A frame -> its rows of the runs ``selection`` keeps."""
     known = runs(path, stamp) if selection.active else pl.DataFrame()
-    return lambda frame: data.select(frame, known, selection)
+    return lambda frame: select(frame, known, selection)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Decomposing restorations…")
 def overview(path: str, stamp: tuple[int, ...], limits: tuple[str, ...], include_requests: bool = False,
-             selection: data.Selection = _ALL, method: str = "linear") -> data.Overview:
+             selection: Selection = _ALL, method: str = "linear") -> Overview:
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
-        return data.overview(analysis, limits, include_requests=include_requests, keep=keep, method=method)
+        return overview_of(analysis, limits, include_requests=include_requests, keep=keep, method=method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lending_episodes(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+def lending_episodes(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> pl.DataFrame:
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.lending_episodes())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.LendingDetail:
+def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> episodes.LendingDetail:
     with store_reader(path).analysis() as analysis:
         episode = analysis.lending_episodes().filter(pl.col("span_id") == span_id).row(0, named=True)
         gates = analysis.view("gate_requests").select("trace_id", "run_id", "policy", "slot", "grant_ns", "end_ns")
@@ -147,41 +150,41 @@ def lending_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.Lend
         gates = (gates.join(clients.unique("trace_id"), on="trace_id", how="left")
                  .with_columns(pl.coalesce("run_id", "client_run_id").alias("run_id"))
                  .drop("trace_id", "client_run_id"))
-        return data.lending_detail(episode, gates)
+        return episodes.lending_detail(episode, gates)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def wake_episodes(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+def wake_episodes(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> pl.DataFrame:
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.wake_episodes())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> data.WakeDetail:
+def wake_detail(path: str, stamp: tuple[int, ...], span_id: str) -> episodes.WakeDetail:
     with store_reader(path).analysis() as analysis:
         episode = analysis.wake_episodes().filter(pl.col("span_id") == span_id).row(0, named=True)
         wakes = analysis.view("typed_model_wakes").filter(pl.col("span_id") == span_id)
         attempts = analysis.attempts().filter(pl.col("trace_id") == episode["request_trace_id"])
-        return data.wake_detail(episode, wakes.row(0, named=True) if wakes.height else None, attempts)
+        return episodes.wake_detail(episode, wakes.row(0, named=True) if wakes.height else None, attempts)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Reading the engines' requests…")
-def engine_requests(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+def engine_requests(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> pl.DataFrame:
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.engine_requests())
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def engine_policies(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> tuple[str, ...]:
-    return data.engine_policies(engine_requests(path, stamp, selection))
+def engine_policies(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> tuple[str, ...]:
+    return engine.engine_policies(engine_requests(path, stamp, selection))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner="Summarising the engines' requests…")
 def engine_summary(path: str, stamp: tuple[int, ...], policies: tuple[str, ...] | None,
-                   by_policy: bool, selection: data.Selection = _ALL, method: str = "linear") -> data.EngineSummary:
-    return data.engine_summary(engine_requests(path, stamp, selection), policies, by_policy=by_policy, method=method)
+                   by_policy: bool, selection: Selection = _ALL, method: str = "linear") -> engine.EngineSummary:
+    return engine.engine_summary(engine_requests(path, stamp, selection), policies, by_policy=by_policy, method=method)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
@@ -192,13 +195,13 @@ def engine_pressure(path: str, stamp: tuple[int, ...]) -> pl.DataFrame:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def episode_pressure(path: str, stamp: tuple[int, ...], model: str | None, t0: object, start_s: float,
-                     end_s: float) -> data.EpisodePressure:
+                     end_s: float) -> pressure.EpisodePressure:
     """The scrapes of the engines serving ``model`` from ``start_s`` to ``end_s`` around ``t0``."""
-    return data.episode_pressure(engine_pressure(path, stamp), model, t0, start_s, end_s)
+    return pressure.episode_pressure(engine_pressure(path, stamp), model, t0, start_s, end_s)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def policy_page(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL, slo: Slo | None = None) -> Any:
+def policy_page(path: str, stamp: tuple[int, ...], selection: Selection = _ALL, slo: Slo | None = None) -> Any:
     """The policy page (``frontier.PolicyPage``) of the selected runs under ``slo`` (None: the default).
 
     Each cached load takes only the settings it depends on: a new SLO rescores the policy page
@@ -212,7 +215,7 @@ def policy_page(path: str, stamp: tuple[int, ...], selection: data.Selection = _
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def lifecycle_intervals(path: str, stamp: tuple[int, ...], selection: data.Selection = _ALL) -> pl.DataFrame:
+def lifecycle_intervals(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> pl.DataFrame:
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.lifecycle_intervals())
@@ -239,7 +242,7 @@ def traces_for_request(path: str, stamp: tuple[int, ...], request_id: str) -> li
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def recent_requests(path: str, stamp: tuple[int, ...], limit: int = 50,
-                    selection: data.Selection = _ALL) -> pl.DataFrame:
+                    selection: Selection = _ALL) -> pl.DataFrame:
     """A few requests to pick from in the trace explorer (the slowest first)."""
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:

@@ -1,9 +1,9 @@
 """Episode timelines: one picture per restoration, each separate event a labelled mark.
 
-Pure builders: a detail from ``dashboard.data`` in, a Plotly figure out. Event names are the
-markers' text (so they are in the figure spec, not only drawn), times are seconds from t0. Text
-from the spans (models, policies, wake paths, request ids, event details) goes through
-``figures.literal`` first: Plotly draws it as written, never as a link or markup.
+Pure builders: a detail from ``dashboard.episodes`` or ``dashboard.pressure`` in, a Plotly figure
+out. Event names are the markers' text (so they are in the figure spec, not only drawn), times are
+seconds from t0. Text from the spans (models, policies, wake paths, request ids, event details)
+goes through ``figures.literal`` first: Plotly draws it as written, never as a link or markup.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from restorelens.dashboard import palette
-from restorelens.dashboard.data import UNNAMED_POLICY, EpisodePressure, LendingDetail, WakeDetail
+from restorelens.dashboard.episodes import LendingDetail, WakeDetail
+from restorelens.dashboard.labels import UNNAMED_POLICY
+from restorelens.dashboard.pressure import EpisodePressure
 from restorelens.dashboard.figures import literal, literals
 
 __all__ = ["EVENT_COLOURS", "hint_scatter", "lending_timeline", "pressure_timeline", "wake_timeline"]

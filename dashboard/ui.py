@@ -20,7 +20,8 @@ import streamlit as st
 
 from restorelens.analysis import Slo
 from restorelens.analysis.views import PERCENTILE_METHODS
-from restorelens.dashboard import data, figures, queries, source, timelines
+from restorelens.dashboard import environment, episodes, figures, overview, queries, selection, source, timelines, uploads
+from restorelens.dashboard.segments import SEGMENTS
 from restorelens.errors import InputError, RestorelensError
 
 __all__ = ["NO_SCRAPES", "current_store", "engine_pressure", "guarded", "limits_in_use", "pick", "plain",
@@ -41,7 +42,7 @@ _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 #: What GitHub-flavoured markdown links by itself (a bare URL, www., an e-mail address), escaped or
 #: not: Streamlit finds them in the text after the escapes are read.
 _AUTOLINKED = re.compile(r"://|www\.|@|mailto:|xmpp:", re.IGNORECASE)
-#: The sidebar's settings for every page (``data.Settings``), set by ``settings_sidebar``.
+#: The sidebar's settings for every page (``selection.Settings``), set by ``settings_sidebar``.
 _SETTINGS_KEY = "settings"
 #: The run filter: URL parameter, ``Selection`` field, the runs' column, its label.
 _FILTERS = (("scenario", "scenarios", "scenario", "Scenario"), ("policy", "policies", "policy", "Policy"),
@@ -76,7 +77,7 @@ def source_picker() -> None:
     never the --db store in its place. A caption under the choice says which store is shown, and
     the window (--since, --until, --run) the --db store is read for.
     """
-    db = os.environ.get(source.DB_ENV)
+    db = os.environ.get(environment.DB_ENV)
     samples = source.sample_files()
     options = [name for name, present in ((_SOURCE_DB, db), (_SOURCE_SAMPLES, samples), (_SOURCE_UPLOAD, True))
                if present]
@@ -84,7 +85,7 @@ def source_picker() -> None:
         choice = st.radio("Spans from", options, key="source")
         try:
             if choice == _SOURCE_DB:
-                window = source.configured_window().describe()
+                window = environment.configured_window().describe()
                 _show(db, f"the store {db} (read-only)" + (f", {window}" if window else ""))
             elif choice == _SOURCE_SAMPLES:
                 stamps = tuple(int(p.stat().st_mtime_ns) for p in samples)
@@ -119,7 +120,7 @@ def settings_sidebar() -> None:
                 values = st.multiselect(label, options, key=key, placeholder="all")
                 chosen[field_name] = tuple(values)
                 _keep_in_url(param, [str(v) for v in values])
-            shown = data.selected_runs(runs, data.Selection(**chosen))
+            shown = selection.selected_runs(runs, selection.Selection(**chosen))
             total = runs["run_id"].n_unique()
             st.caption(f"Showing {total if shown is None else len(shown)} of {total} runs.")
         st.subheader("SLO and percentiles")
@@ -132,14 +133,14 @@ def settings_sidebar() -> None:
                           help="linear: interpolated between ranks; nearest-rank: the value at rank ⌈q·n⌉, "
                                "as the MoFlux study reports them.")
         _keep_in_url(_PERCENTILE, [method] if method != PERCENTILE_METHODS[0] else [])
-    st.session_state[_SETTINGS_KEY] = data.Settings(data.Selection(**chosen), Slo(ttft_s=ttft_s, e2e_s=e2e_s),
-                                                    str(method))
+    st.session_state[_SETTINGS_KEY] = selection.Settings(selection.Selection(**chosen),
+                                                         Slo(ttft_s=ttft_s, e2e_s=e2e_s), str(method))
 
 
-def settings() -> data.Settings:
+def settings() -> selection.Settings:
     """The sidebar's settings (``settings_sidebar``); the defaults for a page run on its own."""
     value = st.session_state.get(_SETTINGS_KEY)
-    return value if isinstance(value, data.Settings) else data.Settings()
+    return value if isinstance(value, selection.Settings) else selection.Settings()
 
 
 def _runs_or_none(path: str | None) -> Any:
@@ -177,7 +178,7 @@ def _keep_in_url(param: str, values: list[str]) -> None:
 def _labels_caption() -> None:
     """Which of the user's attributes the labels are read from (--label, --config), if any."""
     try:
-        labels = source.configured_labels()
+        labels = environment.configured_labels()
     except RestorelensError:
         return  # the pages say so, once, when they open the store
     if labels:
@@ -192,13 +193,13 @@ def _show(path: str | None, what: str = "", *, problem: str | None = None) -> No
 
 
 def _upload_picker() -> None:
-    max_bytes = source.configured_max_upload_bytes()
+    max_bytes = environment.configured_max_upload_bytes()
     upload = st.file_uploader("OTLP JSON or JSON lines (plain, gzip or zstd)", type=_UPLOAD_TYPES, key="upload",
-                              max_upload_size=source.upload_size_mib(max_bytes))
+                              max_upload_size=uploads.upload_size_mib(max_bytes))
     if upload is None:
         _show(None)
         return
-    shown = source.shown_name(upload.name)
+    shown = uploads.shown_name(upload.name)
     attempt = (_digest(upload), upload.name, max_bytes)
     failed = st.session_state.get(_FAILED_UPLOAD_KEY)
     if failed is not None and failed[0] == attempt:
@@ -224,7 +225,7 @@ def current_store() -> str:
     if _STORE_KEY in st.session_state:  # the entrypoint's choice, even none
         path = st.session_state[_STORE_KEY]
     else:  # a page run on its own
-        path = os.environ.get(source.DB_ENV)
+        path = os.environ.get(environment.DB_ENV)
     if not path:
         problem = st.session_state.get(_PROBLEM_KEY)
         if problem:
@@ -260,8 +261,8 @@ def _one_line(exc: BaseException) -> str:
 def limits_in_use() -> tuple[str, ...]:
     """Limits from the CLI (--max), else the defaults with the sidebar's TTFT SLO as the lending
     TTFT limit; editable in the sidebar (one per line). A new SLO starts the defaults again."""
-    configured = source.configured_limits()
-    defaults = configured if configured is not None else data.default_limits(settings().slo)
+    configured = environment.configured_limits()
+    defaults = configured if configured is not None else overview.default_limits(settings().slo)
     default = "\n".join(defaults)
     with st.sidebar:
         text = st.text_area("Limits (view.metric.stat=max, one per line)", value=default,
@@ -275,7 +276,7 @@ def time_bars(segments: Any, total: int, kind: str, key: str) -> None:
     if segments.is_empty():
         return
     drawn = segments["episode"].n_unique()
-    show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], data.SEGMENTS[kind]), key, key)
+    show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], SEGMENTS[kind]), key, key)
     note = f"{drawn} of {total} episodes: the censored first, then the longest. " if drawn < total else ""
     st.caption(note + "Each stretch is named by the instant that ends it; hatched: censored (never completed); "
                "red outline: clock skew between the spans.")
@@ -337,7 +338,7 @@ def engine_pressure(path: str, stamp: tuple[int, ...], episode: dict[str, Any], 
     """The engines' KV-cache usage and queues around an episode, from a little before t0 to its end;
     without any scrape in the store, one line saying how to record them instead of an empty chart."""
     st.subheader("Engine pressure")
-    start_s, end_s = data.episode_window(events)
+    start_s, end_s = episodes.episode_window(events)
     model = episode.get("model")
     pressure = guarded(queries.episode_pressure, path, stamp, model, episode["t0"], start_s, end_s)
     if not pressure.scraped:

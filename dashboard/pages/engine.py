@@ -3,7 +3,9 @@
 import streamlit as st
 
 from restorelens import spans as sc
-from restorelens.dashboard import data, figures, queries, ui
+from restorelens.analysis.report import NO_GATE
+from restorelens.dashboard import figures, queries, ui
+from restorelens.dashboard.labels import NO_CLASS
 
 st.title("Engine")
 path = ui.current_store()
@@ -17,7 +19,7 @@ if not policies:
 
 left, right = st.columns([4, 1])
 chosen = left.multiselect("Policies", list(policies), default=list(policies), key="engine-policies",
-                          help=f"{data.NO_GATE!r}: requests that passed no gate.")
+                          help=f"{NO_GATE!r}: requests that passed no gate.")
 by_policy = right.toggle("Split by policy", key="engine-by-policy")
 if not chosen:
     st.info("Choose at least one policy.")
@@ -44,10 +46,10 @@ if summary.unclassified:
     # the mapping this store is read with (--label, --config): a mapped attribute can be missing too
     mapped = ui.guarded(queries.store_reader, path).labels.get("traffic_class")
     if mapped is None:
-        st.caption(f"{summary.unclassified} requests carry no traffic class ({data.NO_CLASS!r}): map your own "
+        st.caption(f"{summary.unclassified} requests carry no traffic class ({NO_CLASS!r}): map your own "
                    "attribute with `restorelens dashboard --label traffic_class=ATTR`.")
     else:
-        st.caption(f"{summary.unclassified} requests carry no traffic class ({data.NO_CLASS!r}): the mapped "
+        st.caption(f"{summary.unclassified} requests carry no traffic class ({NO_CLASS!r}): the mapped "
                    f"attribute {ui.plain(mapped)} ({ui.plain(f'traffic_class = {mapped}')}, from --label or "
                    f"--config) is absent on them, and so is restorelens's own `{sc.ATTR_TRAFFIC_CLASS}`.")
 

@@ -3,7 +3,8 @@ row per span), and follow the span links between a request and the restoration o
 
 import streamlit as st
 
-from restorelens.dashboard import data, queries, ui
+from restorelens.analysis.report import with_no_gate
+from restorelens.dashboard import queries, ui
 from restorelens.dashboard.waterfall import (LINKING_SPANS, MAX_WATERFALL_SPANS, MIN_BAR_SHARE, explorer_link,
                                              linked, waterfall, with_status)
 
@@ -15,7 +16,7 @@ wanted = st.query_params.get("trace") or st.query_params.get("request") or ""
 query = st.text_input("Request id or trace id", value=wanted, key="trace-search").strip()
 if not query:
     st.info("Enter a request id (restore.request_id) or a trace id; the slowest requests are listed below.")
-    st.dataframe(data.with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings().selection)), hide_index=True)
+    st.dataframe(with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings().selection)), hide_index=True)
     st.stop()
 
 trace_ids = ui.guarded(queries.traces_for_request, path, stamp, query)

@@ -2,7 +2,8 @@
 
 import streamlit as st
 
-from restorelens.dashboard import data, queries, timelines, ui
+from restorelens.dashboard import queries, timelines, ui
+from restorelens.dashboard.segments import time_segments
 
 st.title("Wake episodes")
 path = ui.current_store()
@@ -14,7 +15,7 @@ if episodes.is_empty():
     st.stop()
 
 st.subheader("Where the time went")
-ui.time_bars(data.time_segments(episodes, "wake"), episodes.height, "wake", "wake-bars")
+ui.time_bars(time_segments(episodes, "wake"), episodes.height, "wake", "wake-bars")
 
 st.subheader("One episode")
 labels = [f"{row['t0']:%H:%M:%S} · {row['model']} · {row['wake_path']} · hint {row['retry_after_s']} s"

@@ -1,4 +1,5 @@
-"""Fixtures for the dashboard tests: a realistic span store (built once per session) and an empty one."""
+"""Fixtures for the dashboard tests: a realistic span store (built once per session), an empty one,
+and an ``Analysis`` open on the realistic one (per test module)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from restorelens.analysis import Analysis
 
 # dashboard_stores.py sits next to the tests; --import-mode=importlib does not put this folder on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,6 +27,13 @@ from dashboard_stores import (  # noqa: E402
 def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("dashboard-store")
     return build_store(work / "spans.duckdb", work)
+
+
+@pytest.fixture(scope="module")
+def analysis(store_path: Path) -> Analysis:
+    opened = Analysis.open(store_path)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture(scope="session")

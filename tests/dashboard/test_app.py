@@ -15,7 +15,7 @@ from experiment_store import experiment_store_path  # noqa: F401 (a fixture)
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import queries, source
+from restorelens.dashboard import environment, queries, source
 from restorelens.errors import InputError
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
@@ -29,7 +29,7 @@ def fresh_caches() -> None:
 
 def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, str(store_path))
+    monkeypatch.setenv(environment.DB_ENV, str(store_path))
     app = AppTest.from_file(str(APP), default_timeout=60).run()
     assert not app.exception
     assert app.title[0].value == "Recovery overview"
@@ -45,7 +45,7 @@ def test_the_entrypoint_opens_the_overview_and_switches_pages(store_path: Path,
 
 
 def test_without_db_the_entrypoint_offers_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     monkeypatch.setattr(source, "SAMPLE_DIR", Path("/nonexistent-restorelens-samples"))
     app = AppTest.from_file(str(APP), default_timeout=60).run()
     assert not app.exception
@@ -57,7 +57,7 @@ def test_an_uploaded_jsonl_file_becomes_a_readable_store(tmp_path: Path) -> None
     (jsonl, *_) = moflux_files(tmp_path)
     payload = jsonl.read_bytes()
     path = Path(queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "../../etc/run.jsonl",
-                                       source.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload)))
+                                       environment.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload)))
     # in this process's folder; the upload's name is no part of any path (tests/dashboard/test_upload.py)
     assert path.parent.parent == source.work_folder() and path.parent.name.startswith("upload-")
     assert {p.name for p in path.parent.iterdir()} <= {"spans.duckdb", "spans.duckdb.wal"}
@@ -97,7 +97,7 @@ def test_the_store_stamp_changes_when_spans_are_written(tmp_path: Path) -> None:
 
 
 def test_the_repository_sample_traces_show_wake_and_lending_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     assert source.sample_files(), f"no sample traces in {source.SAMPLE_DIR}"
     app = AppTest.from_file(str(APP), default_timeout=120).run()
     assert not app.exception
@@ -114,7 +114,7 @@ def test_the_repository_sample_traces_show_wake_and_lending_episodes(monkeypatch
 
 def test_the_sidebar_filter_from_the_link_narrows_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
     """A link naming a scenario and a policy opens the pages on those runs only, and keeps them."""
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     app = AppTest.from_file(str(APP), default_timeout=120)
     app.query_params["scenario"] = "moflux-balanced"
     app.query_params["policy"] = "lend"
@@ -153,7 +153,7 @@ def test_a_lending_episodes_borrowed_slots_return_to_zero_once_drained() -> None
 
 
 def test_the_lifecycle_page_shows_the_chosen_runs_lanes_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     app = AppTest.from_file(str(APP), default_timeout=120)
     app.query_params["scenario"] = "modelclaim-move"
     app.run()
@@ -167,7 +167,7 @@ def test_the_lifecycle_page_shows_the_chosen_runs_lanes_only(monkeypatch: pytest
 @pytest.mark.parametrize("value", ["5000", "3600.5", "nan", "inf", "-1", "1e400", "abc"])
 def test_an_slo_from_the_link_the_sidebar_cannot_take_is_the_default(value: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     app = AppTest.from_file(str(APP), default_timeout=120)
     app.query_params["slo_ttft_s"] = value
     app.query_params["percentile"] = "bogus"
@@ -179,7 +179,7 @@ def test_an_slo_from_the_link_the_sidebar_cannot_take_is_the_default(value: str,
 
 def test_the_sidebar_slo_rescores_the_policy_page(experiment_store_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, str(experiment_store_path))
+    monkeypatch.setenv(environment.DB_ENV, str(experiment_store_path))
 
     def frontier_x(ttft_s: float) -> list[float]:
         app = AppTest.from_file(str(APP), default_timeout=120)
@@ -208,7 +208,7 @@ def test_the_dashboard_reads_chdb_as_it_reads_the_duckdb_store(tmp_path: Path,
     assert CliRunner().invoke(cli, ["export", "--db", duck, "--to", chdb]).exit_code == 0
     seen = {}
     for store in (duck, chdb):
-        monkeypatch.setenv(source.DB_ENV, store)
+        monkeypatch.setenv(environment.DB_ENV, store)
         app = AppTest.from_file(str(APP), default_timeout=120).run()
         assert not app.exception, [e.value for e in app.exception]
         counts = {m.label: m.value for m in app.metric}

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from restorelens.cli import cli
 from restorelens.dashboard import cli as dashboard_cli
-from restorelens.dashboard.source import DB_ENV, LABELS_ENV, LIMITS_ENV, MAX_UPLOAD_ENV, WINDOW_ENV
+from restorelens.dashboard.environment import DB_ENV, LABELS_ENV, LIMITS_ENV, MAX_UPLOAD_ENV, WINDOW_ENV
 
 
 def invoke(*args: str):
@@ -99,7 +99,7 @@ def test_the_label_mapping_reaches_the_app_as_data_the_flag_winning_over_the_fil
         store_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
-    from restorelens.dashboard.source import LABELS_ENV, configured_labels
+    from restorelens.dashboard.environment import LABELS_ENV, configured_labels
 
     config = tmp_path / "restorelens.toml"
     config.write_text('[gate]\nport = 1\n\n[analysis.labels]\ntraffic_class = "app.class"\n'
@@ -160,7 +160,7 @@ def test_a_bad_config_file_is_one_line_naming_it(store_path: Path, tmp_path: Pat
     ('{"tier": "app.tier"}', "unknown label 'tier'"),
 ])
 def test_the_app_checks_the_mapping_it_is_handed(monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
-    from restorelens.dashboard.source import LABELS_ENV, configured_labels
+    from restorelens.dashboard.environment import LABELS_ENV, configured_labels
     from restorelens.errors import SettingError
 
     monkeypatch.setenv(LABELS_ENV, value)
@@ -187,7 +187,7 @@ def test_the_window_reaches_the_app_as_data(store_path: Path, monkeypatch: pytes
     import json
 
     from restorelens.analysis.window import Window
-    from restorelens.dashboard.source import WINDOW_ENV, configured_window
+    from restorelens.dashboard.environment import WINDOW_ENV, configured_window
 
     argv, env = handed_over(monkeypatch, "--db", str(store_path), "--since", "2026-01-01T00:00:00Z",
                             "--until", "2026-01-01T02:00:00+01:00", "--run", "lend-1", "--run", "it's; drop")
@@ -237,7 +237,7 @@ def test_a_bad_window_is_one_line_before_streamlit_starts_as_in_report(
     ('{"runs": ["' + "r" * 70_000 + '"]}', "longer than 65536 characters"),
 ])
 def test_the_app_checks_the_window_it_is_handed(monkeypatch: pytest.MonkeyPatch, value: str, problem: str) -> None:
-    from restorelens.dashboard.source import WINDOW_ENV, configured_window
+    from restorelens.dashboard.environment import WINDOW_ENV, configured_window
     from restorelens.errors import SettingError
 
     monkeypatch.setenv(WINDOW_ENV, value)

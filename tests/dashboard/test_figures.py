@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import data, figures, palette
-
-
-@pytest.fixture(scope="module")
-def analysis(store_path: Path) -> Analysis:
-    opened = Analysis.open(store_path)
-    yield opened
-    opened.close()
+from restorelens.dashboard import figures, palette
+from restorelens.dashboard.engine import distribution_curves
+from restorelens.dashboard.overview import WAKE_METRICS
+from restorelens.dashboard.segments import SEGMENTS, WAKE_SEGMENTS, time_segments
 
 
 def test_time_bars_draw_one_bar_per_episode_stacked_in_time_order(analysis: Analysis) -> None:
     wakes = analysis.wake_episodes()
-    segments = data.time_segments(wakes, "wake")
-    figure = figures.time_bars(segments, "wakes", data.SEGMENTS["wake"])
+    segments = time_segments(wakes, "wake")
+    figure = figures.time_bars(segments, "wakes", SEGMENTS["wake"])
     # legend: the stretches in causal order, each once, in the palette's colour
-    assert [trace.name for trace in figure.data] == [e for e in data.WAKE_SEGMENTS if e in set(segments["event"])]
+    assert [trace.name for trace in figure.data] == [e for e in WAKE_SEGMENTS if e in set(segments["event"])]
     assert all(trace.marker.color == palette.EVENTS[trace.name] for trace in figure.data)
     bars = {y for trace in figure.data for y in trace.y}
     assert len(bars) == wakes.height
@@ -45,8 +39,8 @@ def test_a_censored_or_skewed_episode_is_marked_on_its_bar() -> None:
                              "run_id": [None, "r"], "grant_restore_s": [0.5, 1.0], "drain_s": [2.0, None],
                              "engine_schedule_s": [0.25, None], "ttft_s": [3.0, None], "censored": [False, True],
                              "clock_skew": [True, False]})
-    segments = data.time_segments(episodes, "lending")
-    figure = figures.time_bars(segments, "lending", data.SEGMENTS["lending"])
+    segments = time_segments(episodes, "lending")
+    figure = figures.time_bars(segments, "lending", SEGMENTS["lending"])
     censored = [y for y in segments.filter(pl.col("censored"))["episode"]]
     assert censored and all("censored" in y for y in censored)
     grant = next(trace for trace in figure.data if trace.name == "grant restored")
@@ -59,7 +53,7 @@ def test_a_censored_or_skewed_episode_is_marked_on_its_bar() -> None:
 
 def test_the_overview_distributions_are_ecdfs_per_wake_path(analysis: Analysis) -> None:
     wakes = analysis.wake_episodes()
-    curves = data.distribution_curves(wakes, ("wake_path",), data.WAKE_METRICS)
+    curves = distribution_curves(wakes, ("wake_path",), WAKE_METRICS)
     figure = figures.engine_distributions(curves, figures.WAKE_TITLES, ("wake path",), known=palette.WAKE_PATHS,
                                           what="episodes")
     shown = [trace for trace in figure.data if trace.showlegend]

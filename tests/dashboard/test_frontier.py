@@ -21,10 +21,11 @@ from experiment_store import EXPERIMENT_ARMS, EXPERIMENT_SEEDS, experiment_store
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import FRONTIER_AXES, GATES, Analysis, Slo, nearest_rank
-from restorelens.analysis.study import StudyTable, score
-from restorelens.dashboard import frontier, palette, source
-from restorelens.dashboard.data import NO_GATE, NO_WORKLOAD
+from restorelens.analysis.report import NO_GATE
+from restorelens.dashboard import environment, frontier, palette
 from restorelens.dashboard.figures import literal
+from restorelens.dashboard.labels import NO_WORKLOAD
+from restorelens.analysis.study import StudyTable, score
 
 
 def frames(path: Path, slo: Slo | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -201,9 +202,9 @@ PAGE = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "policies.p
 
 
 def run_policy_page(store: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
-    monkeypatch.setenv(source.DB_ENV, str(store))
-    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
-    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    monkeypatch.setenv(environment.DB_ENV, str(store))
+    monkeypatch.delenv(environment.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(environment.LABELS_ENV, raising=False)
     st.cache_data.clear()
     app = AppTest.from_file(str(PAGE), default_timeout=60)
     app.run()

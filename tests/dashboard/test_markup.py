@@ -20,7 +20,12 @@ import pytest
 from dashboard_stores import HOSTILE
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import data, figures, frontier, lifecycle, palette, timelines
+from restorelens.dashboard import figures, frontier, lifecycle, palette, timelines
+from restorelens.dashboard.engine import engine_summary
+from restorelens.dashboard.episodes import lending_detail, wake_detail
+from restorelens.dashboard.overview import overview
+from restorelens.dashboard.pressure import episode_pressure
+from restorelens.dashboard.segments import SEGMENTS
 from restorelens.dashboard.waterfall import waterfall
 
 #: Tags our own templates and hover texts use; any other tag in a figure came from the data.
@@ -63,12 +68,12 @@ def hostile_figures(hostile_store_path: Path) -> dict[str, go.Figure]:
     """Every figure the pages draw, built from the hostile store the way the pages build them."""
     with Analysis.open(hostile_store_path) as analysis:
         built: dict[str, go.Figure] = {}
-        overview = data.overview(analysis, include_requests=True)
-        for kind, segments in (("lending", overview.lending_segments), ("wake", overview.wake_segments)):
-            built[f"{kind} bars"] = figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], data.SEGMENTS[kind])
-        built["lending ecdf"] = figures.engine_distributions(overview.lending_curves, figures.LENDING_TITLES,
+        shown = overview(analysis, include_requests=True)
+        for kind, segments in (("lending", shown.lending_segments), ("wake", shown.wake_segments)):
+            built[f"{kind} bars"] = figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], SEGMENTS[kind])
+        built["lending ecdf"] = figures.engine_distributions(shown.lending_curves, figures.LENDING_TITLES,
                                                              ("policy",), known=palette.POLICIES)
-        built["wake ecdf"] = figures.engine_distributions(overview.wake_curves, figures.WAKE_TITLES, ("wake path",),
+        built["wake ecdf"] = figures.engine_distributions(shown.wake_curves, figures.WAKE_TITLES, ("wake path",),
                                                           known=palette.WAKE_PATHS)
         page = frontier.policy_page(analysis.policy_summary(), analysis.requests(), analysis.lending_episodes())
         built["frontier"] = frontier.frontier_figure(page)
@@ -81,21 +86,21 @@ def hostile_figures(hostile_store_path: Path) -> dict[str, go.Figure]:
         built["waterfall"] = waterfall(analysis.trace(request["trace_id"]))
         episode = analysis.lending_episodes().row(0, named=True)
         gates = analysis.view("gate_requests").select("run_id", "policy", "slot", "grant_ns", "end_ns")
-        built["lending timeline"] = timelines.lending_timeline(data.lending_detail(episode, gates))
+        built["lending timeline"] = timelines.lending_timeline(lending_detail(episode, gates))
         wakes = analysis.wake_episodes()
         for wake in wakes.iter_rows(named=True):
             typed = analysis.view("typed_model_wakes").filter(pl.col("span_id") == wake["span_id"])
             attempts = analysis.attempts().filter(pl.col("trace_id") == wake["request_trace_id"])
-            detail = data.wake_detail(wake, typed.row(0, named=True) if typed.height else None, attempts)
+            detail = wake_detail(wake, typed.row(0, named=True) if typed.height else None, attempts)
             built[f"wake timeline {wake['wake_path'][:12]}"] = timelines.wake_timeline(detail)
         built["hint scatter"] = timelines.hint_scatter(wakes)
-        engine = data.engine_summary(analysis.engine_requests(), by_policy=True)
+        engine = engine_summary(analysis.engine_requests(), by_policy=True)
         built["engine distributions"] = figures.engine_distributions(engine.curves)
         t0_ns = 1_000_000_000_000
         scrapes = pl.DataFrame({"at_ns": [t0_ns, t0_ns + 10**9], "target": [HOSTILE] * 2, "model_name": [HOSTILE] * 2,
                                 "engine_index": ["0", "1"], "running": [1.0, 2.0], "waiting": [0.0, 1.0],
                                 "kv_cache_usage_fraction": [0.5, 0.75], "preemptions_total": [0.0, 0.0]})
-        built["pressure timeline"] = timelines.pressure_timeline(data.episode_pressure(scrapes, HOSTILE, t0_ns,
+        built["pressure timeline"] = timelines.pressure_timeline(episode_pressure(scrapes, HOSTILE, t0_ns,
                                                                                        -5.0, 5.0))
     return built
 

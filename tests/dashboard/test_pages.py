@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from restorelens.analysis import Analysis, percentiles_of
 from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 from restorelens.collector import load_paths
-from restorelens.dashboard import figures, source, ui
+from restorelens.dashboard import environment, figures, source, ui
 from restorelens.gate.modelclaim.phases import PHASES
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
@@ -31,33 +31,33 @@ def fresh_caches() -> None:
 
 @pytest.fixture
 def on_store(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(source.DB_ENV, str(store_path))
-    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
-    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    monkeypatch.setenv(environment.DB_ENV, str(store_path))
+    monkeypatch.delenv(environment.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(environment.LABELS_ENV, raising=False)
     return store_path
 
 
 @pytest.fixture
 def on_engine_store(engine_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(source.DB_ENV, str(engine_store_path))
-    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
-    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    monkeypatch.setenv(environment.DB_ENV, str(engine_store_path))
+    monkeypatch.delenv(environment.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(environment.LABELS_ENV, raising=False)
     return engine_store_path
 
 
 @pytest.fixture
 def on_gateless_store(gateless_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(source.DB_ENV, str(gateless_store_path))
-    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
-    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    monkeypatch.setenv(environment.DB_ENV, str(gateless_store_path))
+    monkeypatch.delenv(environment.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(environment.LABELS_ENV, raising=False)
     return gateless_store_path
 
 
 @pytest.fixture
 def on_armless_store(armless_store_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv(source.DB_ENV, str(armless_store_path))
-    monkeypatch.delenv(source.LIMITS_ENV, raising=False)
-    monkeypatch.delenv(source.LABELS_ENV, raising=False)
+    monkeypatch.setenv(environment.DB_ENV, str(armless_store_path))
+    monkeypatch.delenv(environment.LIMITS_ENV, raising=False)
+    monkeypatch.delenv(environment.LABELS_ENV, raising=False)
     return armless_store_path
 
 
@@ -108,7 +108,7 @@ def test_overview_shows_counts_statistics_and_broken_limits(on_store: Path) -> N
 
 
 def test_overview_limits_come_from_the_cli(on_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.LIMITS_ENV, "wake.overshoot_s.max=100;lending.drain_s.max=100")
+    monkeypatch.setenv(environment.LIMITS_ENV, "wake.overshoot_s.max=100;lending.drain_s.max=100")
     app = run_page("overview")
     assert not app.error
     assert any("Every limit holds" in s.value for s in app.success)
@@ -193,7 +193,7 @@ def test_an_unknown_trace_is_a_message(on_store: Path) -> None:
 @pytest.mark.parametrize("page", ["overview", "lending", "wakes", "engine", "policies", "lifecycle", "traces"])
 def test_every_page_on_an_empty_store_says_so(page: str, empty_store_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, str(empty_store_path))
+    monkeypatch.setenv(environment.DB_ENV, str(empty_store_path))
     app = run_page(page)
     assert app.info, f"{page}: no message"
     assert not app.get("plotly_chart")
@@ -203,13 +203,13 @@ def test_every_page_on_an_empty_store_says_so(page: str, empty_store_path: Path,
 def test_an_invalid_file_is_one_error_line(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bogus = tmp_path / "notes.duckdb"
     bogus.write_text("not a database\n")
-    monkeypatch.setenv(source.DB_ENV, str(bogus))
+    monkeypatch.setenv(environment.DB_ENV, str(bogus))
     app = run_page(page)
     assert len(app.error) == 1 and str(bogus) in seen(app.error[0].value)
 
 
 def test_without_a_store_the_page_explains_how_to_get_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     app = run_page("overview")
     assert "restorelens dashboard --db FILE" in app.info[0].value
 
@@ -233,7 +233,7 @@ def test_text_from_the_spans_shows_as_written(tmp_path: Path, monkeypatch: pytes
     spans = tmp_path / "spans.jsonl"
     spans.write_text(sample.read_text().replace('"restorelens-sim"', json.dumps(INJECTED)))
     load_paths([spans], tmp_path / "spans.duckdb")
-    monkeypatch.setenv(source.DB_ENV, str(tmp_path / "spans.duckdb"))
+    monkeypatch.setenv(environment.DB_ENV, str(tmp_path / "spans.duckdb"))
     with Analysis.open(tmp_path / "spans.duckdb") as analysis:
         trace_id = analysis.requests()["trace_id"][0]
     app = run_page("traces", trace=trace_id)
@@ -314,7 +314,7 @@ def test_the_engine_page_covers_an_app_calling_vllm_with_no_gate(on_gateless_sto
 
 def test_the_label_mapping_reaches_the_analysis_the_pages_open(on_gateless_store: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"traffic_class": GATELESS_TIER}))
+    monkeypatch.setenv(environment.LABELS_ENV, json.dumps({"traffic_class": GATELESS_TIER}))
     app = run_page("engine")
     shown = table(app).filter(pl.col("metric") == "queue_s")
     assert dict(shown.select("traffic_class", "count").rows()) == {"premium": 3, "standard": 2}
@@ -324,14 +324,14 @@ def test_the_label_mapping_reaches_the_analysis_the_pages_open(on_gateless_store
 
 def test_a_mapped_class_attribute_absent_on_the_requests_is_named(on_gateless_store: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"traffic_class": "app.class"}))
+    monkeypatch.setenv(environment.LABELS_ENV, json.dumps({"traffic_class": "app.class"}))
     app = run_page("engine")
     (hint,) = [seen(c.value) for c in app.caption if "carry no traffic class" in c.value]
     assert hint.startswith(f"{len(GATELESS)} requests carry no traffic class ('no class'): the mapped attribute "
                            "app.class (traffic_class = app.class, from --label or --config) is absent on them")
     assert "--label traffic_class=ATTR" not in hint and "map your own" not in hint
     # a mapping of other labels only leaves the class unmapped: the hint says how to map it
-    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"workload": "app.env"}))
+    monkeypatch.setenv(environment.LABELS_ENV, json.dumps({"workload": "app.env"}))
     st.cache_resource.clear()
     app = run_page("engine")
     (hint,) = [seen(c.value) for c in app.caption if "carry no traffic class" in c.value]
@@ -340,10 +340,10 @@ def test_a_mapped_class_attribute_absent_on_the_requests_is_named(on_gateless_st
 
 def test_a_bad_label_mapping_in_the_environment_is_one_error_line(on_gateless_store: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.LABELS_ENV, json.dumps({"tier": GATELESS_TIER}))
+    monkeypatch.setenv(environment.LABELS_ENV, json.dumps({"tier": GATELESS_TIER}))
     app = run_page("engine")
     assert len(app.error) == 1
-    assert source.LABELS_ENV in seen(app.error[0].value) and "unknown label" in seen(app.error[0].value)
+    assert environment.LABELS_ENV in seen(app.error[0].value) and "unknown label" in seen(app.error[0].value)
 
 
 def test_a_store_without_episodes_points_at_the_engine_page(on_gateless_store: Path) -> None:
@@ -355,7 +355,7 @@ def test_a_store_without_episodes_points_at_the_engine_page(on_gateless_store: P
 def test_engine_limits_are_checked_on_a_store_without_episodes(on_gateless_store: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     # the gateless requests' queues are 0.5, 0.25, 1, 2 and 0.125 s: p95 1.8 s, one of them over 1 s
-    monkeypatch.setenv(source.LIMITS_ENV, "engine.queue_s.p95=1;lending.ttft_s.p95=5")
+    monkeypatch.setenv(environment.LIMITS_ENV, "engine.queue_s.p95=1;lending.ttft_s.p95=5")
     app = run_page("overview")
     assert any("the Engine page" in i.value for i in app.info)
     assert [s.value for s in app.subheader] == ["Limits"]  # and no empty episode sections below
@@ -366,7 +366,7 @@ def test_engine_limits_are_checked_on_a_store_without_episodes(on_gateless_store
     breaches = table(app)
     assert set(breaches["limit"]) == {"engine.queue_s.p95=1"} and set(breaches["view"]) == {"engine"}
     assert sorted(breaches["id"]) == sorted(over["trace_id"]) and over.height == 1
-    monkeypatch.setenv(source.LIMITS_ENV, "engine.queue_s.p95=5")
+    monkeypatch.setenv(environment.LIMITS_ENV, "engine.queue_s.p95=5")
     app = run_page("overview")
     assert not app.error and [s.value for s in app.success] == ["Every limit holds: engine\\.queue\\_s\\.p95\\=5"]
 
@@ -400,14 +400,14 @@ def test_a_wake_episode_shows_its_models_engines_pressure_from_before_t0(on_engi
 def test_a_lending_episode_shows_the_scrapes_of_its_models_engine(on_engine_store: Path) -> None:
     from dashboard_stores import MOFLUX_MODEL
 
-    from restorelens.dashboard import data
+    from restorelens.dashboard.episodes import episode_window, lending_events
 
     with Analysis.open(on_engine_store) as analysis:
         episode = analysis.lending_episodes().row(-1, named=True)
     app = run_page("lending", episode=episode["span_id"])
     _bars, timeline, pressure = specs(app)
     assert MOFLUX_MODEL in pressure["layout"]["title"]["text"]
-    start_s, end_s = data.episode_window(data.lending_events(episode))
+    start_s, end_s = episode_window(lending_events(episode))
     t0_s = (episode["t0"] - episode["t0"].replace(minute=0, second=0, microsecond=0)).total_seconds()
     expected = [k / 2 - t0_s for k in range(300) if start_s <= k / 2 - t0_s <= end_s]
     running = next(t for t in pressure["data"] if t["name"] == "http://moflux:8000/metrics running")

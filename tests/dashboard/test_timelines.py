@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 
 from restorelens.analysis import Analysis
-from restorelens.dashboard import data, timelines
-
-
-@pytest.fixture(scope="module")
-def analysis(store_path: Path) -> Analysis:
-    opened = Analysis.open(store_path)
-    yield opened
-    opened.close()
+from restorelens.dashboard import timelines
+from restorelens.dashboard.episodes import LENDING_EVENTS, lending_detail, wake_detail
 
 
 def labelled_marks(figure) -> dict[str, float]:
@@ -28,10 +20,10 @@ def labelled_marks(figure) -> dict[str, float]:
 
 def test_lending_timeline_marks_the_five_events_over_the_occupancy(analysis: Analysis) -> None:
     episode = analysis.lending_episodes().row(0, named=True)
-    detail = data.lending_detail(episode, analysis.view("gate_requests"))
+    detail = lending_detail(episode, analysis.view("gate_requests"))
     figure = timelines.lending_timeline(detail)
     marks = labelled_marks(figure)
-    assert set(marks) == set(data.LENDING_EVENTS)
+    assert set(marks) == set(LENDING_EVENTS)
     assert marks["borrowed drained"] == pytest.approx(episode["drain_s"])
     steps = {trace.name: trace for trace in figure.data if trace.name in ("own slots", "borrowed slots")}
     assert set(steps) == {"own slots", "borrowed slots"}
@@ -44,7 +36,7 @@ def test_wake_timeline_shades_the_overshoot_and_labels_each_retry(analysis: Anal
     cold = wakes.filter(pl.col("wake_path") == "cold-start").row(0, named=True)
     typed = analysis.view("typed_model_wakes").filter(pl.col("span_id") == cold["span_id"]).row(0, named=True)
     attempts = analysis.attempts().filter(pl.col("trace_id") == cold["request_trace_id"])
-    figure = timelines.wake_timeline(data.wake_detail(cold, typed, attempts))
+    figure = timelines.wake_timeline(wake_detail(cold, typed, attempts))
     marks = labelled_marks(figure)
     for label in ("first 503", "wake start", "engine ready", "readiness observed", "retry 1 → 503",
                   "retry 2 → 503", "success 200", "first token", "Retry-After elapses"):
@@ -59,7 +51,7 @@ def test_wake_timeline_without_a_ready_engine_has_no_band() -> None:
                "observed_s": None, "overshoot_s": None, "total_s": None, "model": "m", "wake_path": "in-place"}
     episode["t0"] = pl.select(episode["t0"]).item()
     attempts = pl.DataFrame(schema={"start": pl.Datetime("ns"), "attempt_index": pl.Int64, "status_code": pl.Int64})
-    figure = timelines.wake_timeline(data.wake_detail(episode, None, attempts))
+    figure = timelines.wake_timeline(wake_detail(episode, None, attempts))
     assert not [shape for shape in figure.layout.shapes if shape.type == "rect"]
     assert set(labelled_marks(figure)) == {"first 503", "Retry-After elapses"}
 

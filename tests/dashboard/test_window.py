@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis.window import Window
 from restorelens.cli import cli
-from restorelens.dashboard import queries, source
+from restorelens.dashboard import environment, queries, source
 from restorelens.errors import SettingError
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
@@ -30,7 +30,7 @@ RUNS = ("sample-moflux-balanced-lend", "sample-modelclaim-move")
 def fresh_caches(monkeypatch: pytest.MonkeyPatch) -> None:
     st.cache_data.clear()
     st.cache_resource.clear()
-    for name in (source.WINDOW_ENV, source.LABELS_ENV, source.LIMITS_ENV):
+    for name in (environment.WINDOW_ENV, environment.LABELS_ENV, environment.LIMITS_ENV):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -59,9 +59,9 @@ def frames(path: str) -> dict[str, pl.DataFrame]:
 def test_the_cli_store_is_read_for_the_runs_of_the_window(stores: dict[str, str], kind: str,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     path = stores[kind]
-    monkeypatch.setenv(source.DB_ENV, path)
+    monkeypatch.setenv(environment.DB_ENV, path)
     whole = frames(path)
-    monkeypatch.setenv(source.WINDOW_ENV, source.window_env_value(Window(runs=RUNS)))
+    monkeypatch.setenv(environment.WINDOW_ENV, environment.window_env_value(Window(runs=RUNS)))
     windowed = frames(path)
     for name, frame in whole.items():
         expected = frame.filter(pl.col("run_id").is_in(RUNS))
@@ -75,30 +75,30 @@ def test_the_cli_store_is_read_for_the_time_of_the_window(stores: dict[str, str]
     """The sample traces start at 2026-01-01T00:00:00Z: a window from one second on drops the
     traces begun in that second, and one ending before it holds nothing."""
     path = stores[kind]
-    monkeypatch.setenv(source.DB_ENV, path)
+    monkeypatch.setenv(environment.DB_ENV, path)
     whole = frames(path)["requests"]
-    monkeypatch.setenv(source.WINDOW_ENV, source.window_env_value(Window(since_ns=1_767_225_601 * 10**9)))
+    monkeypatch.setenv(environment.WINDOW_ENV, environment.window_env_value(Window(since_ns=1_767_225_601 * 10**9)))
     later = frames(path)["requests"]
     assert 0 < later.height < whole.height
-    monkeypatch.setenv(source.WINDOW_ENV, source.window_env_value(Window(until_ns=1_767_225_600 * 10**9)))
+    monkeypatch.setenv(environment.WINDOW_ENV, environment.window_env_value(Window(until_ns=1_767_225_600 * 10**9)))
     assert frames(path)["requests"].is_empty()
 
 
 def test_the_sample_traces_and_an_upload_are_read_whole(stores: dict[str, str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, stores["duckdb"])
-    monkeypatch.setenv(source.WINDOW_ENV, source.window_env_value(Window(runs=RUNS[:1])))
+    monkeypatch.setenv(environment.DB_ENV, stores["duckdb"])
+    monkeypatch.setenv(environment.WINDOW_ENV, environment.window_env_value(Window(runs=RUNS[:1])))
     files = source.sample_files()
     samples = queries.sample_store(tuple(map(str, files)), tuple(int(p.stat().st_mtime_ns) for p in files))
     assert frames(samples)["runs"]["run_id"].n_unique() == len(files) > 1
     payload = b"".join((SAMPLES / f"moflux-balanced-{policy}.jsonl").read_bytes() for policy in ("lend", "static"))
     upload = queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "two-runs.jsonl",
-                                    source.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload))
+                                    environment.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload))
     assert set(frames(upload)["requests"]["run_id"]) == {"sample-moflux-balanced-lend", "sample-moflux-balanced-static"}
     # the window is the CLI's store's alone: a broken one stops that store, not the others
-    monkeypatch.setenv(source.WINDOW_ENV, '{"runs": [""]}')
+    monkeypatch.setenv(environment.WINDOW_ENV, '{"runs": [""]}')
     assert frames(samples)["runs"].height == len(files)
-    with pytest.raises(SettingError, match=source.WINDOW_ENV):
+    with pytest.raises(SettingError, match=environment.WINDOW_ENV):
         queries.StoreReader(stores["duckdb"])
 
 
@@ -109,11 +109,11 @@ MARKED_RUN = "![x](https://evil.example/p.png) [click](mailto:me@evil.example) <
 def test_the_sidebar_says_the_window_and_the_pages_show_it(stores: dict[str, str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     duck = stores["duckdb"]
-    monkeypatch.setenv(source.DB_ENV, duck)
+    monkeypatch.setenv(environment.DB_ENV, duck)
     window = Window(since_ns=1_767_225_600 * 10**9, until_ns=1_767_229_200 * 10**9, runs=(RUNS[0], MARKED_RUN))
     expected = frames(duck)
     lending = expected["lending"].filter(pl.col("run_id") == RUNS[0]).height
-    monkeypatch.setenv(source.WINDOW_ENV, source.window_env_value(window))
+    monkeypatch.setenv(environment.WINDOW_ENV, environment.window_env_value(window))
     app = AppTest.from_file(str(APP), default_timeout=120).run()
     assert not app.exception, [e.value for e in app.exception]
     captions = [seen(c.value) for c in app.sidebar.caption]
@@ -130,11 +130,11 @@ def test_the_sidebar_says_the_window_and_the_pages_show_it(stores: dict[str, str
 
 def test_a_broken_window_is_one_red_line_and_no_store(stores: dict[str, str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, stores["duckdb"])
-    monkeypatch.setenv(source.WINDOW_ENV, '{"since_ns": 2, "until_ns": 1}')
+    monkeypatch.setenv(environment.DB_ENV, stores["duckdb"])
+    monkeypatch.setenv(environment.WINDOW_ENV, '{"since_ns": 2, "until_ns": 1}')
     app = AppTest.from_file(str(APP), default_timeout=120).run()
     assert not app.exception
     assert [seen(e.value) for e in app.error] == [
-        f"setting {source.WINDOW_ENV} until_ns: must be after {source.WINDOW_ENV} since_ns"]
+        f"setting {environment.WINDOW_ENV} until_ns: must be after {environment.WINDOW_ENV} since_ns"]
     assert "Showing: no store" in [c.value for c in app.sidebar.caption]
     assert not app.metric

@@ -1,14 +1,10 @@
 """Uploads are untrusted: bounded before and after decompression, read by content, never named
-after the user's file, cleaned up; and the process folder holding their stores goes with the process."""
+after the user's file, cleaned up (the process folder holding their stores: test_source.py)."""
 
 from __future__ import annotations
 
 import gzip
 import io
-import os
-import subprocess
-import sys
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -21,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
 from restorelens.dashboard import cli as dashboard_cli
-from restorelens.dashboard import queries, source
+from restorelens.dashboard import environment, queries, source, uploads
 from restorelens.errors import InputError
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
@@ -58,7 +54,7 @@ def test_a_small_gzip_inflating_past_the_limit_is_refused_naming_the_file_and_th
     tracemalloc.start()
     try:
         with pytest.raises(InputError) as caught:
-            source.load_upload(io.BytesIO(payload), "innocent.jsonl", max_bytes=4 * MIB, folder=folder)
+            uploads.load_upload(io.BytesIO(payload), "innocent.jsonl", max_bytes=4 * MIB, folder=folder)
         peak_bytes = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -72,7 +68,7 @@ def test_a_small_gzip_inflating_past_the_limit_is_refused_naming_the_file_and_th
 
 def test_an_upload_larger_than_the_limit_as_sent_is_refused(folder: Path) -> None:
     with pytest.raises(InputError, match=r"^big\.jsonl: the upload is larger than the 1000-byte limit"):
-        source.load_upload(io.BytesIO(b" " * 1001), "big.jsonl", max_bytes=1000, folder=folder)
+        uploads.load_upload(io.BytesIO(b" " * 1001), "big.jsonl", max_bytes=1000, folder=folder)
 
 
 @pytest.mark.parametrize(("name", "compress"), [
@@ -81,7 +77,7 @@ def test_an_upload_larger_than_the_limit_as_sent_is_refused(folder: Path) -> Non
     ("spans.jsonl.gz", lambda data: data),  # plain, named as gzip
 ])
 def test_compression_is_told_by_content_not_by_name(folder: Path, spans_jsonl: bytes, name: str, compress) -> None:
-    path = source.load_upload(io.BytesIO(compress(spans_jsonl)), name, max_bytes=64 * MIB, folder=folder)
+    path = uploads.load_upload(io.BytesIO(compress(spans_jsonl)), name, max_bytes=64 * MIB, folder=folder)
     with Analysis.open(path) as analysis:
         assert analysis.requests().height > 0
 
@@ -94,7 +90,7 @@ def test_compression_is_told_by_content_not_by_name(folder: Path, spans_jsonl: b
 ])
 def test_what_the_upload_does_not_take_is_one_line_naming_the_file(folder: Path, payload: bytes, problem: str) -> None:
     with pytest.raises(InputError) as caught:
-        source.load_upload(io.BytesIO(payload), "run.jsonl", max_bytes=MIB, folder=folder)
+        uploads.load_upload(io.BytesIO(payload), "run.jsonl", max_bytes=MIB, folder=folder)
     assert str(caught.value).startswith("run.jsonl: ") and problem in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
     assert list(folder.iterdir()) == []
@@ -102,25 +98,25 @@ def test_what_the_upload_does_not_take_is_one_line_naming_the_file(folder: Path,
 
 def test_a_load_error_names_the_users_file_not_the_temporary_copy(folder: Path) -> None:
     with pytest.raises(InputError) as caught:
-        source.load_upload(io.BytesIO(b"{\"resourceSpans\": [}\n"), "mine.jsonl", max_bytes=MIB, folder=folder)
+        uploads.load_upload(io.BytesIO(b"{\"resourceSpans\": [}\n"), "mine.jsonl", max_bytes=MIB, folder=folder)
     assert "no OTLP spans could be read: mine.jsonl:1:" in str(caught.value)
     assert "upload.jsonl" not in str(caught.value) and str(folder) not in str(caught.value)
 
 
 def test_a_loaded_upload_keeps_only_its_store(folder: Path, spans_jsonl: bytes) -> None:
-    path = Path(source.load_upload(io.BytesIO(spans_jsonl), "run.jsonl", max_bytes=64 * MIB, folder=folder))
+    path = Path(uploads.load_upload(io.BytesIO(spans_jsonl), "run.jsonl", max_bytes=64 * MIB, folder=folder))
     assert path.parent.parent == folder
     assert {p.name for p in path.parent.iterdir()} <= {"spans.duckdb", "spans.duckdb.wal"}
 
 
 @pytest.mark.parametrize("name", ["é" * 200 + ".jsonl", "../../etc/run.jsonl", "a\nb\x00.jsonl", ""])
 def test_any_name_loads_and_is_shown_short_and_on_one_line(folder: Path, spans_jsonl: bytes, name: str) -> None:
-    path = Path(source.load_upload(io.BytesIO(spans_jsonl), name, max_bytes=64 * MIB, folder=folder))
+    path = Path(uploads.load_upload(io.BytesIO(spans_jsonl), name, max_bytes=64 * MIB, folder=folder))
     assert path.parent.parent == folder  # the name never leaves the folder, nor makes a path
-    shown = source.shown_name(name)
-    assert 0 < len(shown) <= source.MAX_SHOWN_NAME_CHARS and shown.isprintable() and "/" not in shown
+    shown = uploads.shown_name(name)
+    assert 0 < len(shown) <= uploads.MAX_SHOWN_NAME_CHARS and shown.isprintable() and "/" not in shown
     with pytest.raises(InputError) as caught:
-        source.load_upload(io.BytesIO(b"not json"), name, max_bytes=MIB, folder=folder)
+        uploads.load_upload(io.BytesIO(b"not json"), name, max_bytes=MIB, folder=folder)
     assert str(caught.value).startswith(f"{shown}: ")
 
 
@@ -132,62 +128,20 @@ def test_the_upload_store_is_cached_by_content_name_and_limit(folder: Path, span
     assert Path(first).parent.parent == folder
 
 
-# --- the process folder -----------------------------------------------------------------------
-
-
-def _aged(path: Path, age_s: float) -> Path:
-    path.mkdir()
-    (path / "spans.duckdb").write_bytes(b"")
-    then = time.time() - age_s
-    os.utime(path, (then, then))
-    return path
-
-
-def test_stale_folders_go_and_live_or_recent_ones_stay(tmp_path: Path) -> None:
-    day = source.STALE_AGE_S
-    dead = _dead_pid()
-    gone = [_aged(tmp_path / f"restorelens-dashboard-{dead}-old", 2 * day),
-            _aged(tmp_path / "restorelens-upload-abc", 2 * day),  # left by earlier versions, per upload
-            _aged(tmp_path / "restorelens-samples-abc", 2 * day)]
-    kept = [_aged(tmp_path / f"restorelens-dashboard-{dead}-new", 60),
-            _aged(tmp_path / f"restorelens-dashboard-{os.getpid()}-idle", 2 * day),  # a live, idle dashboard
-            _aged(tmp_path / "restorelens-upload-new", 60),
-            _aged(tmp_path / "other-old", 2 * day)]
-    assert sorted(source.remove_stale_folders(tmp_path)) == sorted(gone)
-    assert sorted(p for p in tmp_path.iterdir()) == sorted(kept)
-
-
-def _dead_pid() -> int:
-    process = subprocess.Popen([sys.executable, "-c", "pass"])
-    process.wait()
-    return process.pid
-
-
-def test_the_process_folder_goes_when_the_process_exits_and_stale_ones_at_start(tmp_path: Path) -> None:
-    stale = _aged(tmp_path / f"restorelens-dashboard-{_dead_pid()}-killed", 2 * source.STALE_AGE_S)
-    script = ("from restorelens.dashboard import source; folder = source.work_folder(); "
-              "(folder / 'spans.duckdb').write_bytes(b'x'); print(folder)")
-    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp_path)},
-                          capture_output=True, text=True, check=True, timeout=120)
-    folder = Path(done.stdout.strip())
-    assert folder.parent == tmp_path and folder.name.startswith("restorelens-dashboard-")
-    assert not folder.exists() and not stale.exists()
-
-
 # --- the limit as a setting -------------------------------------------------------------------
 
 
 def test_the_limit_comes_from_the_cli_and_bounds_streamlits_upload_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert dashboard_cli.DEFAULT_MAX_UPLOAD_BYTES == source.DEFAULT_MAX_UPLOAD_BYTES == 256 * MIB
-    monkeypatch.delenv(source.MAX_UPLOAD_ENV, raising=False)
-    assert source.configured_max_upload_bytes() == 256 * MIB
+    assert environment.DEFAULT_MAX_UPLOAD_BYTES == 256 * MIB
+    monkeypatch.delenv(environment.MAX_UPLOAD_ENV, raising=False)
+    assert environment.configured_max_upload_bytes() == 256 * MIB
     argv = dashboard_cli.streamlit_command("127.0.0.1", 1)
     assert argv[argv.index("--server.maxUploadSize") + 1] == "256"  # Streamlit's own default is 200
     argv = dashboard_cli.streamlit_command("127.0.0.1", 1, MIB + 1)
     assert argv[argv.index("--server.maxUploadSize") + 1] == "2"  # whole MiB, rounded up; the app checks bytes
-    monkeypatch.setenv(source.MAX_UPLOAD_ENV, "lots")
-    with pytest.raises(Exception, match=f"setting {source.MAX_UPLOAD_ENV}: 'lots' is not a whole number"):
-        source.configured_max_upload_bytes()
+    monkeypatch.setenv(environment.MAX_UPLOAD_ENV, "lots")
+    with pytest.raises(Exception, match=f"setting {environment.MAX_UPLOAD_ENV}: 'lots' is not a whole number"):
+        environment.configured_max_upload_bytes()
 
 
 # --- on the page ------------------------------------------------------------------------------
@@ -203,8 +157,8 @@ def upload_on_page(name: str, payload: bytes, **env: str) -> AppTest:
 
 def test_a_refused_upload_is_one_red_line_on_the_page_and_the_db_store_is_not_shown(
         store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, str(store_path))
-    monkeypatch.setenv(source.MAX_UPLOAD_ENV, str(MIB))
+    monkeypatch.setenv(environment.DB_ENV, str(store_path))
+    monkeypatch.setenv(environment.MAX_UPLOAD_ENV, str(MIB))
     app = upload_on_page("innocent.jsonl", bomb(16 * MIB))
     assert [e.value for e in app.error] == [
         r"innocent\.jsonl\: holds more than the 1 MiB limit \(restorelens dashboard \-\-max\-upload\-bytes\) "
@@ -216,7 +170,7 @@ def test_a_refused_upload_is_one_red_line_on_the_page_and_the_db_store_is_not_sh
 
 
 def test_an_accepted_upload_says_it_is_the_store_shown(spans_jsonl: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     app = upload_on_page("run.jsonl.gz", gzip.compress(spans_jsonl))
     assert not app.error
     assert r"Showing: the uploaded run\.jsonl\.gz" in [c.value for c in app.sidebar.caption]
@@ -224,22 +178,22 @@ def test_an_accepted_upload_says_it_is_the_store_shown(spans_jsonl: bytes, monke
 
 
 def test_a_failed_upload_shows_its_error_not_the_db_store(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(source.DB_ENV, str(store_path))
+    monkeypatch.setenv(environment.DB_ENV, str(store_path))
     app = upload_on_page("junk.jsonl", b'{"hello": "world"}\n')
     assert [seen(e.value) for e in app.error] == ["no OTLP spans could be read: no spans in it"]
     assert not app.metric
 
 
 def test_a_file_name_of_300_bytes_loads(spans_jsonl: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     name = "r" * 300 + ".jsonl"
     app = upload_on_page(name, spans_jsonl)
     assert not app.error and app.metric
-    assert f"Showing: the uploaded {source.shown_name(name)}" in [seen(c.value) for c in app.sidebar.caption]
+    assert f"Showing: the uploaded {uploads.shown_name(name)}" in [seen(c.value) for c in app.sidebar.caption]
 
 
 def test_a_file_name_holding_markdown_shows_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(source.DB_ENV, raising=False)
+    monkeypatch.delenv(environment.DB_ENV, raising=False)
     name = "![x](https:evil.png) [click](mailto:me) <img src=x> $x$ evil.example.jsonl"
     app = upload_on_page(name, b"junk\n")
     assert [seen(e.value) for e in app.error] == [f"{name}: not OTLP JSON or JSON lines (plain, gzip or zstd)"]

@@ -21,19 +21,15 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector.fast_jsonl import (
-    NativeDeclined,
-    Unsupported,
-    native_table,
-    read_collector_jsonl,
-    read_collector_jsonl_native,
-)
+from restorelens.collector.fast_jsonl.arrow import read_collector_jsonl
+from restorelens.collector.fast_jsonl.blocks import NativeDeclined, Unsupported
+from restorelens.collector.fast_jsonl.native import native_table, read_collector_jsonl_native
 from restorelens.collector.loader import load_paths
 from restorelens.collector.rows import DICT_SCHEMA, SpanRows, plain_resources
 from restorelens.store import open_read_only
 from restorelens.otlp_json import encode_value
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def _native(text: str | bytes) -> pa.Table | None:

@@ -14,11 +14,12 @@ import pytest
 from opentelemetry.sdk.resources import SERVICE_NAME
 
 from restorelens.collector.decode_json import decode_traces_json
-from restorelens.collector import fast_jsonl
-from restorelens.collector.fast_jsonl import READ_AHEAD_BLOCKS, Unsupported, _PacedStream, read_collector_jsonl
+from restorelens.collector.fast_jsonl import arrow
+from restorelens.collector.fast_jsonl.arrow import READ_AHEAD_BLOCKS, _PacedStream, read_collector_jsonl
+from restorelens.collector.fast_jsonl.blocks import Unsupported
 from restorelens.collector.rows import ARROW_SCHEMA, DICT_SCHEMA, SpanRows, plain_resources
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def _lenient(text: str) -> pa.Table:
@@ -108,24 +109,6 @@ def test_every_field_the_collector_writes_is_read_by_the_fast_path() -> None:
     assert fast.num_rows == 1 and fast.equals(_lenient(text))
 
 
-def test_random_doubles_of_every_magnitude_are_formatted_like_the_lenient_decoder() -> None:
-    import math
-    import random
-    import struct
-
-    from restorelens.collector.fast_jsonl import _double_strings
-    from restorelens.collector.rows import double_to_str
-
-    rng = random.Random(23)
-    bits = [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(20_000)]
-    scaled = [rng.random() * 10.0 ** rng.randint(-30, 30) for _ in range(20_000)]
-    edges = [0.0, -0.0, 1e16, 1e15, 9999999999999998.0, 1e-4, 1e-5, 5e-324, 1.7976931348623157e308,
-             math.nan, math.inf, -math.inf]
-    doubles = edges + bits + scaled + [None]
-    got = _double_strings(pa.array(doubles, pa.float64())).to_pylist()
-    assert got == [None if d is None else double_to_str(d) for d in doubles]
-
-
 class _CountingStream(io.RawIOBase):
     """A file that counts the bytes read from it."""
 
@@ -144,10 +127,10 @@ class _CountingStream(io.RawIOBase):
 
 @pytest.mark.parametrize("ahead", [2, READ_AHEAD_BLOCKS])
 def test_arrow_reads_only_a_few_blocks_ahead_of_the_tables_taken(ahead: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast_jsonl, "READ_AHEAD_BLOCKS", ahead)
+    monkeypatch.setattr(arrow, "READ_AHEAD_BLOCKS", ahead)
     # no grant past the window while this test waits for a batch on a loaded machine (Arrow never
     # needs one for these short lines; the grants have their own tests below)
-    monkeypatch.setattr(fast_jsonl, "_GRANT_S", 5.0)
+    monkeypatch.setattr(arrow, "_GRANT_S", 5.0)
     block = 64 * 1024
     line = _doc([_span(i) for i in range(100)]) + "\n"
     data = (line * (40 * block // len(line))).encode()  # about 40 blocks

@@ -1,0 +1,117 @@
+"""One scrape of one URL: whether a URL may be scraped at all, and the GET that reads its samples
+within a deadline and a size bound."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httpx
+
+from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
+from restorelens.collector.scrape.engine_metrics import KEPT_METRICS, kept_samples
+from restorelens.collector.scrape.exposition import ExpositionError, Sample, parse_exposition
+
+__all__ = ["ScrapeFailed", "scrape_once", "target_problem"]
+
+#: What a host name may hold (RFC 3986 reg-name without percent-encoding; letters may be non-ASCII).
+_HOST_PUNCTUATION = frozenset("-._~")
+
+
+def target_problem(url: str) -> str | None:
+    """Why ``url`` cannot be scraped (for a one-line setting error), or None.
+
+    The checks of ``restorelens.settings.http_url_problem`` for the gate's URLs, with a path and a
+    query allowed (a /metrics URL has them). Credentials are refused: the URL is shown unauthenticated
+    on the collector's GET /metrics, in its ready line and logs, and stored in ``engine_metrics``.
+    """
+    if url != url.strip() or any(c.isspace() or not c.isprintable() for c in url):
+        return f"{url!r} holds spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is no number or out of range
+    except ValueError as exc:
+        return f"{url!r} is not a URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{url!r} is not an http:// or https:// URL with a host (e.g. http://127.0.0.1:8000/metrics)"
+    if parts.username is not None or parts.password is not None:
+        # not echoed: the point is that they show nowhere
+        shown = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+        return (f"{shown!r} holds credentials, which would show on the collector's unauthenticated GET /metrics, "
+                "its ready line and logs, and in engine_metrics; scrape a URL without them")
+    host = parts.hostname
+    if "[" not in parts.netloc and not all(c.isalnum() or c in _HOST_PUNCTUATION for c in host):
+        return f"{url!r}: {host!r} is not a host name"
+    if port == 0:
+        return f"{url!r}: port 0 cannot be connected to (give 1-65535, or none for the scheme's default)"
+    if parts.fragment or url.endswith("#"):
+        return f"{url!r} has a fragment, which is never sent"
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        return f"{url!r} is not a URL httpx can request ({exc})"
+    return None
+
+
+class ScrapeFailed(Exception):
+    """One scrape failed; the message says why in a few words."""
+
+
+# text/plain 0.0.4 first: prometheus_client answers OpenMetrics only when asked for it. identity:
+# compression buys nothing on the loopback and costs the engine CPU (whatever comes is decoded
+# within max_scrape_bytes anyway)
+_REQUEST_HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1", "Accept-Encoding": "identity"}
+
+
+async def scrape_once(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    timeout_s: float,
+    max_scrape_bytes: int,
+    clock_ns: Callable[[], int] = time.time_ns,
+) -> tuple[int, list[Sample]]:
+    """GET ``url`` once: (when its answer arrived, on ``clock_ns``; its kept samples).
+
+    Raises ScrapeFailed for anything but a 200 with a whole, parsable body of at most
+    ``max_scrape_bytes`` (decompressed) within ``timeout_s``, counted over the whole exchange.
+    """
+    answered_ns: int | None = None
+    try:
+        # httpx's timeouts bound each read, so a head trickling in a byte at a time would never
+        # time out; cancelling the whole exchange at the deadline does not depend on the reads
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("GET", url, headers=_REQUEST_HEADERS, timeout=timeout_s) as answer:
+                # The engine reads its gauges, renders, then sends: the head's arrival is the closest
+                # bound on when the values held, and a busy engine delays the render, not the answer
+                answered_ns = clock_ns()
+                if answer.status_code != 200:
+                    raise ScrapeFailed(f"HTTP {answer.status_code}")
+                declared = answer.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > max_scrape_bytes:
+                    raise ScrapeFailed(f"answer of {declared} bytes exceeds --max-scrape-bytes {max_scrape_bytes}")
+                decoder = body_decoder(answer.headers.get("content-encoding", ""), max_scrape_bytes)
+                async for chunk in answer.aiter_raw():
+                    decoder.feed(chunk)
+                body = decoder.finish()
+    except (TimeoutError, httpx.TimeoutException):
+        what = "no answer" if answered_ns is None else "answer not complete"
+        raise ScrapeFailed(f"{what} within {timeout_s:g} s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError, and is this URL's failure
+        raise ScrapeFailed(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from None
+    except BodyTooLarge:
+        raise ScrapeFailed(f"answer exceeds --max-scrape-bytes {max_scrape_bytes}") from None
+    except (UnsupportedEncoding, CorruptBody) as exc:
+        raise ScrapeFailed(str(exc)) from None
+    assert answered_ns is not None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScrapeFailed(f"answer is not UTF-8 (byte {exc.start})") from None
+    try:
+        samples = parse_exposition(text, KEPT_METRICS)
+    except ExpositionError as exc:
+        raise ScrapeFailed(f"not the Prometheus text format: {exc}") from None
+    return answered_ns, kept_samples(samples)
