@@ -20,8 +20,8 @@ from restorelens import spans as S
 from restorelens.clock import to_ns
 from restorelens.fast_spans import FastTracer
 
-from .admission import Grant, Rejection
-from .lenders import LoanCheck, Preemption
+from .grants import Grant, Rejection
+from .policies.budget import LoanCheck, Preemption
 from .restoration import LendingPeriod, RestorationEpisode
 from .retry_hint import retry_after_header
 from .routing import NotReady

@@ -16,12 +16,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from restorelens import spans as S
 from restorelens.clock import to_ns
 from restorelens.errors import SettingError
-from restorelens.gate.admission import Admission, Decision, Grant, Rejection, Waiter
+from restorelens.gate.admission import Admission
 from restorelens.gate.gate_spans import GateSpans
-from restorelens.gate.lenders import (
-    BudgetLendPolicy, PreemptLendPolicy, Preemption, PriorityLendPolicy, RequestSize,
-)
-from restorelens.gate.policies import AdmissionPolicy, LendPolicy, build_policy
+from restorelens.gate.grants import Decision, Grant, Rejection, Waiter
+from restorelens.gate.policies.budget import BudgetLendPolicy, PreemptLendPolicy, Preemption
+from restorelens.gate.policies.build import build_policy
+from restorelens.gate.policies.floors import LendPolicy
+from restorelens.gate.policies.interface import AdmissionPolicy, RequestSize
+from restorelens.gate.policies.priority_lend import PriorityLendPolicy
 
 T0 = 1_000.0  # any epoch works: the core and the lenders only see the numbers they are given
 FLOORS = {"interactive": 3, "batch": 1}
