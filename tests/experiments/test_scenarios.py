@@ -36,3 +36,19 @@ def test_unknown_scenario_and_arm_name_the_setting() -> None:
         get_scenario("nope")
     with pytest.raises(SettingError, match="--arm"):
         get_scenario("moflux-balanced", "greedy")
+
+
+def test_run_and_experiment_help_list_every_arm_the_registry_accepts() -> None:
+    from click.testing import CliRunner
+
+    from restorelens.cli import cli
+    from restorelens.gate import POLICIES, arm_names
+
+    shown = {command: " ".join(CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output.split())
+             for command in ("run", "experiment")}
+    for name in arm_names():
+        assert name in shown["run"], name
+        assert get_scenario("moflux-balanced", name).gate_policy in POLICIES  # and --arm accepts it
+    for name in POLICIES:
+        assert name in shown["experiment"], name
+    assert "[default: 1.0]" in shown["experiment"]  # --restore-budget-s, the registry's default
