@@ -58,7 +58,7 @@ class Admission:
                                           restore_budget_s=lambda: self.policy.restore_budget_s)
         #: Called whenever a queued request is granted (the live shell wakes its future here).
         self.on_waiter_granted = on_waiter_granted
-        #: Called with a grant the policy takes back at restoration and its ``lenders.Preemption``.
+        #: Called with a grant the policy takes back at restoration and its ``policies.budget.Preemption``.
         #: The shell aborts the upstream request, answers its client and then releases the grant
         #: (``release(..., completed=False)``); it must not call back into the core from inside.
         self.on_preempt = on_preempt
