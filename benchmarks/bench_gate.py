@@ -322,7 +322,7 @@ def span_cost_breakdown(requests: int = 20_000) -> dict[str, float]:
     from opentelemetry.trace import SpanKind, set_span_in_context
 
     from restorelens import spans as S
-    from restorelens.gate.admission import Grant
+    from restorelens.gate.grants import Grant
     from restorelens.gate.gate_spans import GateSpans
     from restorelens.gate.upstream_spans import UpstreamSpans
     from restorelens.otlp_export import BoundedBatchSpanProcessor
@@ -388,7 +388,7 @@ def encoder_comparison(batch: int = 512, repeats: int = 5) -> tuple[float, float
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from restorelens.gate.admission import Grant
+    from restorelens.gate.grants import Grant
     from restorelens.gate.gate_spans import GateSpans
     from restorelens.gate.upstream_spans import UpstreamSpans
     from restorelens.otlp_proto import SpanEncoder

@@ -54,9 +54,10 @@ def rss_bytes(pid: int | str = "self") -> int:
 def _virtual_cycles(cycles: int, max_retained: int) -> dict[str, float]:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
-    from restorelens.gate.admission import Admission, Grant
+    from restorelens.gate.admission import Admission
+    from restorelens.gate.grants import Grant
     from restorelens.gate.gate_spans import GateSpans
-    from restorelens.gate.policies import LendPolicy
+    from restorelens.gate.policies.floors import LendPolicy
 
     class Counting(SpanProcessor):
         ended = 0

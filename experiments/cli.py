@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from restorelens.errors import RestorelensError, SettingError
+from restorelens.gate import DEFAULT_POLICY, DEFAULTS, POLICIES, check_option, named_in_prose, study_policies
 from restorelens.loadgen.cli import traces_endpoint
 
 __all__ = ["COMMANDS", "demo", "experiment", "run"]
@@ -54,7 +55,7 @@ def demo(no_dashboard: bool, db: str | None, time_scale: float, seed: int) -> No
 @click.command()
 @click.argument("scenario")
 @click.option("--virtual", is_flag=True, help="Run in virtual time (a discrete-event loop; no servers, no waiting).")
-@click.option("--arm", default=None, help="Gate policy arm: fcfs, priority, static, lend (alias moflux). Default: lend. "
+@click.option("--arm", default=None, help=f"Gate policy arm: {named_in_prose(tuple(POLICIES))}. Default: {DEFAULT_POLICY}. "
                                          "ModelClaim scenarios: fixed (default), calibrated, hold.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload seed (the same seed replays the same load).")
 @click.option("--cycles", type=click.IntRange(min=1), default=None,
@@ -105,9 +106,7 @@ def run(scenario: str, virtual: bool, arm: str | None, seed: int, cycles: int | 
 
 
 def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
-    from restorelens.experiments.matrix import checked_budget
-
-    return checked_budget(value)
+    return float(check_option("restore_budget_s", value, "--restore-budget-s"))
 
 
 @click.command()
@@ -128,15 +127,15 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
               help="With --replay: play requests recorded with class VALUE as CLASS (interactive or batch), "
                    "e.g. gold=interactive (repeatable). Any other value, or none: interactive.")
 @click.option("--arms", default=None,
-              help="Comma-separated arms: the study's fcfs, priority, static and lend; restorelens's "
-                   "lend-budget, lend-priority and lend-preempt. ModelClaim scenarios: fixed, calibrated, hold.  "
-                   "[default: fcfs,priority,static,lend; ModelClaim: fixed]")
+              help=f"Comma-separated arms: the study's {named_in_prose(study_policies())}; restorelens's "
+                   f"{named_in_prose([name for name in POLICIES if name not in study_policies()])}. ModelClaim "
+                   f"scenarios: fixed, calibrated, hold.  [default: {','.join(study_policies())}; ModelClaim: fixed]")
 @click.option("--cycles", type=click.IntRange(min=1), default=None,
               help="ModelClaim scenarios: sleep -> wake cycles per run.  [default: 10]")
 @click.option("--seeds", default=None,
               help="Seeds: a range (1-5), a list (1,3,7) or both.  [default: 1-5; with --replay: 1, as a "
                    "replay's load does not vary with the seed]")
-@click.option("--restore-budget-s", type=float, default=1.0, show_default=True, callback=_budget,
+@click.option("--restore-budget-s", type=float, default=DEFAULTS["restore_budget_s"], show_default=True, callback=_budget,
               help="The budget-aware arms' restoration budget: what a loan may cost to give back, in seconds.")
 @click.option("--queue-s", default=None, metavar="CLASS=S,...",
               help="Every gated arm (the study's too) queues each class this long instead of the study's 429 at "

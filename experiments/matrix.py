@@ -28,15 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
-from restorelens.experiments.moflux.scenarios import ARMS, SCENARIOS
+from restorelens.experiments.moflux.scenarios import SCENARIOS
+from restorelens.gate import DEFAULTS, arm_names, check_option, study_policies
 
-__all__ = ["DEFAULT_ARMS", "DEFAULT_RESTORE_BUDGET_S", "MAX_SEEDS", "Cell", "Matrix",
-           "checked_budget", "default_arms", "parse_arms", "parse_queue", "parse_seeds", "play", "scenario_kind"]
+__all__ = ["DEFAULT_ARMS", "MAX_SEEDS", "Cell", "Matrix", "default_arms", "parse_arms", "parse_queue",
+           "parse_seeds", "play", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
-DEFAULT_ARMS = ("fcfs", "priority", "static", "lend")
-#: The budget-aware arms' restoration budget (``MofluxScenario.restore_budget_s``), in seconds.
-DEFAULT_RESTORE_BUDGET_S = 1.0
+DEFAULT_ARMS = study_policies()
 #: A seed range past this is a typo, not a study (each seed is one run per scenario and arm).
 MAX_SEEDS = 1_000
 
@@ -58,7 +57,7 @@ class Matrix:
     arms: tuple[str, ...] = DEFAULT_ARMS
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     #: Every cell's ``restore_budget_s`` (``--restore-budget-s``).
-    restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S
+    restore_budget_s: float = DEFAULTS["restore_budget_s"]
     #: Recorded runs to replay, by scenario name (``experiments.replay.workload.ReplayScenario``); a name
     #: in ``scenarios`` is looked up here first, then among the MoFlux scenarios.
     replays: Mapping[str, Any] = field(default_factory=dict)
@@ -70,7 +69,7 @@ class Matrix:
     def __post_init__(self) -> None:
         from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_SCENARIOS
 
-        checked_budget(self.restore_budget_s)
+        check_option("restore_budget_s", self.restore_budget_s, "--restore-budget-s")
         if not self.scenarios:
             raise SettingError("SCENARIO", "name at least one scenario, or give --replay DB")
         for name in self.scenarios:
@@ -134,14 +133,6 @@ def parse_queue(text: str) -> tuple[tuple[str, float], ...]:
     return tuple(queue.items())
 
 
-def checked_budget(value: float) -> float:
-    """``value`` if it is a finite number of seconds > 0, else a ``SettingError`` naming
-    ``--restore-budget-s`` (NaN would compare false with every loan's cost, infinity lend all)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise SettingError("--restore-budget-s", f"must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
-
-
 def parse_seeds(text: str) -> tuple[int, ...]:
     """``"1-5"``, ``"1,3,7"`` or ``"1-3,9"`` -> the seeds in order, each once."""
     seeds: list[int] = []
@@ -165,7 +156,7 @@ def parse_arms(text: str, kind: str = "moflux") -> tuple[str, ...]:
     scenarios' arms (fixed, calibrated, hold) instead of MoFlux's."""
     from restorelens.experiments.modelclaim.scenarios import MODELCLAIM_ARMS
 
-    valid = MODELCLAIM_ARMS if kind == "modelclaim" else tuple(ARMS)
+    valid = MODELCLAIM_ARMS if kind == "modelclaim" else arm_names()
     arms = tuple(dict.fromkeys(a.strip() for a in text.split(",") if a.strip()))
     unknown = [a for a in arms if a not in valid]
     if not arms or unknown:

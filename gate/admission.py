@@ -15,84 +15,23 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from restorelens.spans import TRAFFIC_CLASSES
 
-from .policies import AdmissionPolicy, Occupancy, RequestSize, Slot
+from .grants import (
+    REJECT_CONCURRENCY, REJECT_QUEUE_LIMIT, REJECT_TIMEOUT, REJECT_WITHDRAWN, Counters, Decision, Grant, GrantError,
+    Rejection, Waiter,
+)
+from .policies.interface import AdmissionPolicy, Occupancy, RequestSize, Slot
 from .restoration import (
     DEFAULT_MAX_RETAINED, LendingPeriod, RestorationEpisode, RestorationListener, RestorationTracker,
 )
 from .retry_hint import RetryHint
 
-__all__ = ["Admission", "Decision", "Grant", "GrantError", "Rejection", "Waiter"]
-
-REJECT_QUEUE_LIMIT = "queue_limit"
-REJECT_TIMEOUT = "timeout"
-REJECT_CONCURRENCY = "concurrency_limit"
-REJECT_WITHDRAWN = "withdrawn"
+__all__ = ["Admission"]
 
 _NO_SIZE = RequestSize()
-
-
-class GrantError(RuntimeError):
-    """A grant was released twice, or a grant of another core was released here."""
-
-
-@dataclass(eq=False, slots=True)
-class Grant:
-    grant_id: int
-    request_id: str
-    traffic_class: str
-    slot: Slot
-    requested_at_s: float
-    granted_at_s: float
-    released_at_s: float | None = None
-
-    @property
-    def wait_s(self) -> float:
-        return self.granted_at_s - self.requested_at_s
-
-
-@dataclass(eq=False, slots=True)
-class Waiter:
-    """A queued request. ``grant`` is set when a release (or policy change) admits it."""
-
-    seq: int
-    request_id: str
-    traffic_class: str
-    requested_at_s: float
-    deadline_s: float
-    grant: Grant | None = None
-    rejection: Rejection | None = None
-    size: RequestSize = field(default_factory=RequestSize)
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    request_id: str
-    traffic_class: str
-    reason: str
-    requested_at_s: float
-    rejected_at_s: float
-    retry_after_ms: int | None = None
-
-    @property
-    def wait_s(self) -> float:
-        return self.rejected_at_s - self.requested_at_s
-
-
-Decision = Grant | Waiter | Rejection
-
-
-@dataclass(slots=True)
-class _Counters:
-    admitted: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
-    rejected: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
-    #: Queued requests whose client left before a grant or a 429: nobody was refused.
-    withdrawn: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TRAFFIC_CLASSES, 0))
-    released: int = 0
 
 
 class Admission:
@@ -114,10 +53,12 @@ class Admission:
         self.wait_timeout_s = wait_timeout_s
         self.queue_limit = queue_limit
         self.retry_hint = retry_hint or RetryHint()
-        self.tracker = RestorationTracker(list(listeners), max_retained=max_retained)
+        # An episode is judged by the budget of the policy in force at its t0, whatever the shell.
+        self.tracker = RestorationTracker(list(listeners), max_retained=max_retained,
+                                          restore_budget_s=lambda: self.policy.restore_budget_s)
         #: Called whenever a queued request is granted (the live shell wakes its future here).
         self.on_waiter_granted = on_waiter_granted
-        #: Called with a grant the policy takes back at restoration and its ``lenders.Preemption``.
+        #: Called with a grant the policy takes back at restoration and its ``policies.budget.Preemption``.
         #: The shell aborts the upstream request, answers its client and then releases the grant
         #: (``release(..., completed=False)``); it must not call back into the core from inside.
         self.on_preempt = on_preempt
@@ -128,7 +69,7 @@ class Admission:
         self._sizes: dict[int, RequestSize] = {}
         #: The latest time the core was told (``next_deadline_s`` asks the policy from it).
         self._latest_s = -math.inf
-        self.counters = _Counters()
+        self.counters = Counters()
         self._queues: dict[str, deque[Waiter]] = {c: deque() for c in TRAFFIC_CLASSES}
         self._in_flight: dict[int, Grant] = {}
         self._own: dict[str, int] = dict.fromkeys(TRAFFIC_CLASSES, 0)

@@ -24,14 +24,15 @@ from restorelens.clock import Clock, WallClock
 from restorelens.errors import SettingError
 from restorelens.serving import HeadLimit
 
-from .admission import Admission, Grant, Waiter
-from .gate_spans import GateSpans
+from .admission import Admission
+from .assembly import GateAssembly, assemble_gate, lifecycle_router
+from .grants import Grant, Waiter
 from .metrics import new_registry
 from .model_listing import ModelListing
-from .proxy import ProxyEndpoint, Receive, Scope, Send, UpstreamTable
+from .policies.registry import OPTIONS
+from .proxy import ProxyEndpoint, Receive, Scope, Send
 from .proxy_asgi import REFUSAL_LIMITS, JsonTooDeep, error_body, load_json
-from .retry_hint import RetryHint
-from .routing import ModelRouter
+from .routing import ModelRouter, UpstreamTable
 from .settings import GateSettings
 from .upstream_transport import UpstreamTransport
 
@@ -72,14 +73,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", error_type, exc.headers)
 
 
-def _lifecycle_router(settings: GateSettings, tracer_provider: Any, clock: Clock) -> ModelRouter | None:
-    if settings.modelclaim is None:
-        return None
-    from restorelens.gate.modelclaim import build_router
-
-    return build_router(settings.modelclaim, tracer_provider=tracer_provider, clock=clock, admin_token=settings.admin_token)
-
-
 def _wake(waiters: dict[Waiter, asyncio.Future[Grant]], waiter: Waiter) -> None:
     """Admission's ``on_waiter_granted``: resolve the proxy's future of a waiter that got its grant."""
     future = waiters.get(waiter)
@@ -92,12 +85,10 @@ class GateEndpoints:
     """The gate's own endpoints (models, metrics, health, admin) and its lifespan; the proxy is apart."""
 
     settings: GateSettings
-    admission: Admission
-    emitter: GateSpans
+    gate: GateAssembly
     registry: CollectorRegistry
     listing: ModelListing
     transport: UpstreamTransport  # the proxy's connection pool, closed with the app
-    router: ModelRouter | None
     clock: Clock
     refusals: dict[str, int]
 
@@ -110,6 +101,14 @@ class GateEndpoints:
             Route("/admin/policy", self.admin_policy, methods=["PUT", "POST"]),
         ]
 
+    @property
+    def admission(self) -> Admission:
+        return self.gate.admission
+
+    @property
+    def router(self) -> ModelRouter | None:
+        return self.gate.router
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         if self.router is not None:
@@ -119,9 +118,7 @@ class GateEndpoints:
         finally:
             if self.router is not None:
                 await self.router.stop()
-            now_s = self.clock.now_s()
-            self.admission.close(now_s)
-            self.emitter.flush(*self.admission.unfinished(), now_s)
+            self.gate.close(self.clock.now_s())
             await self.listing.aclose()
             await self.transport.aclose()
 
@@ -155,8 +152,7 @@ class GateEndpoints:
             return _error(400, "body must be JSON, e.g. {\"policy\": \"static\"}", "invalid_request_error")
         if not isinstance(change, dict):
             return _error(400, "body must be a JSON object", "invalid_request_error")
-        allowed = {"policy", "floors", "lendable_slots", "capacity", "control_period_s", "restore_budget_s",
-                   "kv_blocks", "block_size", "protected_wait_s", "borrower_wait_s", "extra_slots"}
+        allowed = {"policy", *OPTIONS}
         if unknown := sorted(set(change) - allowed):
             return _error(400, f"unknown field {unknown[0]!r}; valid: {', '.join(sorted(allowed))}", "invalid_request_error")
         try:
@@ -165,9 +161,7 @@ class GateEndpoints:
         except SettingError as exc:
             # Every field is type-checked before use, so a wrong type is this one-line 400, never a 500.
             return _error(400, str(exc), "invalid_request_error", param=exc.setting.removeprefix("gate."))
-        self.admission.set_policy(new_policy, self.clock.now_s())  # waiters it admits wake via on_waiter_granted
-        self.emitter.policy_name = new_policy.name
-        self.emitter.restore_budget_s = new_policy.restore_budget_s
+        self.gate.set_policy(new_policy, self.clock.now_s())  # waiters it admits wake via on_waiter_granted
         return JSONResponse(_state(self.admission))
 
     def _admin_denied(self, request: Request) -> Response | None:
@@ -193,14 +187,10 @@ def create_gate_app(
     if not settings.tracing:
         tracer_provider = NoOpTracerProvider()
     if router is None:
-        router = _lifecycle_router(settings, tracer_provider, clock)
-    policy = settings.build_policy()
-    emitter = GateSpans(tracer_provider, policy_name=policy.name, restore_budget_s=policy.restore_budget_s)
+        router = lifecycle_router(settings, tracer_provider, clock)
     waiters: dict[Waiter, asyncio.Future[Grant]] = {}
-    admission = Admission(
-        policy, wait_timeout_s=settings.wait_timeout_s, queue_limit=settings.queue_limit, retry_hint=RetryHint(),
-        listeners=[emitter], on_waiter_granted=functools.partial(_wake, waiters), max_retained=settings.max_retained_episodes,
-    )
+    gate = assemble_gate(settings, tracer_provider, router=router, on_waiter_granted=functools.partial(_wake, waiters))
+    admission, emitter = gate.admission, gate.spans
     pool = UpstreamTransport(max_connections=settings.max_connections)
     timeout = httpx.Timeout(settings.upstream_timeout_s, connect=settings.connect_timeout_s)
     upstreams = UpstreamTable(settings.upstream_urls())
@@ -215,7 +205,7 @@ def create_gate_app(
         router.register_metrics(registry)
     # Briefly: one hung engine must not hold the listing for upstream_timeout_s.
     listing = ModelListing([u for urls in upstreams.urls.values() for u in urls], timeout_s=settings.connect_timeout_s)
-    endpoints = GateEndpoints(settings, admission, emitter, registry, listing, pool, router, clock, refusals)
+    endpoints = GateEndpoints(settings, gate, registry, listing, pool, clock, refusals)
     routes = [Route(path, proxy, methods=["POST"]) for path in INFERENCE_PATHS] + endpoints.routes()
     routes += router.routes() if router is not None else []
     app = GateApp(routes=routes, lifespan=endpoints.lifespan, exception_handlers={HTTPException: _http_error})

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER
 
-from .admission import Grant, Rejection
-from .policies import AdmissionPolicy
+from .grants import Grant, Rejection
+from .policies.interface import AdmissionPolicy
 from .retry_hint import retry_after_header
 from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 

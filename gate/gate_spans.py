@@ -20,8 +20,8 @@ from restorelens import spans as S
 from restorelens.clock import to_ns
 from restorelens.fast_spans import FastTracer
 
-from .admission import Grant, Rejection
-from .lenders import LoanCheck, Preemption
+from .grants import Grant, Rejection
+from .policies.budget import LoanCheck, Preemption
 from .restoration import LendingPeriod, RestorationEpisode
 from .retry_hint import retry_after_header
 from .routing import NotReady
@@ -149,7 +149,7 @@ class GateSpans:
         if self._request_spans.get(request_id) is span:
             del self._request_spans[request_id]
 
-    # --- the lenders' decisions (gate/lenders.py), as events on the request's span --------------
+    # --- the lenders' decisions (gate/policies/budget.py), as events on the request's span -------
 
     def loan_refused(self, request_id: str, check: LoanCheck, now_s: float) -> None:
         self._loan_event(request_id, S.EVENT_LOAN_REFUSED, check, now_s)

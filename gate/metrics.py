@@ -9,7 +9,6 @@ they happen (a few per episode, none per request), and a scrape copies them out
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -24,14 +23,9 @@ from restorelens.spans import TRAFFIC_CLASSES
 from .admission import Admission
 from .restoration import SecondsHistogram
 
-__all__ = ["GateCollector", "new_registry", "restore_budget_s"]
+__all__ = ["GateCollector", "new_registry"]
 
 PREFIX = "restorelens_gate_"
-
-
-def restore_budget_s(admission: Admission) -> float | None:
-    """The budget of the policy in force (policies without one, or older ones without the attribute: None)."""
-    return getattr(admission.policy, "restore_budget_s", None)
 
 
 def _histogram(name: str, documentation: str, histogram: SecondsHistogram) -> HistogramMetricFamily:
@@ -52,8 +46,6 @@ class GateCollector(Collector):
         self.refusals = refusals
         #: The tracer provider when it is restorelens's (its processor counts drops, its exporter failures).
         self.span_export = span_export
-        # The core keeps no budget; an episode is judged by the policy's in force at its t0.
-        admission.tracker.restore_budget_s = functools.partial(restore_budget_s, admission)
 
     def collect(self) -> Iterator[Metric]:
         core = self.admission
@@ -118,7 +110,7 @@ class GateCollector(Collector):
         yield CounterMetricFamily(PREFIX + "restoration_over_budget",
                                   "Episodes whose returning request's first byte came later than the policy's restore budget after t0 "
                                   "(without a first byte yet: the episode finished later than the budget)", value=stats.over_budget)
-        budget_s = restore_budget_s(self.admission)
+        budget_s = self.admission.policy.restore_budget_s
         if budget_s is not None:
             yield GaugeMetricFamily(PREFIX + "restoration_budget_seconds", "The restore budget of the policy in force", value=budget_s)
 

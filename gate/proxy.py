@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import json
 import random
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
@@ -30,22 +28,22 @@ from restorelens.clock import Clock
 from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
-from .admission import Admission, Grant, Rejection, Waiter
+from .admission import Admission
 from .decide import RETRY_AFTER, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
-from .lenders import CHARS_PER_TOKEN, request_size
-from .policies import RequestSize
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
+from .grants import Grant, Rejection, Waiter
+from .policies.interface import request_size_of
 from .proxy_asgi import (
     REFUSAL_LIMITS, ClientGone, DisconnectWatch, GateAnswer, JsonTooDeep, Receive, Scope, Send, error_body, load_json,
     send_json,
 )
-from .routing import ModelRouter, NotReady, RouteAnswer, Routed
-from .settings import ANY_MODEL, GateSettings
+from .routing import ModelRouter, NotReady, RouteAnswer, Routed, UpstreamTable
+from .settings import GateSettings
 from .upstream_spans import UpstreamSpans
 from .upstream_transport import UpstreamTransport
 
-__all__ = ["ProxyEndpoint", "Receive", "Scope", "Send", "UpstreamTable", "error_body"]
+__all__ = ["ProxyEndpoint", "Receive", "Scope", "Send", "error_body"]
 
 TRAFFIC_CLASS_HEADER = b"x-traffic-class"
 REQUEST_ID_HEADER = b"x-request-id"
@@ -56,52 +54,6 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 def _gate_answer(answer: Respond) -> GateAnswer:
     headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in answer.headers]
     return GateAnswer(answer.status, answer.message, answer.error_type, headers)
-
-
-def request_size_of(payload: dict[str, Any]) -> RequestSize:
-    """The size the lenders predict from, as the engine will count it: the prompt (characters of
-    text; token ids by their number, as 4 characters each), chat's message texts, and the output
-    limit (``max_completion_tokens`` first, as vLLM reads it, then ``max_tokens``; 0 when absent),
-    times the sequences asked for (``n``, ``best_of``)."""
-    chars = 0
-    prompt = payload.get("prompt")
-    if isinstance(prompt, str):
-        chars = len(prompt)
-    elif isinstance(prompt, list):
-        if prompt and all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            chars = len(prompt) * int(CHARS_PER_TOKEN)  # token ids: one token each
-        else:
-            chars = sum(len(p) for p in prompt if isinstance(p, str))
-    messages = payload.get("messages")
-    if isinstance(messages, list):
-        for message in messages:
-            content = message.get("content") if isinstance(message, dict) else None
-            if isinstance(content, str):
-                chars += len(content)
-            elif isinstance(content, list):
-                chars += sum(len(p.get("text", "")) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    limit = payload.get("max_completion_tokens")
-    if limit is None:
-        limit = payload.get("max_tokens")
-    max_tokens = limit if isinstance(limit, int) and not isinstance(limit, bool) else 0
-    sequences = max((v for v in (payload.get("n"), payload.get("best_of")) if isinstance(v, int) and not isinstance(v, bool)),
-                    default=1)
-    size = request_size(chars, max_tokens)
-    if sequences > 1:  # each sequence decodes, and holds KV, of its own
-        size = RequestSize(size.prompt_tokens * sequences, size.max_tokens * sequences)
-    return size
-
-
-class UpstreamTable:
-    """Model -> engine base URLs; several URLs for one model are used in turn."""
-
-    def __init__(self, upstreams: Mapping[str, list[str]]) -> None:
-        self._cycles: dict[str, Iterator[str]] = {m: itertools.cycle([u.rstrip("/") for u in urls]) for m, urls in upstreams.items()}
-        self.urls = {m: [u.rstrip("/") for u in urls] for m, urls in upstreams.items()}
-
-    def pick(self, model: str | None) -> str | None:
-        cycle = self._cycles.get(model or ANY_MODEL) or self._cycles.get(ANY_MODEL)
-        return next(cycle) if cycle is not None else None
 
 
 class ProxyEndpoint:

@@ -162,11 +162,12 @@ class RestorationTracker:
 
     ``periods`` and ``episodes`` hold the most recent ``max_retained`` of each, oldest first;
     ``periods_started`` and ``episodes_started`` count all of them. ``stats`` holds the restoration
-    histograms and the over-budget count; ``restore_budget_s`` gives the budget an episode opening
-    now is judged by (the core has no budget of its own: ``gate.metrics`` reads the policy's).
+    histograms and the over-budget count; ``restore_budget_s``, given when the tracker is built,
+    gives the budget an episode opening now is judged by (``Admission`` passes its policy's).
     """
 
-    def __init__(self, listeners: list[RestorationListener] | None = None, *, max_retained: int = DEFAULT_MAX_RETAINED) -> None:
+    def __init__(self, listeners: list[RestorationListener] | None = None, *, max_retained: int = DEFAULT_MAX_RETAINED,
+                 restore_budget_s: Callable[[], float | None] = _no_budget) -> None:
         if max_retained < 1:
             raise ValueError(f"max_retained must be at least 1, not {max_retained}")
         self.listeners: list[RestorationListener] = list(listeners or [])
@@ -179,7 +180,7 @@ class RestorationTracker:
         self._open_periods: dict[int, LendingPeriod] = {}
         self._open_episodes: list[RestorationEpisode] = []
         self.stats = RestorationStats()
-        self.restore_budget_s: Callable[[], float | None] = _no_budget
+        self.restore_budget_s = restore_budget_s
         self._max_retained = max_retained
         #: Episodes whose returning request's first byte was not seen yet, by that request's id,
         #: and how many there are in all (the bound counts episodes: ids may repeat).

@@ -8,13 +8,17 @@ protocol; the proxy never imports the lifecycle's modules, so either side change
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import itertools
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from opentelemetry.trace import SpanContext
 
-__all__ = ["ModelRouter", "NotReady", "Routed", "RouteAnswer", "UnknownModel"]
+__all__ = ["ANY_MODEL", "ModelRouter", "NotReady", "RouteAnswer", "Routed", "UnknownModel", "UpstreamTable"]
+
+#: Upstream key for "every model not listed" (``--upstream URL`` without ``MODEL=``).
+ANY_MODEL = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +92,15 @@ class ModelRouter(Protocol):
 
     def routes(self) -> Sequence[Any]:
         """Starlette routes the gate mounts (read-only status; control endpoints check the bearer token)."""
+
+
+class UpstreamTable:
+    """Model -> engine base URLs; several URLs for one model are used in turn."""
+
+    def __init__(self, upstreams: Mapping[str, list[str]]) -> None:
+        self._cycles: dict[str, Iterator[str]] = {m: itertools.cycle([u.rstrip("/") for u in urls]) for m, urls in upstreams.items()}
+        self.urls = {m: [u.rstrip("/") for u in urls] for m, urls in upstreams.items()}
+
+    def pick(self, model: str | None) -> str | None:
+        cycle = self._cycles.get(model or ANY_MODEL) or self._cycles.get(ANY_MODEL)
+        return next(cycle) if cycle is not None else None

@@ -18,18 +18,19 @@ from restorelens.errors import SettingError
 from restorelens.settings import env_name, from_env, http_url_problem, read_toml, require_keys
 from restorelens.spans import TRAFFIC_CLASSES
 
-from .policies import DEFAULT_FLOORS, POLICIES, build_policy
+from .policies.build import build_policy
+from .policies.interface import AdmissionPolicy
+from .policies.registry import DEFAULT_POLICY, OPTIONS, POLICIES, policy_named
+from .routing import ANY_MODEL
+from .setting_kinds import SECONDS, SWITCH, TEXT, TEXT_OR_NONE, UPSTREAM_TABLE, WHOLE, Kind, is_int, shown
 
-__all__ = ["ANY_MODEL", "SETTINGS", "GateSettings", "Kind", "Setting", "parse_floors", "parse_upstreams"]
-
-#: Upstream key for "every model not listed" (``--upstream URL`` without ``MODEL=``).
-ANY_MODEL = "*"
+__all__ = ["SETTINGS", "GateSettings", "Setting", "parse_floors", "parse_upstreams"]
 
 
 def parse_upstreams(values: str | list[str] | tuple[str, ...], setting: str = "gate.upstreams") -> dict[str, list[str]]:
     """``["http://a", "tiny=http://b", "tiny=http://c"]`` (or one comma-separated string) -> model -> URLs."""
     if not (isinstance(values, str) or (isinstance(values, list | tuple) and all(isinstance(v, str) for v in values))):
-        raise SettingError(setting, f"expected [MODEL=]URL strings or a table of MODEL = URL, got {_shown(values)}")
+        raise SettingError(setting, f"expected [MODEL=]URL strings or a table of MODEL = URL, got {shown(values)}")
     items = [v for part in ([values] if isinstance(values, str) else values) for v in str(part).split(",") if v.strip()]
     upstreams: dict[str, list[str]] = {}
     for item in items:
@@ -46,7 +47,7 @@ def parse_floors(value: str | Mapping[str, Any], setting: str = "gate.floors") -
     if isinstance(value, Mapping):
         pairs = list(value.items())
     elif not isinstance(value, str):
-        raise SettingError(setting, f"expected CLASS=N,... or a table of whole numbers, got {_shown(value)}")
+        raise SettingError(setting, f"expected CLASS=N,... or a table of whole numbers, got {shown(value)}")
     else:
         pairs = []
         for item in str(value).split(","):
@@ -66,71 +67,10 @@ def parse_floors(value: str | Mapping[str, Any], setting: str = "gate.floors") -
                 number = int(number)
             except ValueError:
                 raise SettingError(setting, f"{name} floor {number!r} is not a whole number") from None
-        if not _is_int(number):
-            raise SettingError(setting, f"expected a whole number as the {name} floor, got {_shown(number)}")
+        if not is_int(number):
+            raise SettingError(setting, f"expected a whole number as the {name} floor, got {shown(number)}")
         floors[name] = number
     return floors
-
-
-def _bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError("expected true or false")
-
-
-def _shown(value: Any) -> str:
-    """``str 'abc'``, ``bool True``: the type and the value, for "expected …, got …" messages."""
-    if value is None:
-        return "null"
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
-def _is_int(value: Any) -> bool:
-    # bool is an int subclass: `port = true` is a mistake, not port 1.
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_upstream_table(value: Any) -> bool:
-    if not isinstance(value, Mapping):
-        return False
-    for model, urls in value.items():
-        if not isinstance(model, str):
-            return False
-        if not (isinstance(urls, str) or (isinstance(urls, list | tuple) and all(isinstance(u, str) for u in urls))):
-            return False
-    return True
-
-
-def _is_floor_table(value: Any) -> bool:
-    return isinstance(value, Mapping) and all(isinstance(k, str) and _is_int(v) for k, v in value.items())
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """What a setting accepts, checked before any range check: a TOML, environment or admin value of
-    the wrong type is a one-line SettingError, never a TypeError deep inside a comparison."""
-
-    expected: str  # the "expected …" of the error
-    accepts: Callable[[Any], bool]
-    from_text: Callable[[str], Any]  # the cast of the environment variable (and of the flag)
-
-
-TEXT = Kind("a string", lambda v: isinstance(v, str), str)
-TEXT_OR_NONE = Kind("a string", lambda v: v is None or isinstance(v, str), str)
-WHOLE = Kind("a whole number", _is_int, int)
-WHOLE_OR_NONE = Kind("a whole number or none", lambda v: v is None or _is_int(v), int)
-SECONDS = Kind("a number of seconds", _is_number, float)
-SWITCH = Kind("true or false", lambda v: isinstance(v, bool), _bool)
-UPSTREAM_TABLE = Kind("a table of MODEL = URL or [URL, ...]", _is_upstream_table, str)
-FLOOR_TABLE = Kind("a table of CLASS = whole number", _is_floor_table, str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,41 +98,36 @@ def setting(kind: Kind, default: Any = None, *, factory: Callable[[], Any] | Non
     return field(default=default, metadata=metadata) if factory is None else field(default_factory=factory, metadata=metadata)
 
 
+def policy_option(name: str, **declared: Any) -> Any:
+    """A ``GateSettings`` field for the policy option ``name``, as ``policies.registry`` declares it."""
+    option = OPTIONS[name]
+    default = option.default
+    factory = (lambda: dict(default)) if isinstance(default, Mapping) else None
+    return setting(option.kind, None if factory else default, factory=factory, flag=option.flag, help=option.help(),
+                   **declared)
+
+
 @dataclass(frozen=True, slots=True)
 class GateSettings:
     upstreams: Mapping[str, str | list[str]] = setting(
         UPSTREAM_TABLE, factory=dict, flag="--upstream", metavar="[MODEL=]URL", repeatable=True,
         help="Engine base URL; MODEL=URL routes one model (repeat for several models or replicas).")
-    policy: str = setting(TEXT, "lend", flag="--policy", choices=tuple(POLICIES), help="Admission policy (default lend).")
-    floors: Mapping[str, int] = setting(
-        FLOOR_TABLE, factory=lambda: dict(DEFAULT_FLOORS), flag="--floors", metavar="CLASS=N,...",
-        help="Per-class slots, e.g. interactive=3,batch=1.")
-    lendable_slots: int = setting(WHOLE, 2, flag="--lendable",
-        help="Protected slots lendable to batch while interactive is idle (at least one is never lent).")
-    capacity: int | None = setting(WHOLE_OR_NONE, None, flag="--capacity",
-        help="Shared cap of the fcfs/priority policies (default: none).")
+    policy: str = setting(TEXT, DEFAULT_POLICY, flag="--policy", choices=tuple(POLICIES),
+                          help=f"Admission policy (default {DEFAULT_POLICY}).")
+    floors: Mapping[str, int] = policy_option("floors", metavar="CLASS=N,...")
+    lendable_slots: int = policy_option("lendable_slots")
+    capacity: int | None = policy_option("capacity")
     default_traffic_class: str = setting(TEXT, "interactive", flag="--default-class", choices=TRAFFIC_CLASSES,
         help="Traffic class of requests without an x-traffic-class header.")
     wait_timeout_s: float = setting(SECONDS, 30.0, flag="--wait-timeout-s", old_flag="--wait-timeout",
         help="Seconds a request may queue for a grant before 429 (default 30).")
-    control_period_s: float = setting(SECONDS, 0.0, flag="--control-period-s",
-        help="Lend policy: seconds between the lending controller's decisions; returning demand gets its "
-             "floor back one period after the next decision, at once with 0 (default 0).")
-    restore_budget_s: float = setting(SECONDS, 1.0, flag="--restore-budget-s",
-        help="lend-budget and lend-preempt: seconds a loan may cost to give back (its predicted drain, and the "
-             "KV wait of a returning interactive request); lend-preempt aborts loans past it at restoration (default 1).")
-    kv_blocks: int | None = setting(WHOLE_OR_NONE, None, flag="--kv-blocks",
-        help="lend-budget and lend-preempt: the engine's KV-cache blocks (vLLM logs them at start as 'GPU KV cache "
-             "size'; vllm:cache_config_info's num_gpu_blocks); unset: loans are not checked for KV.")
-    block_size: int = setting(WHOLE, 16, help="lend-budget and lend-preempt: tokens per KV block (vLLM's --block-size).")
-    protected_wait_s: float = setting(SECONDS, 2.0,
-        help="lend-budget and lend-preempt: seconds an interactive request may queue for its floor (in place of "
-             "wait_timeout_s).")
-    borrower_wait_s: float = setting(SECONDS, 120.0,
-        help="lend-budget and lend-preempt: seconds a batch request may queue for its floor or a loan (in place of "
-             "wait_timeout_s).")
-    extra_slots: int = setting(WHOLE, 1, flag="--extra-slots",
-        help="lend-priority: requests admitted past the floors, ordered by the engine's priority scheduler (default 1).")
+    control_period_s: float = policy_option("control_period_s")
+    restore_budget_s: float = policy_option("restore_budget_s")
+    kv_blocks: int | None = policy_option("kv_blocks")
+    block_size: int = policy_option("block_size")
+    protected_wait_s: float = policy_option("protected_wait_s")
+    borrower_wait_s: float = policy_option("borrower_wait_s")
+    extra_slots: int = policy_option("extra_slots")
     queue_limit: int = setting(WHOLE, 256, help="Requests that may queue per traffic class; one more is a 429.")
     connect_timeout_s: float = setting(SECONDS, 5.0, help="Seconds to connect to an engine (504 beyond); also bounds /v1/models.")
     upstream_timeout_s: float = setting(SECONDS, 300.0, help="Seconds an engine may stay silent before 504.")
@@ -216,11 +151,12 @@ class GateSettings:
     def upstream_urls(self) -> dict[str, list[str]]:
         return {m: [u] if isinstance(u, str) else list(u) for m, u in self.upstreams.items()}
 
-    def build_policy(self):  # -> AdmissionPolicy (import cycle-free annotation kept loose on purpose)
-        return build_policy(self.policy, floors=self.floors, lendable_slots=self.lendable_slots, capacity=self.capacity,
-                            control_period_s=self.control_period_s, restore_budget_s=self.restore_budget_s,
-                            kv_blocks=self.kv_blocks, block_size=self.block_size, extra_slots=self.extra_slots,
-                            protected_wait_s=self.protected_wait_s, borrower_wait_s=self.borrower_wait_s)
+    def policy_options(self) -> dict[str, Any]:
+        """Every policy option's value, by name (``policies.registry.OPTIONS``)."""
+        return {name: getattr(self, name) for name in OPTIONS}
+
+    def build_policy(self) -> AdmissionPolicy:
+        return build_policy(self.policy, **self.policy_options())
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -241,12 +177,12 @@ class GateSettings:
             require_keys(document, {"gate", "modelclaim", "analysis"}, str(config_file))
             table = document.get("gate", {})
             if not isinstance(table, Mapping):
-                raise SettingError("gate", f"expected a [gate] table, got {_shown(table)}")
+                raise SettingError("gate", f"expected a [gate] table, got {shown(table)}")
             require_keys(table, _SETTING_NAMES, "gate")
             values.update(table)
             modelclaim = document.get("modelclaim")
             if modelclaim is not None and not isinstance(modelclaim, Mapping):
-                raise SettingError("modelclaim", f"expected a [modelclaim] table, got {_shown(modelclaim)}")
+                raise SettingError("modelclaim", f"expected a [modelclaim] table, got {shown(modelclaim)}")
         values.update(_from_environment(environ))
         values.update({k: v for k, v in flags.items() if v is not None})
         if "upstreams" in values and not isinstance(values["upstreams"], Mapping):
@@ -269,9 +205,9 @@ class GateSettings:
         for each in SETTINGS:
             value = getattr(self, each.name)
             if not each.kind.accepts(value):
-                raise SettingError(f"gate.{each.name}", f"expected {each.kind.expected}, got {_shown(value)}")
+                raise SettingError(f"gate.{each.name}", f"expected {each.kind.expected}, got {shown(value)}")
         if self.modelclaim is not None and not isinstance(self.modelclaim, Mapping):
-            raise SettingError("gate.modelclaim", f"expected a table, got {_shown(self.modelclaim)}")
+            raise SettingError("gate.modelclaim", f"expected a table, got {shown(self.modelclaim)}")
         for each in SETTINGS:
             value = getattr(self, each.name)
             if each.kind is SECONDS and (not math.isfinite(value) or value < 0):
@@ -288,17 +224,10 @@ class GateSettings:
             # 0 s is no time at all: every connection, or every answer, would time out (502/504).
             if getattr(self, name) == 0:
                 raise SettingError(f"gate.{name}", "must be more than 0 seconds: every request would time out")
-        if self.policy not in POLICIES:
-            raise SettingError("gate.policy", f"unknown policy {self.policy!r}; choose one of {', '.join(sorted(POLICIES))}")
+        policy_named(self.policy, aliases=False)
         if self.default_traffic_class not in TRAFFIC_CLASSES:
             raise SettingError("gate.default_traffic_class", f"{self.default_traffic_class!r}; use {', '.join(TRAFFIC_CLASSES)}")
-        if self.restore_budget_s == 0:
-            raise SettingError("gate.restore_budget_s", "must be more than 0 seconds: no loan could ever be given back")
-        if self.kv_blocks is not None and self.kv_blocks < 1:
-            raise SettingError("gate.kv_blocks", f"{self.kv_blocks} must be at least 1 (the engine's KV blocks)")
-        if self.extra_slots < 0:
-            raise SettingError("gate.extra_slots", f"{self.extra_slots} must be 0 or more")
-        for name in ("block_size", "queue_limit", "max_body_bytes", "max_header_bytes", "max_json_depth", "max_retained_episodes",
+        for name in ("queue_limit", "max_body_bytes", "max_header_bytes", "max_json_depth", "max_retained_episodes",
                      "max_connections"):
             if getattr(self, name) < 1:
                 raise SettingError(f"gate.{name}", f"{getattr(self, name)} must be at least 1")
@@ -317,7 +246,7 @@ class GateSettings:
             # A class left out would get floor 0: its requests would queue and 429 without saying why.
             raise SettingError("gate.floors", f"no {missing[0]} floor; give every class "
                                               f"({', '.join(TRAFFIC_CLASSES)}), 0 to admit none on its own slots")
-        self.build_policy()  # floors / lendable / capacity errors name their setting
+        self.build_policy()  # the policy options' checks (policies.registry) name their setting
         return self
 
 

@@ -92,7 +92,7 @@ class VirtualModelClaimRun(VirtualWire):
     def _deploy(self, learnt: str | None) -> None:
         """A fresh deployment from the clock's now: gate and lifecycle (re)started, no engine yet.
         ``learnt``: the previous cycle's calibration (``WakeCalibration.to_json``)."""
-        from restorelens.gate import Admission, GateSpans
+        from restorelens.gate.assembly import assemble_gate
         from restorelens.gate.modelclaim.actions import WakeEnds
         from restorelens.gate.modelclaim.backends import InProcessBackend
         from restorelens.gate.modelclaim.config import build_core
@@ -106,13 +106,13 @@ class VirtualModelClaimRun(VirtualWire):
         self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
         self.backend = InProcessBackend(self._new_engine)
         self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)
-        self.gate_spans = GateSpans(self.providers.gate, policy_name="fcfs")
         settings = GateSettings(policy="fcfs", modelclaim=self.table)
+        # The lifecycle is the virtual one above, not the live router the table would start.
+        self.gate = assemble_gate(settings, self.providers.gate)
+        self.gate_spans, self.admission = self.gate.spans, self.gate.admission
         #: At most this many attempts held at once, as the proxy's ``queue_limit``.
         self.hold_limit = settings.queue_limit
         self.held: list[_Held] = []
-        self.admission = Admission(settings.build_policy(), wait_timeout_s=settings.wait_timeout_s,
-                                   queue_limit=settings.queue_limit, listeners=[self.gate_spans])
         self.loop = EventLoop(self.clock, [
             TimeSource("lifecycle", self.lifecycle.next_event_s, self.lifecycle.advance_to),
             TimeSource("engines", self._engines_next_s, self._engines_due),
@@ -152,8 +152,7 @@ class VirtualModelClaimRun(VirtualWire):
         end_s = self.loop.run(stop=lambda: len(self.results) == done)
         for action in self.core.shutdown(end_s):
             self.backend.perform_stop(action, end_s)  # type: ignore[arg-type]
-        self.admission.close(end_s)
-        self.gate_spans.flush(*self.admission.unfinished(), end_s)
+        self.gate.close(end_s)
 
     def _set_up(self) -> float:
         """Play the lifecycle alone from the clock's now until the scenario's state; returns t0."""

@@ -17,18 +17,13 @@ from typing import Any
 
 from restorelens.errors import SettingError
 from restorelens.experiments.live_tolerance import live_tolerance_s
+from restorelens.gate import DEFAULT_POLICY, DEFAULTS, POLICIES, policy_named
 from restorelens.loadgen.workloads import Workload, moflux_workload
 
-__all__ = ["ARMS", "SCENARIOS", "MofluxScenario"]
+__all__ = ["SCENARIOS", "MofluxScenario"]
 
-#: Gate policy per arm name; "moflux" is accepted for "lend". The study's four arms come first; the
-#: ``lend-*`` arms are restorelens's own lenders (docs/gate.md), played on the same protocol.
-ARMS = {"fcfs": "fcfs", "priority": "priority", "static": "static", "lend": "lend", "moflux": "lend",
-        "lend-budget": "lend-budget", "lend-priority": "lend-priority", "lend-preempt": "lend-preempt"}
 #: Arms that go straight to the engine (their "policy" is the engine's own scheduling).
 DIRECT_ARMS = frozenset({"fcfs", "priority"})
-#: Policies whose requests carry vLLM priorities: the engine runs ``--scheduling-policy priority``.
-ENGINE_PRIORITY_POLICIES = frozenset({"priority", "lend-priority"})
 
 #: Balanced never neared KV pressure on the M1 (peak 3.11 %): give the engine a large pool.
 BALANCED_KV_BLOCKS = 1_600
@@ -40,7 +35,9 @@ class MofluxScenario:
 
     name: str
     profile: str
-    arm: str = "lend"
+    #: A policy's name or alias (``gate.policies.registry``): the gate's policy, or the engine's own
+    #: scheduling for the ``DIRECT_ARMS``.
+    arm: str = DEFAULT_POLICY
     engine_preset: str = "qwen2.5-1.5b-m1"
     stream: bool = True
     #: Client retry policy for 429s from the gate (the study's client did not retry: max 1 attempt).
@@ -58,10 +55,10 @@ class MofluxScenario:
     live_slack_real_s: float = 0.3
     #: The lend arm's controller period (``LendPolicy.control_period_s``); 0: the floor comes back
     #: the moment demand returns.
-    control_period_s: float = 0.0
+    control_period_s: float = DEFAULTS["control_period_s"]
     #: The restoration budget of the budget-aware arms (``lend-budget``, ``lend-preempt``): what a
     #: loan may cost to give back, in seconds (docs/gate.md).
-    restore_budget_s: float = 1.0
+    restore_budget_s: float = DEFAULTS["restore_budget_s"]
     #: Per traffic class, seconds a request may wait in the gate's queue, for every gated arm (the
     #: study's arms included): an ablation of the lenders' own queues. Empty: the study's pool, no
     #: queue (the lenders keep theirs).
@@ -78,13 +75,12 @@ class MofluxScenario:
     def with_arm(self, arm: str | None) -> MofluxScenario:
         if arm is None:
             return self
-        if arm not in ARMS:
-            raise SettingError("--arm", f"unknown arm {arm!r}; choose one of {', '.join(ARMS)}")
+        policy_named(arm, "--arm")
         return replace(self, arm=arm)
 
     @property
     def gate_policy(self) -> str:
-        return ARMS[self.arm]
+        return policy_named(self.arm, "--arm").name
 
     @property
     def direct(self) -> bool:
@@ -94,7 +90,7 @@ class MofluxScenario:
 
     def client_priority(self, traffic_class: str) -> int | None:
         """The vLLM priority the client itself puts on a request (the direct priority arm)."""
-        from restorelens.gate.policies import VLLM_PRIORITY
+        from restorelens.gate import VLLM_PRIORITY
 
         return VLLM_PRIORITY.get(traffic_class) if self.direct and self.gate_policy == "priority" else None
 
@@ -115,7 +111,7 @@ class MofluxScenario:
             "num_blocks": shape.num_gpu_blocks or BALANCED_KV_BLOCKS,
             "max_model_len": shape.max_model_len,
         }
-        if self.gate_policy in ENGINE_PRIORITY_POLICIES:
+        if POLICIES[self.gate_policy].engine_priority:
             changes["scheduling_policy"] = "priority"
         return config.replace(**changes)
 

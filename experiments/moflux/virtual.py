@@ -45,7 +45,7 @@ class VirtualMofluxRun(VirtualWire):
     results: list[RequestResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from restorelens.gate import Admission, GateSpans
+        from restorelens.gate.assembly import assemble_gate
         from restorelens.sim import EngineCore
 
         self.workload: Workload = self.scenario.workload(self.seed)
@@ -55,16 +55,12 @@ class VirtualMofluxRun(VirtualWire):
         self.engine = EngineCore(config, seed=self.seed, now_s=self.t0_s)
         settings = self.scenario.gate_settings(VIRTUAL_UPSTREAM_URL, self.workload.model)
         policy = self.scenario.adjust_policy(settings.build_policy())
-        self.gate_spans = GateSpans(self.providers.gate, policy_name=settings.policy,
-                                    restore_budget_s=policy.restore_budget_s)
-        self.admission = Admission(
-            policy,
-            wait_timeout_s=settings.wait_timeout_s,
-            queue_limit=settings.queue_limit,
-            listeners=[self.gate_spans],
+        self.gate = assemble_gate(
+            settings, self.providers.gate, policy=policy,
             on_preempt=lambda grant, preemption: self.loop.at(self.clock.now_s(),
                                                               lambda: self._preempt(grant, preemption)),
         )
+        self.gate_spans, self.admission = self.gate.spans, self.gate.admission
         from restorelens.gate.routing import Routed
 
         # One engine behind the gate: every request routes to it, as through a one-URL upstream table.
@@ -90,8 +86,7 @@ class VirtualMofluxRun(VirtualWire):
         for arrival in self.workload.arrivals:
             self.loop.at(self.t0_s + arrival.at_s, lambda a=arrival: self._arrive(a))
         end_s = self.loop.run()
-        self.admission.close(end_s)
-        self.gate_spans.flush(*self.admission.unfinished(), end_s)
+        self.gate.close(end_s)
         return self.results
 
     def _arrive(self, arrival: Arrival) -> None:
@@ -104,7 +99,7 @@ class VirtualMofluxRun(VirtualWire):
             flight = self._open_attempt(arrival, loop, request_span, self.workload.model, gate=False)
             self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, loop.request.priority or 0)
             return
-        from restorelens.gate.lenders import request_size
+        from restorelens.gate.policies.interface import request_size
 
         flight = self._open_attempt(arrival, loop, request_span, self.workload.model)
         decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s(),

@@ -25,7 +25,6 @@ __all__ = [
     "StartEngine",
     "StateInterval",
     "StopEngine",
-    "WAKE_OUTCOMES",
     "WakeEngine",
     "WakeEnds",
     "WakeRecord",
@@ -71,8 +70,6 @@ class StopEngine:
 
 
 Action = StartEngine | WakeEngine | SleepEngine | StopEngine
-
-WAKE_OUTCOMES = ("ready", "failed", "timed_out", "stopped")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,3 +23,19 @@ def test_every_scenario_of_both_kinds_is_found_by_its_name() -> None:
     assert [get_scenario(name).kind for name in names] == ["moflux"] * len(SCENARIOS) + ["modelclaim"] * len(
         MODELCLAIM_SCENARIOS)
     assert all(get_scenario(name).name == name for name in names)
+
+
+def test_run_and_experiment_help_list_every_arm_the_registry_accepts() -> None:
+    from click.testing import CliRunner
+
+    from restorelens.cli import cli
+    from restorelens.gate import POLICIES, arm_names
+
+    shown = {command: " ".join(CliRunner().invoke(cli, [command, "--help"], terminal_width=200).output.split())
+             for command in ("run", "experiment")}
+    for name in arm_names():
+        assert name in shown["run"], name
+        assert get_scenario("moflux-balanced", name).gate_policy in POLICIES  # and --arm accepts it
+    for name in POLICIES:
+        assert name in shown["experiment"], name
+    assert "[default: 1.0]" in shown["experiment"]  # --restore-budget-s, the registry's default

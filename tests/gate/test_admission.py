@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from restorelens.errors import SettingError
-from restorelens.gate.admission import Admission, Grant, GrantError, Rejection, Waiter
-from restorelens.gate.policies import FcfsPolicy, LendPolicy, PriorityPolicy, StaticPolicy
+from restorelens.gate.admission import Admission
+from restorelens.gate.grants import Grant, GrantError, Rejection, Waiter
+from restorelens.gate.policies.floors import LendPolicy, StaticPolicy
+from restorelens.gate.policies.shared_cap import FcfsPolicy, PriorityPolicy
 
 T0 = 1_000.0  # any epoch works: the core only sees the numbers it is given
 

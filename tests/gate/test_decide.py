@@ -6,7 +6,7 @@ import pytest
 
 from restorelens.gate import Grant, Rejection, build_policy
 from restorelens.gate.decide import Admit, Forward, Hold, Respond, decide, static_route
-from restorelens.gate.policies import VLLM_PRIORITY
+from restorelens.gate.policies.interface import VLLM_PRIORITY
 from restorelens.gate.routing import NotReady, Routed, UnknownModel
 
 LEND = build_policy("lend")

@@ -6,9 +6,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from restorelens import spans as S
 from restorelens.clock import VirtualClock, to_ns
-from restorelens.gate.admission import Admission, Grant
+from restorelens.gate.admission import Admission
+from restorelens.gate.grants import Grant
 from restorelens.gate.gate_spans import GateSpans
-from restorelens.gate.policies import LendPolicy
+from restorelens.gate.policies.floors import LendPolicy
 
 
 def test_virtual_run_emits_linked_restore_span(tracer_provider, span_exporter: InMemorySpanExporter) -> None:

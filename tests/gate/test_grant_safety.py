@@ -20,9 +20,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from restorelens.gate.admission import Admission, Grant, Rejection, Waiter
-from restorelens.gate.lenders import BudgetLendPolicy, PreemptLendPolicy, Preemption, PriorityLendPolicy
-from restorelens.gate.policies import AdmissionPolicy, FcfsPolicy, LendPolicy, Occupancy, RequestSize, StaticPolicy
+from restorelens.gate.admission import Admission
+from restorelens.gate.grants import Grant, Rejection, Waiter
+from restorelens.gate.policies.budget import BudgetLendPolicy, PreemptLendPolicy, Preemption
+from restorelens.gate.policies.floors import LendPolicy, StaticPolicy
+from restorelens.gate.policies.interface import AdmissionPolicy, Occupancy, RequestSize
+from restorelens.gate.policies.priority_lend import PriorityLendPolicy
+from restorelens.gate.policies.shared_cap import FcfsPolicy
 
 FLOORS = {"interactive": 3, "batch": 1}
 LENDABLE_SLOTS = 2

@@ -17,10 +17,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from restorelens.gate import GateSettings
-from restorelens.gate.admission import Admission, Grant
+from restorelens.gate.admission import Admission
+from restorelens.gate.grants import Grant
 from restorelens.gate.app import create_gate_app
 from restorelens.gate.metrics import new_registry
-from restorelens.gate.policies import LendPolicy
+from restorelens.gate.policies.floors import LendPolicy
 from restorelens.gate.restoration import RESTORATION_BUCKETS_S, SecondsHistogram
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

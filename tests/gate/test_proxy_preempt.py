@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from restorelens import spans as S
-from restorelens.gate.policies import RequestSize
+from restorelens.gate.policies.interface import RequestSize
 from restorelens.gate.forwarding import token_events
-from restorelens.gate.proxy import request_size_of
+from restorelens.gate.policies.interface import request_size_of
 from restorelens.protocol import PREEMPTED, parse_preempted_event
 
 from .test_proxy import TOKEN, engine, gate_state, start_gate, wait_until  # noqa: F401  (engine: a fixture)

@@ -151,10 +151,13 @@ def test_every_setting_is_declared_with_an_env_name_and_help() -> None:
 
 
 def test_a_help_that_states_the_default_states_the_declared_one() -> None:
-    stated = {s.name: m.group(1) for s in SETTINGS if (m := re.search(r"\(default:? ([^)]+)\)", s.help))}
-    assert set(stated) >= {"policy", "capacity", "wait_timeout_s", "host", "port"}
+    stated = {s.name: m.group(1) for s in SETTINGS
+              if (m := re.search(r"\(default:? ([^)]+)\)", s.help) or re.search(r"Default: (.+)\.$", s.help))}
+    assert set(stated) >= {"policy", "capacity", "wait_timeout_s", "restore_budget_s", "floors", "host", "port"}
     for name, text in stated.items():
         default = getattr(GateSettings(), name)
+        if isinstance(default, dict):
+            default = ",".join(f"{k}={v}" for k, v in default.items())
         assert text == ("none" if default is None else f"{default:g}" if isinstance(default, float) else str(default)), name
 
 

@@ -152,3 +152,36 @@ def test_run_cli_virtual_writes_spans_and_a_summary(tmp_path) -> None:
 def test_run_cli_errors_are_one_line(args) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and result.output.startswith("Error: ") and "Traceback" not in result.output
+
+
+def _play_one_restoration(admission, first_byte_after_s: float) -> list[tuple]:
+    """A loan out when interactive returns; the returning request's first byte ``first_byte_after_s``
+    after t0. Returns each episode as (budget, over budget, first byte after t0)."""
+    from restorelens.gate import RequestSize
+
+    size = RequestSize(10, 10)  # 0.52 s at the lenders' priors: lent within a 1 s budget
+    own = admission.request("b1", "batch", 0.0, size=size)
+    loan = admission.request("b2", "batch", 0.0, size=size)
+    returning = admission.request("i1", "interactive", 5.0, size=size)
+    assert (own.slot, loan.slot, returning.slot) == ("own", "borrowed", "own")
+    admission.first_byte(returning, 5.0 + first_byte_after_s)
+    for grant in (loan, returning, own):
+        admission.release(grant, 5.0 + first_byte_after_s + 1.0)
+    return [(e.budget_s, e.over_budget, e.first_byte_seen_s - e.t0_s) for e in admission.episodes]
+
+
+@pytest.mark.parametrize(("first_byte_after_s", "over_budget"), [(0.5, False), (2.0, True)])
+def test_a_virtual_run_judges_an_episode_over_budget_as_the_live_gate_does(
+        first_byte_after_s: float, over_budget: bool) -> None:
+    # The live app's gate and the virtual runner's, both built from the scenario's settings; before
+    # the gate had one assembly only the live app's metrics gave the tracker its budget.
+    from restorelens.experiments.moflux.virtual import VIRTUAL_UPSTREAM_URL, VirtualMofluxRun
+    from restorelens.gate import create_gate_app
+
+    scenario = get_scenario("moflux-balanced", "lend-budget")
+    virtual = VirtualMofluxRun(scenario, seed=1).admission
+    settings = scenario.gate_settings(VIRTUAL_UPSTREAM_URL, scenario.workload(1).model)
+    live = create_gate_app(dataclasses.replace(settings, tracing=False)).state.admission
+    judged = _play_one_restoration(live, first_byte_after_s)
+    assert judged == [(scenario.restore_budget_s, over_budget, first_byte_after_s)]
+    assert _play_one_restoration(virtual, first_byte_after_s) == judged

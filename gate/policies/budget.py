@@ -1,18 +1,15 @@
-"""Lenders that know what a loan will cost to give back: ``lend-budget``, ``lend-priority``, ``lend-preempt``.
+"""The lenders that know what a loan will cost to give back: ``lend-budget`` and ``lend-preempt``.
 
-``lend`` (``policies.LendPolicy``) is the MoFlux study's lender and stays as the study had it. The
-lenders here answer the questions the study left open (docs/gate.md, "Budget-aware lending"):
+``lend`` (``floors.LendPolicy``) is the MoFlux study's lender and stays as the study had it. The
+lenders here answer a question the study left open (docs/gate.md, "Budget-aware lending"):
 
 - ``lend-budget`` lends only what can be given back within ``restore_budget_s``: the gate predicts
   each loan's remaining engine time from the request's size (prompt tokens estimated from its
-  characters, ``max_tokens``) and engine rates it learns from completed requests, and the KV blocks
-  every request in flight holds; a loan that would push the predicted drain, or the wait of a
-  returning protected request for KV, past the budget is refused. After demand returns, lending
-  resumes only once the earlier loans drained and the protected class stayed idle for a hold-off
-  learnt from its inter-arrival times.
-- ``lend-priority`` lends as ``lend`` does and admits ``extra_slots`` more requests past the floors,
-  with vLLM priorities (interactive 0, batch 10), so the engine's priority scheduler has a queue
-  to order.
+  characters, ``max_tokens``) and engine rates it learns from completed requests (``learning.py``),
+  and the KV blocks every request in flight holds; a loan that would push the predicted drain, or
+  the wait of a returning protected request for KV, past the budget is refused. After demand
+  returns, lending resumes only once the earlier loans drained and the protected class stayed idle
+  for a hold-off learnt from its inter-arrival times.
 - ``lend-preempt`` lends as ``lend-budget`` accounts, but gives loans back by preemption: when the
   floor is restored, every loan predicted to run past the budget is aborted (its client gets a
   retryable answer and its retry waits in the gate's queue), so a restoration is bounded by design
@@ -33,24 +30,12 @@ from typing import Any
 
 from restorelens.errors import SettingError
 
-from .policies import VLLM_PRIORITY, LendPolicy, Occupancy, RequestSize, Slot
+from .floors import LendPolicy
+from .interface import Occupancy, RequestSize, Slot
+from .learning import EngineRates, HoldOff, quantile
+from .registry import DEFAULTS, check_option
 
-__all__ = [
-    "DEFAULT_RESTORE_BUDGET_S",
-    "BudgetLendPolicy",
-    "EngineRates",
-    "HoldOff",
-    "LoanCheck",
-    "PreemptLendPolicy",
-    "Preemption",
-    "PriorityLendPolicy",
-    "request_size",
-]
-
-DEFAULT_RESTORE_BUDGET_S = 1.0
-#: The gate has no tokenizer: English text runs about four characters per token in the BPE
-#: vocabularies of Llama and Qwen; a loan's prediction needs its size, not its exact count.
-CHARS_PER_TOKEN = 4.0
+__all__ = ["BudgetLendPolicy", "LoanCheck", "PreemptLendPolicy", "Preemption"]
 
 # Refusal and resume reasons, as recorded on spans (docs/spans.md).
 REASON_DRAIN = "drain_over_budget"
@@ -59,94 +44,11 @@ REASON_NOT_DRAINED = "loans_not_drained"
 REASON_HOLD_OFF = "hold_off"
 REASON_RESUMED = "drained_and_idle"
 
-
-def request_size(prompt_chars: int, max_tokens: int) -> RequestSize:
-    """What the gate can tell of a request's size from its body, before it runs."""
-    return RequestSize(math.ceil(max(0, prompt_chars) / CHARS_PER_TOKEN), max(0, max_tokens))
-
-
 #: The longest Retry-After a preemption gives, in seconds.
 MAX_RETRY_AFTER_S = 60.0
 #: A request's own pace counts once it streamed this many tokens: the first two may come in one
 #: breath (a chat stream's first events), which would make its pace look like zero.
 MIN_PACE_TOKENS = 4
-#: The longest hold-off, in priors (5 s x 12 = one minute at the defaults).
-MAX_HOLD_OFF_RATIO = 12.0
-#: How far one learnt sample may stray from its prior, either way.
-MAX_SAMPLE_RATIO = 100.0
-
-
-def _within(sample: float, prior: float) -> float:
-    return min(max(sample, prior / MAX_SAMPLE_RATIO), prior * MAX_SAMPLE_RATIO)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    """Nearest rank (the value at rank ceil(q*n)), as the study reports its percentiles."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-class EngineRates:
-    """The engine's effective prefill and decode times per token, learnt from completed requests.
-
-    A completion observed by the gate gives time to first byte after the grant (queueing in the
-    engine, then prefill) and the stream after it (decode). Dividing by the request's prompt tokens
-    and by its ``max_tokens`` gives rates that predict the same request's duration again, queueing
-    and batch-sharing included: what a loan costs on this engine under this load. Until
-    ``min_samples`` completions were seen, the priors hold.
-    """
-
-    def __init__(self, prefill_s_per_token: float, decode_s_per_token: float, *, window: int = 64,
-                 min_samples: int = 3) -> None:
-        self.prior = (prefill_s_per_token, decode_s_per_token)
-        self.min_samples = min_samples
-        self._prefill: deque[float] = deque(maxlen=window)
-        self._decode: deque[float] = deque(maxlen=window)
-
-    def observe(self, size: RequestSize, ttfb_s: float | None, stream_s: float | None) -> None:
-        # One odd request (a cached prompt, a burst of queueing) must not move a rate a hundredfold:
-        # each sample is held within a factor of MAX_SAMPLE_RATIO of the prior.
-        if ttfb_s is not None and ttfb_s >= 0 and size.prompt_tokens > 0:
-            self._prefill.append(_within(ttfb_s / size.prompt_tokens, self.prior[0]))
-        if stream_s is not None and stream_s >= 0 and size.max_tokens > 0:
-            self._decode.append(_within(stream_s / size.max_tokens, self.prior[1]))
-
-    @property
-    def prefill_s_per_token(self) -> float:
-        # The median: one request stuck behind a long queue must not make every loan look long.
-        return _quantile(list(self._prefill), 0.5) if len(self._prefill) >= self.min_samples else self.prior[0]
-
-    @property
-    def decode_s_per_token(self) -> float:
-        return _quantile(list(self._decode), 0.5) if len(self._decode) >= self.min_samples else self.prior[1]
-
-    def service_s(self, size: RequestSize) -> float:
-        return size.prompt_tokens * self.prefill_s_per_token + size.max_tokens * self.decode_s_per_token
-
-
-class HoldOff:
-    """How long the protected class must stay idle before lending resumes: a quantile of its
-    inter-arrival times (a gap shorter than that is, most of the time, not the end of demand)."""
-
-    def __init__(self, prior_s: float, quantile: float, *, window: int = 256, min_samples: int = 8) -> None:
-        self.prior_s = prior_s
-        self.quantile = quantile
-        self.min_samples = min_samples
-        self._gaps: deque[float] = deque(maxlen=window)
-        self._last_arrival_s: float | None = None
-
-    def observe_arrival(self, now_s: float) -> None:
-        if self._last_arrival_s is not None:
-            self._gaps.append(max(0.0, now_s - self._last_arrival_s))
-        self._last_arrival_s = now_s
-
-    @property
-    def hold_off_s(self) -> float:
-        if len(self._gaps) < self.min_samples:
-            return self.prior_s
-        # A night without traffic is one gap too: the learnt hold-off never exceeds MAX_HOLD_OFF_RATIO
-        # priors, or a quiet spell would stop lending for hours.
-        return min(_quantile(list(self._gaps), self.quantile), self.prior_s * MAX_HOLD_OFF_RATIO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,33 +94,28 @@ class BudgetLendPolicy(LendPolicy):
     def __init__(
         self,
         floors: Mapping[str, int] | None = None,
-        lendable_slots: int = 2,
+        lendable_slots: int = DEFAULTS["lendable_slots"],
         *,
-        control_period_s: float = 0.0,
-        restore_budget_s: float = DEFAULT_RESTORE_BUDGET_S,
-        kv_blocks: int | None = None,
-        block_size: int = 16,
+        control_period_s: float = DEFAULTS["control_period_s"],
+        restore_budget_s: float = DEFAULTS["restore_budget_s"],
+        kv_blocks: int | None = DEFAULTS["kv_blocks"],
+        block_size: int = DEFAULTS["block_size"],
         prefill_s_per_token: float = 0.002,
         decode_s_per_token: float = 0.05,
         hold_off_quantile: float = 0.9,
         hold_off_prior_s: float = 5.0,
         returning_tokens_prior: int = 512,
-        protected_wait_s: float = 2.0,
-        borrower_wait_s: float = 120.0,
+        protected_wait_s: float = DEFAULTS["protected_wait_s"],
+        borrower_wait_s: float = DEFAULTS["borrower_wait_s"],
     ) -> None:
         super().__init__(floors, lendable_slots, control_period_s=control_period_s)
-        if not (math.isfinite(restore_budget_s) and restore_budget_s > 0):
-            raise SettingError("gate.restore_budget_s", f"must be a finite number of seconds > 0, got {restore_budget_s}")
-        if kv_blocks is not None and kv_blocks < 1:
-            raise SettingError("gate.kv_blocks", f"must be at least 1 (the engine's KV blocks), got {kv_blocks}")
-        if block_size < 1:
-            raise SettingError("gate.block_size", f"must be at least 1 token, got {block_size}")
+        for name, value in (("restore_budget_s", restore_budget_s), ("kv_blocks", kv_blocks),
+                            ("block_size", block_size), ("protected_wait_s", protected_wait_s),
+                            ("borrower_wait_s", borrower_wait_s)):
+            check_option(name, value)
         if not 0 < hold_off_quantile <= 1:
             raise SettingError("gate.hold_off_quantile", f"must be in (0, 1], got {hold_off_quantile}")
         self.restore_budget_s = restore_budget_s
-        for name, wait_s in (("protected_wait_s", protected_wait_s), ("borrower_wait_s", borrower_wait_s)):
-            if not (math.isfinite(wait_s) and wait_s >= 0):
-                raise SettingError(f"gate.{name}", f"must be a finite number of seconds >= 0, got {wait_s}")
         # A short queue for the protected class (a wait past its latency target is as bad as a 429)
         # and a long one for the borrower, which waits for its floor or a loan instead of a 429.
         self.class_wait_s = {self.protected_class: protected_wait_s, self.borrower_class: borrower_wait_s}
@@ -302,7 +199,7 @@ class BudgetLendPolicy(LendPolicy):
     @property
     def returning_blocks(self) -> int:
         """KV a returning protected request needs: the p90 of the protected requests' sizes seen."""
-        return math.ceil(_quantile([float(t) for t in self._returning_tokens], 0.9) / self.block_size)
+        return math.ceil(quantile([float(t) for t in self._returning_tokens], 0.9) / self.block_size)
 
     def kv_wait_s(self, extra: RequestSize | None, now_s: float) -> float:
         """How long a protected request arriving now would wait for KV, were ``extra`` lent too."""
@@ -424,47 +321,3 @@ class PreemptLendPolicy(BudgetLendPolicy):
 
     name = "lend-preempt"
     preempts = True
-
-
-class PriorityLendPolicy(LendPolicy):
-    """``lend-priority``: ``lend`` plus ``extra_slots`` past the floors, ordered by the engine.
-
-    The study's second question: a gate whose bounds are tight leaves the engine's queue empty, so
-    the engine's own priority scheduling never acts. Here up to ``extra_slots`` requests of any class
-    beyond what ``lend`` admits go to the engine with vLLM priorities (interactive 0, batch 10),
-    which must run with ``--scheduling-policy priority``.
-    """
-
-    name = "lend-priority"
-
-    def __init__(self, floors: Mapping[str, int] | None = None, lendable_slots: int = 2, *,
-                 control_period_s: float = 0.0, extra_slots: int = 1) -> None:
-        super().__init__(floors, lendable_slots, control_period_s=control_period_s)
-        if extra_slots < 0:
-            raise SettingError("gate.extra_slots", f"must be 0 or more, got {extra_slots}")
-        self.extra_slots = extra_slots
-
-    def admit(self, traffic_class: str, occupancy: Occupancy) -> Slot | None:
-        slot = super().admit(traffic_class, occupancy)
-        if slot is not None:
-            return slot
-        return "own" if self.extra_in_use(occupancy) < self.extra_slots else None
-
-    def extra_in_use(self, occupancy: Occupancy) -> int:
-        """Requests in flight past what ``lend`` admits: each class beyond its floor, loans counted
-        on the protected floor, so the never-lent reserve is never handed out as an extra slot."""
-        protected = self.protected_class
-        over = max(0, occupancy.in_flight(protected) + occupancy.borrowed - self.floors.get(protected, 0))
-        for traffic_class, floor in self.floors.items():
-            if traffic_class != protected:
-                over += max(0, occupancy.in_flight(traffic_class) - floor)
-        return over
-
-    def upstream_priority(self, traffic_class: str) -> int | None:
-        return VLLM_PRIORITY.get(traffic_class)
-
-    def describe(self) -> dict[str, Any]:
-        described = super().describe()
-        described.update(policy=self.name, extra_slots=self.extra_slots)
-        return described
-
