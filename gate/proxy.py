@@ -29,7 +29,7 @@ from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission
-from .decide import RETRY_AFTER, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
+from .decision import RETRY_AFTER, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .grants import Grant, Rejection, Waiter

@@ -3,7 +3,7 @@
 Sections (``SECTIONS``, in order): episode counts (how many, how many censored or clock-skewed),
 lending and wake episode statistics, request latencies, the engine's view of every request it
 served (per engine x traffic class, gate or not), the policy summary and the paired differences
-(median over seeds). ``build.py`` computes them; ``render.py`` writes them in one of ``FORMATS``.
+(median over seeds). ``build.py`` computes them; ``formats.py`` writes them in one of ``FORMATS``.
 A null policy (a request that passed no gate and carries no arm label) reads "no gate" in the text
 formats; JSON and CSV keep it null (empty).
 
@@ -31,12 +31,12 @@ FORMATS = ("table", "json", "markdown", "csv")
 _EXPORTS: dict[str, str] = {
     "ENGINE_METRICS": "build",
     "LENDING_METRICS": "build",
-    "NO_GATE": "render",
+    "NO_GATE": "formats",
     "REQUEST_METRICS": "build",
     "WAKE_METRICS": "build",
     "build_report": "build",
-    "render": "render",
-    "with_no_gate": "render",
+    "render": "formats",
+    "with_no_gate": "formats",
 }
 
 _lazy_all, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,7 +1,7 @@
 """The gate's own answers are the same live and in virtual time: status and headers, row by row.
 
 Live: the real gate app on loopback, answering over HTTP. Virtual: the runners' wire, handing the
-answer to the virtual client. Both get their decision from ``restorelens.gate.decide``; these tests
+answer to the virtual client. Both get their decision from ``restorelens.gate.decision``; these tests
 feed each shell the same route or admission answer and compare what reaches the client. The
 inputs are set at the seams (a ``ModelRouter`` that answers one row of the 503 table; admission
 answering one ``Rejection``), because no real deployment can be put into every row on demand.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from restorelens.gate import Grant, Rejection, build_policy
-from restorelens.gate.decide import Admit, Forward, Hold, Respond, decide, static_route
+from restorelens.gate.decision import Admit, Forward, Hold, Respond, decide, static_route
 from restorelens.gate.policies.interface import VLLM_PRIORITY
 from restorelens.gate.routing import NotReady, Routed, UnknownModel
 
