@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from restorelens.analysis.cli import window_options
+from restorelens.analysis import window_options
 from restorelens.dashboard.environment import DEFAULT_MAX_UPLOAD_BYTES
 
 __all__ = ["COMMANDS", "dashboard", "streamlit_command"]
@@ -71,9 +71,7 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
     store as report and check push it (at most 64 KiB of run ids); the sample traces and
     uploads are read whole.
     """
-    from restorelens.analysis import parse_limit
-    from restorelens.analysis.settings import label_mapping
-    from restorelens.analysis.window import parse_window
+    from restorelens.analysis import label_mapping, parse_limit, parse_window
     from restorelens.dashboard import environment, source
 
     for text in limits:

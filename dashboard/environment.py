@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from restorelens.analysis.window import Window
+from restorelens.analysis import Window
 from restorelens.errors import SettingError
 
 __all__ = [
@@ -102,7 +102,7 @@ def window_env_value(window: Window) -> str:
 def configured_window() -> Window:
     """The window the CLI set (``WINDOW_ENV``), checked again as the CLI checks it: the environment
     is the app's input too. None set: every span."""
-    from restorelens.analysis.window import checked_window
+    from restorelens.analysis import checked_window
 
     text = os.environ.get(WINDOW_ENV)
     if not text:

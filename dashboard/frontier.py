@@ -23,11 +23,10 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from restorelens.analysis import Slo
-from restorelens.analysis.study import FRONTIER_AXES, GATES, RUN_COLUMNS, STUDY_ARMS, StudyTable, score_frames
+from restorelens.analysis import FRONTIER_AXES, GATES, RUN_COLUMNS, STUDY_ARMS, Slo, StudyTable, score_frames
 from restorelens.dashboard import palette
-from restorelens.dashboard.labels import NO_WORKLOAD, with_arm_labels
 from restorelens.dashboard.figures import literal
+from restorelens.dashboard.labels import NO_WORKLOAD, with_arm_labels
 
 __all__ = ["PolicyPage", "VERDICTS", "frontier_figure", "gates_figure", "policy_page", "ttft_figure"]
 

@@ -20,11 +20,11 @@ import polars as pl
 import streamlit as st
 
 from restorelens.analysis import Analysis, Slo
-from restorelens.store import open_read_only
 from restorelens.dashboard import engine, environment, episodes, pressure, source, uploads
 from restorelens.dashboard.overview import Overview
 from restorelens.dashboard.overview import overview as overview_of
 from restorelens.dashboard.selection import Selection, runs_of, select
+from restorelens.store import open_read_only
 
 __all__ = [
     "TTL_S",
@@ -75,7 +75,7 @@ class StoreReader:
     def analysis(self, slo: Slo | None = None) -> Iterator[Analysis]:
         with self._lock:
             if source.is_warehouse(self.path) or not self.window.everything:
-                from restorelens.analysis.sources import open_analysis
+                from restorelens.analysis import open_analysis
                 from restorelens.sources import Source, parse_source
 
                 store = parse_source(self.path) if source.is_warehouse(self.path) else Source("duckdb", path=self.path)

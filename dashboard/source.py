@@ -18,11 +18,10 @@ from pathlib import Path
 
 import duckdb
 
-from restorelens.analysis.window import Window
+from restorelens.analysis import Window
 from restorelens.collector import load_paths
-from restorelens.store import open_read_only
-from restorelens.store import TABLE
 from restorelens.errors import InputError
+from restorelens.store import TABLE, open_read_only
 
 __all__ = [
     "LEGACY_PREFIXES",
@@ -90,7 +89,7 @@ def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK
     """A one-line ``InputError`` unless ``path`` is a DuckDB file holding ``otel_traces``, or a
     ClickHouse / chDB source (``--source``) whose ``otel_traces`` can be read (for ``window``)."""
     if is_warehouse(path):
-        from restorelens.analysis.sources import open_analysis
+        from restorelens.analysis import open_analysis
         from restorelens.sources import parse_source
 
         with open_analysis(parse_source(str(path)), window=window) as analysis:

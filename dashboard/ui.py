@@ -18,9 +18,18 @@ import duckdb
 import plotly.graph_objects as go
 import streamlit as st
 
-from restorelens.analysis import Slo
-from restorelens.analysis.views import PERCENTILE_METHODS
-from restorelens.dashboard import environment, episodes, figures, overview, queries, selection, source, timelines, uploads
+from restorelens.analysis import PERCENTILE_METHODS, Slo
+from restorelens.dashboard import (
+    environment,
+    episodes,
+    figures,
+    overview,
+    queries,
+    selection,
+    source,
+    timelines,
+    uploads,
+)
 from restorelens.dashboard.segments import SEGMENTS
 from restorelens.errors import InputError, RestorelensError
 

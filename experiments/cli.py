@@ -14,7 +14,7 @@ import click
 
 from restorelens.errors import RestorelensError, SettingError
 from restorelens.gate import DEFAULT_POLICY, DEFAULTS, POLICIES, check_option, named_in_prose, study_policies
-from restorelens.loadgen.cli import traces_endpoint
+from restorelens.loadgen import traces_endpoint
 
 __all__ = ["COMMANDS", "demo", "experiment", "run"]
 
@@ -177,8 +177,15 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
 
     from restorelens.analysis import Analysis
     from restorelens.collector import load_paths
-    from restorelens.experiments.matrix import (Matrix, default_arms, parse_arms, parse_queue, parse_seeds, play,
-                                                scenario_kind)
+    from restorelens.experiments.matrix import (
+        Matrix,
+        default_arms,
+        parse_arms,
+        parse_queue,
+        parse_seeds,
+        play,
+        scenario_kind,
+    )
 
     replays = _replays(scenarios, replay_db, replay_runs, replay_engine, replay_labels, replay_config, replay_classes)
     names = tuple(replay.name for replay in replays) if replay_db else tuple(dict.fromkeys(scenarios))
@@ -225,7 +232,7 @@ def _score(analysis: Any, matrix: Any) -> Any:
         from restorelens.experiments.modelclaim.summary import score_wakes
 
         return score_wakes(analysis, {cell.run_id: (cell.scenario, cell.arm) for cell in matrix.cells()}, matrix.arms)
-    from restorelens.analysis.study import score
+    from restorelens.analysis import score
 
     return score(analysis, matrix.workload_scenarios(), matrix.arms)
 
@@ -254,8 +261,7 @@ def _replays(scenarios: tuple[str, ...], replay_db: str | None, runs: tuple[str,
         return []
     if scenarios:
         raise SettingError("--replay", f"replays a store instead of scenarios: drop {scenarios[0]!r} or --replay")
-    from restorelens.analysis import checked_labels
-    from restorelens.analysis.settings import label_mapping, parse_label
+    from restorelens.analysis import checked_labels, label_mapping, parse_label
     from restorelens.experiments.replay.store import DEFAULT_REPLAY_ENGINE, replays_from_store
     from restorelens.experiments.replay.workload import parse_class_map
 

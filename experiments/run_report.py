@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from restorelens.loadgen.request import RequestResult
+from restorelens.loadgen import RequestResult
 
 __all__ = ["RunReport"]
 

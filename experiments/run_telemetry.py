@@ -65,7 +65,7 @@ class RunTelemetry:
         """``id_seed``: trace/span ids from a seeded generator and a fixed ``service.instance.id``,
         so a virtual run writes byte-identical output every time (recorded sample traces).
         ``run_id`` / ``scenario``: resource attributes of every service's spans (none when not given)."""
-        from restorelens.loadgen.export_failures import CountingExporter
+        from restorelens.loadgen import CountingExporter
         from restorelens.telemetry import EXPORTER_NAMES, JsonLinesSpanExporter, build_tracer_provider
 
         inner: SpanExporter | str

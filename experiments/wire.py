@@ -22,16 +22,23 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from restorelens._version import __version__
-from restorelens.loadgen.request import RequestResult, RetryLoop
-from restorelens.loadgen.retry_after import NO_HINT, RetryAfter
-from restorelens.loadgen.tracing import TRACER_NAME, RequestSpan, end_attempt_span, start_attempt_span
-from restorelens.loadgen.workloads import Arrival
+from restorelens import __version__
+from restorelens.loadgen import (
+    NO_HINT,
+    TRACER_NAME,
+    Arrival,
+    RequestResult,
+    RequestSpan,
+    RetryAfter,
+    RetryLoop,
+    end_attempt_span,
+    start_attempt_span,
+)
 from restorelens.spans import ATTR_GATE_UPSTREAM
 
 __all__ = ["ENGINE_ACCEPTED", "Flight", "VirtualWire"]
 
-#: The engine's answer to a request it accepted (the gate's own answers come from gate.decide).
+#: The engine's answer to a request it accepted (the gate's own answers come from gate.decision).
 ENGINE_ACCEPTED = int(HTTPStatus.OK)  # a plain int, as span attributes and the retry loop want
 
 
@@ -150,7 +157,7 @@ class VirtualWire:
     def _end_engine_request(self, flight: Flight, event: Any, model: str, gate_status: int = ENGINE_ACCEPTED) -> None:
         """The engine's request ended (finished or aborted): its ``llm_request`` and the gate's span
         end (with ``gate_status``: the gate's own answer when it took the request back)."""
-        from restorelens.sim.tracing import emit_llm_request_span
+        from restorelens.sim import emit_llm_request_span
 
         del self._by_request[event.request_id]
         # the engine's parent: the gate's upstream POST, or the client's own for a direct request

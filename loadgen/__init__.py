@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "ExponentialBackoff": "retry",
     "FixedInterval": "retry",
     "HonourRetryAfter": "retry",
+    "NO_HINT": "retry_after",
     "POLICY_NAMES": "retry",
     "Phase": "workloads",
     "ProbeReport": "probe",
@@ -30,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "retry",
     "RunLabels": "request",
     "Slo": "workloads",
+    "TRACER_NAME": "tracing",
     "TracedClient": "client",
     "Workload": "workloads",
     "approx_tokens": "prompts",
@@ -44,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "retry_after_of": "retry",
     "run_probe": "probe",
     "start_attempt_span": "tracing",
+    "traces_endpoint": "cli",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -20,7 +20,7 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.httpx import AsyncOpenTelemetryTransport
 from opentelemetry.trace import Span, TracerProvider
 
-from restorelens._version import __version__
+from restorelens import __version__
 from restorelens.clock import Clock, WallClock
 from restorelens.loadgen.request import ClientRequest, RequestResult, RetryLoop
 from restorelens.loadgen.retry import RetryPolicy, make_policy, retry_after_of

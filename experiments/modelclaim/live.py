@@ -40,11 +40,8 @@ from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
 from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.run_report import RunReport
-from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
-from restorelens.gate.modelclaim.backends import EngineAnswer
-from restorelens.gate.modelclaim.vllm_backend import VllmSleepBackend, poll_health
-from restorelens.loadgen.request import RequestResult, RunLabels
-from restorelens.loadgen.retry import make_policy
+from restorelens.gate.modelclaim import EngineAnswer, StartEngine, StopEngine, VllmSleepBackend, poll_health
+from restorelens.loadgen import RequestResult, RunLabels, make_policy
 
 __all__ = ["DeferredStartRouter", "SimServerBackend", "run_live_modelclaim"]
 
@@ -64,7 +61,7 @@ class SimServerBackend(VllmSleepBackend):
 
     async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
         from restorelens.serving import ServerThread
-        from restorelens.sim.app import create_app
+        from restorelens.sim import create_app
 
         shape = next(c for c in self.scenario.claims if c.model == action.model)
         app = create_app(shape.preset, model_name=action.model, tracer_provider=self.tracer_provider,
@@ -182,7 +179,7 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
     (cold start) sends its first request right after the gate's lifespan started the lifecycle.
     """
     from restorelens.experiments.modelclaim.virtual import modelclaim_client_request
-    from restorelens.loadgen.client import TracedClient
+    from restorelens.loadgen import TracedClient
 
     policy = make_policy(scenario.retry_policy, max_attempts=scenario.max_attempts, deadline_s=scenario.deadline_s,
                          seed=labels.seed or 0)
@@ -203,11 +200,8 @@ async def _play(gate: Any, router: DeferredStartRouter, token: str, scenario: Mo
 def _play_cycle(scenario: ModelClaimScenario, cycle: int, seed: int, providers: ServiceProviders, clock: ScaledClock,
                 labels: RunLabels, calibration_path: Path) -> tuple[float, list[RequestResult]]:
     """One sleep -> wake cycle on a fresh gate, lifecycle router and engines; returns its t0 and results."""
-    from restorelens.gate.app import create_gate_app
-    from restorelens.gate.modelclaim.config import build_core, load_calibration
-    from restorelens.gate.modelclaim.router import ModelClaimRouter
-    from restorelens.gate.modelclaim.spans import ModelClaimSpans
-    from restorelens.gate.settings import GateSettings
+    from restorelens.gate import GateSettings, create_gate_app
+    from restorelens.gate.modelclaim import ModelClaimRouter, ModelClaimSpans, build_core, load_calibration
     from restorelens.serving import ServerThread
 
     table = deployment_table(scenario, calibration_path)

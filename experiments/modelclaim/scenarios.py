@@ -42,7 +42,7 @@ from typing import Any
 
 from restorelens.errors import SettingError
 from restorelens.experiments.live_tolerance import live_tolerance_s
-from restorelens.loadgen.workloads import Arrival
+from restorelens.loadgen import Arrival
 from restorelens.spans import ARRIVAL_PHASE_WAKE, HINT_MODES
 
 __all__ = [
@@ -278,7 +278,7 @@ def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> Expect
     attempt whose hint is at most ``hold_s`` until the model serves or ``hold_s`` ends (then 503
     with a fresh hint); an attempt after a hold may be held again.
     """
-    from restorelens.gate.modelclaim.hints import HINT_MARGIN_S, MIN_HINT_S
+    from restorelens.gate.modelclaim import HINT_MARGIN_S, MIN_HINT_S
     from restorelens.sim import get_preset
 
     wake = get_preset(_claim(scenario, scenario.model).preset)

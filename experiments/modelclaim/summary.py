@@ -25,8 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from restorelens.analysis.study import table_cell
-from restorelens.analysis.views import nearest_rank
+from restorelens.analysis import nearest_rank, table_cell
 from restorelens.experiments.modelclaim.scenarios import CALIBRATED, FIXED, HOLD
 
 __all__ = ["GOAL_ATTEMPTS", "GOAL_OVERSHOOT_P95_S", "WAKE_GROUPS", "WakeTable", "score_wakes"]

@@ -38,10 +38,7 @@ from restorelens.experiments.modelclaim.deployment import SetupDirector, deploym
 from restorelens.experiments.modelclaim.scenarios import ModelClaimScenario
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.wire import Flight, VirtualWire
-from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
-from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.tracing import RequestSpan
-from restorelens.loadgen.workloads import Arrival
+from restorelens.loadgen import Arrival, RequestResult, RequestSpan, RetryLoop, RunLabels, make_policy
 
 __all__ = ["VirtualModelClaimRun", "modelclaim_client_request"]
 
@@ -50,8 +47,7 @@ MAX_SETUP_STEPS = 10_000
 
 
 def modelclaim_client_request(scenario: ModelClaimScenario, arrival: Arrival, labels: RunLabels) -> Any:
-    from restorelens.loadgen.prompts import filler_prompt
-    from restorelens.loadgen.request import ClientRequest
+    from restorelens.loadgen import ClientRequest, filler_prompt
 
     return ClientRequest(
         arrival.request_id, scenario.model, filler_prompt(arrival.prompt_chars, labels.seed or 0, arrival.request_id),
@@ -92,12 +88,8 @@ class VirtualModelClaimRun(VirtualWire):
     def _deploy(self, learnt: str | None) -> None:
         """A fresh deployment from the clock's now: gate and lifecycle (re)started, no engine yet.
         ``learnt``: the previous cycle's calibration (``WakeCalibration.to_json``)."""
-        from restorelens.gate.assembly import assemble_gate
-        from restorelens.gate.modelclaim.actions import WakeEnds
-        from restorelens.gate.modelclaim.backends import InProcessBackend
-        from restorelens.gate.modelclaim.config import build_core
-        from restorelens.gate.modelclaim.virtual import VirtualLifecycle
-        from restorelens.gate.settings import GateSettings
+        from restorelens.gate import GateSettings, assemble_gate
+        from restorelens.gate.modelclaim import InProcessBackend, VirtualLifecycle, WakeEnds, build_core
 
         self.core, _ = build_core(self.table)
         if learnt is not None:
@@ -137,7 +129,7 @@ class VirtualModelClaimRun(VirtualWire):
         return self.results
 
     def _play_cycle(self, cycle: int) -> None:
-        from restorelens.gate.modelclaim.spans import ModelClaimSpans
+        from restorelens.gate.modelclaim import ModelClaimSpans
 
         t0_s = self._set_up()
         self.cycle_t0s.append(t0_s)
@@ -190,7 +182,7 @@ class VirtualModelClaimRun(VirtualWire):
     # --- the gate ------------------------------------------------------------------------------
 
     def _attempt(self, arrival: Arrival, loop: RetryLoop, request_span: RequestSpan) -> None:
-        from restorelens.gate.decide import Hold
+        from restorelens.gate import Hold
 
         now_s = self.clock.now_s()
         flight = self._open_attempt(arrival, loop, request_span, self.scenario.model)
@@ -224,16 +216,14 @@ class VirtualModelClaimRun(VirtualWire):
         self._carry_out(flight, route, self._decide(route, flight.arrival, may_hold=False))
 
     def _decide(self, route: Any, arrival: Arrival, admitted: Any = None, *, may_hold: bool = False) -> Any:
-        from restorelens.gate.decide import decide
+        from restorelens.gate import decide
 
         return decide(route, admitted, model=self.scenario.model, traffic_class=arrival.traffic_class,
                       policy=self.admission.policy, lifecycle=True, may_hold=may_hold)
 
     def _carry_out(self, flight: Flight, route: Any, answer: Any) -> None:
         """What the gate does with the attempt once decided: answer it, or admit and forward it."""
-        from restorelens.gate import Grant
-        from restorelens.gate.decide import Admit, Forward, Respond
-        from restorelens.gate.routing import NotReady
+        from restorelens.gate import Admit, Forward, Grant, NotReady, Respond
 
         now_s = self.clock.now_s()
         arrival, gate_span = flight.arrival, flight.gate_span

@@ -22,9 +22,7 @@ from restorelens.clock import ScaledClock
 from restorelens.experiments.protocol_time import ProtocolTimeline
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.run_report import RunReport
-from restorelens.loadgen.client import TracedClient
-from restorelens.loadgen.request import RequestResult, RunLabels
-from restorelens.loadgen.retry import make_policy
+from restorelens.loadgen import RequestResult, RunLabels, TracedClient, make_policy
 
 __all__ = ["run_live_moflux"]
 
@@ -47,9 +45,9 @@ async def _drive(url: str, scenario: Any, workload: Any, labels: RunLabels, prov
 
 def run_live_moflux(scenario: Any, seed: int, providers: ServiceProviders, run_id: str, *,
                     time_scale: float = 1.0) -> RunReport:
-    from restorelens.gate.app import create_gate_app
+    from restorelens.gate import create_gate_app
     from restorelens.serving import ServerThread
-    from restorelens.sim.app import create_app
+    from restorelens.sim import create_app
 
     workload = scenario.workload(seed)
     labels = RunLabels(scenario.name, workload.name, seed, run_id, policy=scenario.arm)

@@ -18,7 +18,7 @@ from typing import Any
 from restorelens.errors import SettingError
 from restorelens.experiments.live_tolerance import live_tolerance_s
 from restorelens.gate import DEFAULT_POLICY, DEFAULTS, POLICIES, policy_named
-from restorelens.loadgen.workloads import Workload, moflux_workload
+from restorelens.loadgen import Workload, moflux_workload
 
 __all__ = ["SCENARIOS", "MofluxScenario"]
 
@@ -122,7 +122,7 @@ class MofluxScenario:
         return policy
 
     def gate_settings(self, upstream_url: str, model: str) -> Any:
-        from restorelens.gate.settings import GateSettings
+        from restorelens.gate import GateSettings
 
         # The study's pool has no admission queue (maxQueuePerAgent 0): a request over its class's
         # limit is answered 429 at once, and its client does not retry (max_attempts 1).

@@ -24,11 +24,8 @@ from restorelens.clock import VirtualClock
 from restorelens.experiments.event_loop import EventLoop, TimeSource
 from restorelens.experiments.providers import ServiceProviders
 from restorelens.experiments.wire import Flight, VirtualWire
-from restorelens.gate.decide import preempted
-from restorelens.loadgen.request import RequestResult, RetryLoop, RunLabels
-from restorelens.loadgen.retry import make_policy
-from restorelens.loadgen.tracing import RequestSpan
-from restorelens.loadgen.workloads import Arrival, Workload
+from restorelens.gate import preempted
+from restorelens.loadgen import Arrival, RequestResult, RequestSpan, RetryLoop, RunLabels, Workload, make_policy
 
 __all__ = ["VIRTUAL_UPSTREAM_URL", "VirtualMofluxRun"]
 
@@ -45,7 +42,7 @@ class VirtualMofluxRun(VirtualWire):
     results: list[RequestResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from restorelens.gate.assembly import assemble_gate
+        from restorelens.gate import assemble_gate
         from restorelens.sim import EngineCore
 
         self.workload: Workload = self.scenario.workload(self.seed)
@@ -61,7 +58,7 @@ class VirtualMofluxRun(VirtualWire):
                                                               lambda: self._preempt(grant, preemption)),
         )
         self.gate_spans, self.admission = self.gate.spans, self.gate.admission
-        from restorelens.gate.routing import Routed
+        from restorelens.gate import Routed
 
         # One engine behind the gate: every request routes to it, as through a one-URL upstream table.
         self._route = Routed(VIRTUAL_UPSTREAM_URL)
@@ -99,7 +96,7 @@ class VirtualMofluxRun(VirtualWire):
             flight = self._open_attempt(arrival, loop, request_span, self.workload.model, gate=False)
             self._reach_engine(flight, self.engine, VIRTUAL_UPSTREAM_URL, loop.request.priority or 0)
             return
-        from restorelens.gate.policies.interface import request_size
+        from restorelens.gate.policies import request_size
 
         flight = self._open_attempt(arrival, loop, request_span, self.workload.model)
         decision = self.admission.request(arrival.request_id, arrival.traffic_class, self.clock.now_s(),
@@ -108,8 +105,7 @@ class VirtualMofluxRun(VirtualWire):
 
     def _decided(self, flight: Flight, admitted: Any) -> None:
         """Admission answered (at once, or later from the queue): the gate's decision, as live."""
-        from restorelens.gate import Waiter
-        from restorelens.gate.decide import Respond, decide
+        from restorelens.gate import Respond, Waiter, decide
 
         if isinstance(admitted, Waiter):
             self._waiting[flight.arrival.request_id] = flight

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from restorelens.experiments.replay.workload import ReplayScenario
-from restorelens.loadgen.workloads import Arrival, EngineShape, Phase, RequestShape, Workload
+from restorelens.loadgen import Arrival, EngineShape, Phase, RequestShape, Workload
 
 __all__ = ["scenario_from_json", "scenario_to_json"]
 
@@ -34,7 +34,7 @@ def scenario_to_json(scenario: ReplayScenario) -> dict[str, Any]:
 
 
 def scenario_from_json(data: Mapping[str, Any]) -> ReplayScenario:
-    from restorelens.loadgen.workloads import Slo
+    from restorelens.loadgen import Slo
 
     w = data["workload"]
     workload = Workload(

@@ -44,7 +44,7 @@ def replays_from_store(db_path: str | Path, *, runs: Sequence[str] = (), engine_
                        ) -> list[Replay]:
     """One ``Replay`` per recorded run of the store (``runs``: only those run ids), in the order of
     their first arrivals. Nothing replayable, or a run id not recorded, is a ``SettingError``."""
-    from restorelens.sim.config import PRESETS
+    from restorelens.sim import PRESETS
 
     engine = PRESETS.get(engine_preset)
     if engine is None:

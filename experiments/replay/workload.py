@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from restorelens.errors import SettingError
 from restorelens.experiments.moflux.scenarios import MofluxScenario
-from restorelens.loadgen.workloads import Arrival, EngineShape, Phase, RequestShape, Workload
+from restorelens.loadgen import Arrival, EngineShape, Phase, RequestShape, Workload
 from restorelens.spans import ARRIVAL_PHASE_BORROW, ARRIVAL_PHASE_RETURN, TRAFFIC_CLASSES
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def replay_workload(requests: Sequence[RecordedRequest], engine: EngineConfig, *
 def _medians(values: Mapping[str, list[int]]) -> dict[str | None, int]:
     """Each class's nearest-rank median (classes without values left out), and under ``None``
     the median of all, if there are any values at all."""
-    from restorelens.analysis.views import nearest_rank
+    from restorelens.analysis import nearest_rank
 
     medians: dict[str | None, int] = {c: int(m) for c, v in values.items() if (m := nearest_rank(v, 0.5)) is not None}
     everything = nearest_rank([value for class_values in values.values() for value in class_values], 0.5)

@@ -1,5 +1,5 @@
 -- Replayable requests: one row per request a recorded store shows arriving, for `restorelens
--- experiment --replay` (experiments/replay.py makes a workload of them). Read over the analysis'
+-- experiment --replay` (experiments/replay/ makes a workload of them). Read over the analysis'
 -- views, so a label the user mapped onto their own attribute (`--replay-label`) comes first.
 -- A request the restorelens client recorded (a `client.request`: the `requests` view) arrives
 -- when the client started it, with its run, traffic class, arrival phase and that phase's window;
