@@ -12,9 +12,9 @@ The frontier is the trade every arm makes between the two goodputs: per scenario
 point (interactive SLO goodput, batch borrow goodput), and per scenario × arm both medians over
 seeds, each over the seeds that have that goodput.
 
-One decision in one place: ``restorelens experiment`` (``experiments.study`` re-exports these
-names) and the dashboard's policy page both score with ``score_frames``, so the page shows the
-figures the experiment printed. Pure over polars frames: no store, no SQL.
+One decision in one place: ``restorelens experiment`` and the dashboard's policy page both score
+with ``score_frames``, so the page shows the figures the experiment printed. Pure over polars
+frames: no store, no SQL.
 """
 
 from __future__ import annotations

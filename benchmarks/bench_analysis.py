@@ -20,7 +20,7 @@ more: 29 against 6 in lending_episodes); so SQL is also timed reading of each vi
 columns the twin computes too (``Analysis.view(name, columns)``, as the report reads them).
 
 (b) The store as a collector keeps it: the typed and trace layers kept as tables
-(``collector/derived.py``). Their build (one transaction, as a writer's ``derived.ensure`` runs it,
+(``analysis/derived.py``). Their build (one transaction, as a writer's ``derived.ensure`` runs it,
 plus a checkpoint) is timed on its own line, and the SQL reading them beside it, alone and build +
 query against the anchor.
 

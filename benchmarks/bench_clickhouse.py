@@ -19,7 +19,7 @@ stores are read once before timing, so both start from it alike):
 
 - full: ``build_report`` (every section of ``restorelens report``) on ``open_analysis`` of the
   source with ``materialize=True``, as ``restorelens report --source`` runs it. On chDB the layers
-  others read are computed once into session temporary tables (``on_clickhouse.KEPT_LAYERS``) and
+  others read are computed once into session temporary tables (``analysis.clickhouse.analysis.KEPT_LAYERS``) and
   the rest are CTEs over them; on DuckDB the store has no derived tables (the copies went in by
   SQL, past the collector), so every layer is computed from ``otel_traces`` too, the shared ones
   into temporary tables: the like-for-like pair. Up to ``DERIVE_UP_TO`` spans the DuckDB store's derived tables are then built

@@ -101,7 +101,7 @@ def generate_jsonl(path: Path, spans: int, seed: int = 7) -> None:
 
 # --- the three loaders, each run in a child process -------------------------------------------
 
-# The anchor's table, frozen as collector/schema.sql defined otel_traces when the anchor was made fair
+# The anchor's table, frozen as store/schema.sql defined otel_traces when the anchor was made fair
 # (issue #23): the store's columns with the primary key ("TraceId", "SpanId") on the table itself.
 _ANCHOR_DDL = """
 create table otel_traces (

@@ -794,13 +794,13 @@ static int request(Decoder *d, Reader *r) { return each_message(d, r, 1, resourc
 
 /* ---- OTLP JSON lines, as the Collector's file exporter writes them ---------------------------
  *
- * The loader's fast path for JSON-lines files (fast_jsonl.py). It takes exactly the shape the
+ * The loader's fast path for JSON-lines files (collector/fast_jsonl/). It takes exactly the shape the
  * Arrow reader there takes -- the keys of its explicit schema, hex ids, int64 times as strings,
  * integer enums, scalar attribute values -- and returns None for anything else (a key it does not
  * know, a key given twice, null, enum names, numbers for strings, a lone surrogate escape, \u0000,
  * invalid UTF-8, a blank line, a value with two members set), so the file goes to the Arrow reader
  * and, past that, to the lenient decoder, as before. It runs without the GIL. Doubles are left to
- * Python: their text must be Python's repr, which fast_jsonl.py makes with DuckDB's cast for the
+ * Python: their text must be Python's repr, which collector/fast_jsonl/ makes with DuckDB's cast for the
  * Arrow reader too, so each map column also returns a flag per value (1: a double) and the doubles.
  */
 
@@ -1740,7 +1740,7 @@ PyDoc_STRVAR(decode_json_doc,
 "its newline) as decode() gives\n"
 "them, with each double attribute value left empty, and per map column (span, event, link,\n"
 "resource) None or (int8 flag per value, float64 doubles) for Python to write; None when the\n"
-"lines are not exactly in the Collector's shape (fast_jsonl.py reads them then).");
+"lines are not exactly in the Collector's shape (collector/fast_jsonl/ reads them then).");
 
 static int json_init(void *decoder, size_t max_line_bytes) {
     JDecoder *d = decoder;
@@ -1791,7 +1791,7 @@ static struct PyModuleDef module = {
     .m_base = PyModuleDef_HEAD_INIT,
     .m_name = "_otlp_native",
     .m_doc = "OTLP traces to column buffers: protobuf (the receiver's fast path, proto_columns.py) and "
-             "the Collector's JSON lines (the loader's, fast_jsonl.py).",
+             "the Collector's JSON lines (the loader's, collector/fast_jsonl/).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -7,7 +7,7 @@ set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compress
 once for a request line plus headers above ``max_header_bytes``; 415 for other content types or
 encodings; 429 (backlog full) and 503 (store locked by a reader too long, or failing) with
 ``Retry-After``. ``GET /metrics`` counts spans stored and rejected and requests refused per limit,
-and, for each engine scraped (``scrape_targets``: collector/scrape.py), scrapes by outcome and the
+and, for each engine scraped (``scrape_targets``: collector/scrape/), scrapes by outcome and the
 samples stored or dropped.
 """
 

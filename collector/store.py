@@ -331,7 +331,7 @@ class SpanStore:
         return self.insert_rows(rows)
 
     def insert_engine_metrics(self, tables: Sequence[pa.Table]) -> int:
-        """Append scraped ``engine_metrics`` rows (``collector/scrape.py``), all in one transaction;
+        """Append scraped ``engine_metrics`` rows (``collector/scrape/``), all in one transaction;
         returns how many. No key: two scrapes of one target may share a timestamp on a coarse clock."""
         present = [t for t in tables if t.num_rows]
         if not present:

@@ -10,7 +10,7 @@ cannot ask). While a reader holds the file, inserts wait up to ``lock_timeout_s`
 with StoreBusy (the receiver answers 503 + Retry-After); submissions beyond ``max_pending_spans``
 are refused at once (429 + Retry-After), which bounds memory.
 
-Engine metrics scraped by the same process (``collector/scrape.py``) come through this thread too,
+Engine metrics scraped by the same process (``collector/scrape/``) come through this thread too,
 as Arrow tables for ``engine_metrics``: a second connection could not write the file (DuckDB
 takes one writer) and would fight this one for it. They go in after the group's spans, in their
 own transaction, so a failure of either never costs the other; beyond ``max_pending_samples``

@@ -180,7 +180,7 @@ WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
 HINT_MODES = ("fixed", "calibrated", "hold")
 #: Where one 503's hint came from: the fixed table, the calibration, or the table as its prior.
 HINT_SOURCES = ("fixed", "calibrated", "prior")
-#: Why a budget-aware lender refused a loan, and why lending resumed (gate/lenders.py).
+#: Why a budget-aware lender refused a loan, and why lending resumed (gate/policies/budget.py).
 LOAN_REASONS = ("drain_over_budget", "kv_wait_over_budget", "loans_not_drained", "hold_off", "drained_and_idle")
 
 #: restore.arrival_phase values the analysis treats specially: batch arrivals while interactive is

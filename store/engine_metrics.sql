@@ -1,5 +1,5 @@
 -- Engine pressure beside the spans: samples of an engine's Prometheus /metrics scraped by
--- `restorelens collect --scrape URL` (collector/scrape.py; docs/collector.md, "Engine metrics").
+-- `restorelens collect --scrape URL` (collector/scrape/; docs/collector.md, "Engine metrics").
 -- One row per sample kept; no key (two scrapes may share a timestamp on a coarse clock).
 create table if not exists engine_metrics (
     "Timestamp" timestamp_ns not null,   -- when the scrape's answer arrived, UTC wall clock (time.time_ns(), the spans' clock)

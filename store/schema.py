@@ -12,7 +12,7 @@ __all__ = ["COLUMNS", "ENGINE_METRICS_COLUMNS", "ENGINE_METRICS_TABLE", "EXPORTE
            "engine_metrics_sql", "schema_sql"]
 
 TABLE = "otel_traces"
-#: Samples scraped from engines' Prometheus /metrics (collector/scrape.py), beside the spans.
+#: Samples scraped from engines' Prometheus /metrics (collector/scrape/), beside the spans.
 ENGINE_METRICS_TABLE = "engine_metrics"
 #: ``engine_metrics``' column names in table order (the ClickHouse layers expand a star to them).
 ENGINE_METRICS_COLUMNS = ("Timestamp", "Target", "MetricName", "Labels", "Value")

@@ -58,7 +58,7 @@ def test_an_uploaded_jsonl_file_becomes_a_readable_store(tmp_path: Path) -> None
     payload = jsonl.read_bytes()
     path = Path(queries.uploaded_store(hashlib.sha256(payload).hexdigest(), "../../etc/run.jsonl",
                                        environment.DEFAULT_MAX_UPLOAD_BYTES, io.BytesIO(payload)))
-    # in this process's folder; the upload's name is no part of any path (tests/dashboard/test_upload.py)
+    # in this process's folder; the upload's name is no part of any path (tests/dashboard/test_uploads.py)
     assert path.parent.parent == source.work_folder() and path.parent.name.startswith("upload-")
     assert {p.name for p in path.parent.iterdir()} <= {"spans.duckdb", "spans.duckdb.wal"}
     with Analysis.open(path) as analysis:
