@@ -1,10 +1,16 @@
-"""How restorelens serves ASGI apps: uvicorn with a bounded request head, on 127.0.0.1.
+"""How restorelens serves ASGI apps: uvicorn on 127.0.0.1, with bounded heads and connections, and a
+shutdown bounded in time.
 
 ``uvicorn_config`` is the one place every server (gate, collector, engine simulator, demo, tests,
-benchmarks) gets its uvicorn settings, so each one refuses an oversize request head (request line
-plus headers) with 431 as soon as it is seen. uvicorn's httptools protocol has no such limit: a
-150 MB header stalled ``/health`` for seconds and a 400 MB one took 314 s and 1 GB of RSS to parse,
-because the parser grows a header value by concatenation.
+benchmarks) gets its uvicorn settings, so each one bounds request heads in size and time and its
+open connections in number (``http_protocol.py``: uvicorn's httptools protocol bounds none of them).
+
+A shutdown (SIGTERM, SIGINT, ``ServerThread.stop``) first tells the app (``app.state.begin_drain``,
+which answers the requests the app keeps waiting by choice), then waits for the requests in service
+for at most ``drain_timeout_s``; past it every connection still open is cut, so a stream of many
+minutes cannot hold a shutdown past a supervisor's grace period (Kubernetes: 30 s, then SIGKILL,
+and the spans not yet exported are lost). The app sees its clients disconnect and ends its requests
+(and their spans) as it does for any client that leaves.
 
 ``ServerThread`` runs one in a background thread (the demo runs several servers in one process).
 Binding the socket ourselves (port 0 by default) makes free-port selection race-free.
@@ -12,175 +18,77 @@ Binding the socket ourselves (port 0 by default) makes free-port selection race-
 
 from __future__ import annotations
 
+import asyncio
 import functools
-import json
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread", "bind_socket", "serve", "uvicorn_config"]
+from restorelens.http_protocol import (
+    DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, BoundedHttpToolsProtocol, ConnectionBook, HeadLimit,
+    client_connection_bound,
+)
+
+__all__ = [
+    "DEFAULT_DRAIN_TIMEOUT_S", "DEFAULT_HEAD_TIMEOUT_S", "DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread",
+    "ServingLimits", "bind_socket", "serve", "uvicorn_config",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
-#: Request line plus headers, per request. Real clients send a few KiB (a traceparent, a bearer
-#: token); nginx's default buffers hold 32 KiB, h11's 16 KiB.
-DEFAULT_MAX_HEADER_BYTES = 64 * 1024
-
-
-def _plain_answer(status: int, message: str) -> tuple[bytes, bytes]:
-    return b"application/json", json.dumps({"error": {"message": message, "code": status}}).encode()
+#: Kubernetes sends SIGKILL 30 s after SIGTERM by default: 25 s of draining leave the rest for
+#: the app's own shutdown and the last spans' export.
+DEFAULT_DRAIN_TIMEOUT_S = 25.0
+#: ``ServerThread``'s drain (tests, the demo, experiments): their requests are short.
+THREAD_DRAIN_TIMEOUT_S = 5.0
+#: After the cut, how long the app has to end its requests before uvicorn cancels their tasks.
+CUT_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
-class HeadLimit:
-    """An app's bound on its request heads: the size, the body of the 431, and who counts refusals.
+class ServingLimits:
+    """A server's bounds in time and connections (the size of a head is the app's ``HeadLimit``)."""
 
-    An app that sets ``app.state.head_limit`` gets its own; others get the default size and a
-    generic JSON error body.
+    #: From a connection's opening, or a request head's first byte, to the head's end (408 beyond).
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
+    #: Client connections open at once; None: from the open-file limit (``client_connection_bound``).
+    max_client_connections: int | None = None
+    #: At shutdown, how long requests in service may finish before their connections are cut.
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+
+
+class _ServerConfig(uvicorn.Config):
+    """uvicorn's config plus what our server shares between its connections."""
+
+    book: ConnectionBook[BoundedHttpToolsProtocol]
+    limits: ServingLimits
+
+
+def uvicorn_config(app: Any, limits: ServingLimits | None = None, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for one of our servers: quiet, no access log, heads and connections bounded.
+
+    Raises ``SettingError`` when ``limits.max_client_connections`` reaches the open-file limit.
     """
-
-    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
-    #: (content type, body) of the 431, in the app's own error shape.
-    answer: Callable[[int, str], tuple[bytes, bytes]] = _plain_answer
-    #: Called once per refused request head (a metric's increment).
-    refused: Callable[[], None] = field(default=lambda: None)
-
-    def message(self) -> str:
-        return f"request line and headers exceed {self.max_header_bytes} bytes"
-
-
-class BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol that answers 431 and closes once a request head passes its limit.
-
-    Counted per received chunk while a head is incomplete, so the parser never buffers more than the
-    limit plus one socket read; checked exactly (line plus headers) when a head completes within
-    one chunk. A refused connection is closed: what follows its head cannot be framed reliably.
-
-    Trailer fields of a chunked body are refused too, by closing the connection (the request is
-    already being served, so no status can be sent): uvicorn would append them to the request's
-    headers, where the app has already read them and a proxy would forward them, and httptools
-    grows them by concatenation just like a head. Bytes that arrive during a body but carry none of
-    it (chunk framing, trailers) count against the same limit.
-    """
-
-    def __init__(self, *args: Any, head_limit: HeadLimit, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._head_limit = head_limit
-        self._head_open = True  # bytes received now belong to a request head
-        self._head_bytes = 0
-        self._heads_completed = 0
-        self._refused = False
-        self._body_bytes_seen = 0  # on_body calls add to it: tells a read that carried body from one that did not
-        self._framing_bytes = 0  # received during a body since its last body byte
-
-    def data_received(self, data: bytes) -> None:
-        if self._refused:
-            return
-        whole_chunk_is_head = self._head_open
-        heads_before = self._heads_completed
-        body_before = self._body_bytes_seen
-        super().data_received(data)
-        if not self._head_open and not self._refused and heads_before == self._heads_completed:
-            if self._body_bytes_seen != body_before:
-                self._framing_bytes = 0  # at most one read of framing after the last body byte goes uncounted
-            else:
-                self._framing_bytes += len(data)
-                if self._framing_bytes > self._head_limit.max_header_bytes:
-                    self._abort()
-                    return
-        if self._head_open and not self._refused:
-            if whole_chunk_is_head and heads_before == self._heads_completed:
-                self._head_bytes += len(data)
-            else:
-                # A head began after a body ended inside this chunk: its share is unknown, so it is
-                # counted from the next chunk on (at most one read under) and exactly once complete.
-                self._head_bytes = 0
-            if self._head_bytes > self._head_limit.max_header_bytes:
-                self._refused = True
-        if self._refused:
-            self._send_431()
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._refused:
-            return
-        if not self._head_open:
-            self._abort()  # a trailer field: see the class docstring
-            return
-        super().on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        if self._refused:
-            return
-        self._head_open = False
-        self._head_bytes = 0
-        self._framing_bytes = 0
-        self._heads_completed += 1
-        # The size on the wire: "METHOD URL HTTP/1.1\r\n", then "name: value\r\n" per header.
-        request_line = len(self.parser.get_method()) + 1 + len(self.url) + len(" HTTP/1.1\r\n")
-        size = request_line + sum(len(name) + len(value) + 4 for name, value in self.headers)
-        if size > self._head_limit.max_header_bytes:
-            self._refused = True
-            return
-        super().on_headers_complete()
-
-    def on_body(self, body: bytes) -> None:
-        if not self._refused:
-            self._body_bytes_seen += len(body)
-            super().on_body(body)
-
-    def _should_upgrade(self) -> bool:
-        # A refused head has no scope to upgrade with: it gets its 431 like any other.
-        return not self._refused and super()._should_upgrade()
-
-    def _abort(self) -> None:
-        """Close the connection mid-request; the app sees the client disconnect."""
-        self._refused = True
-        self._head_limit.refused()
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.disconnected = True
-            self.cycle.message_event.set()
-        self.transport.close()
-
-    def on_message_complete(self) -> None:
-        if self._refused:
-            return
-        self._head_open = True
-        super().on_message_complete()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self._refused:
-            self._send_431()  # the requests pipelined ahead of the refused one are answered first
-
-    def _send_431(self) -> None:
-        if self.transport.is_closing() or self.pipeline or (self.cycle is not None and not self.cycle.response_complete):
-            return  # on_response_complete calls again once the requests ahead have their answers
-        self._head_limit.refused()
-        content_type, body = self._head_limit.answer(431, self._head_limit.message())
-        head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
-        for name, value in self.server_state.default_headers:
-            head.append(name + b": " + value + b"\r\n")
-        head.append(b"content-type: " + content_type + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n")
-        head.append(b"connection: close\r\n\r\n")
-        self.transport.write(b"".join(head) + body)
-        self.transport.close()
-
-
-def uvicorn_config(app: Any, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings for one of our servers: quiet, no access log, request heads bounded."""
+    limits = limits or ServingLimits()
     head_limit = getattr(getattr(app, "state", None), "head_limit", None) or HeadLimit()
+    book: ConnectionBook[BoundedHttpToolsProtocol] = ConnectionBook(client_connection_bound(limits.max_client_connections))
     options.setdefault("log_level", "warning")
     options.setdefault("access_log", False)
-    return uvicorn.Config(app, http=functools.partial(BoundedHttpToolsProtocol, head_limit=head_limit), **options)
+    options.setdefault("ws", "none")  # no app here speaks WebSocket; an upgrade is served as plain HTTP
+    # The backstop of the drain's cut (_DrainingServer): tasks still running are cancelled.
+    options.setdefault("timeout_graceful_shutdown", limits.drain_timeout_s + CUT_GRACE_S)
+    http = functools.partial(BoundedHttpToolsProtocol, head_limit=head_limit, head_timeout_s=limits.head_timeout_s,
+                             book=book)
+    config = _ServerConfig(app, http=http, **options)
+    config.book, config.limits = book, limits
+    return config
 
 
 def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True) -> socket.socket:
@@ -204,7 +112,7 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True)
     return sock
 
 
-def serve(app: Any, sock: socket.socket, *, ready: str | None = None) -> None:
+def serve(app: Any, sock: socket.socket, *, ready: str | None = None, limits: ServingLimits | None = None) -> None:
     """Serve ``app`` on ``sock`` in this (main) thread until SIGINT or SIGTERM, then return.
 
     uvicorn shuts down gracefully on either signal and then raises it again; SIGTERM's default action
@@ -214,7 +122,7 @@ def serve(app: Any, sock: socket.socket, *, ready: str | None = None) -> None:
     server to stop: a signal before uvicorn installs its own ends the server once started, and the
     one uvicorn raises again after shutting down is absorbed, so the caller finishes and exits 0.
     """
-    server = _DrainingServer(uvicorn_config(app))
+    server = _DrainingServer(uvicorn_config(app, limits))
 
     def stop(signum: int, frame: object) -> None:
         server.should_exit = True
@@ -231,14 +139,29 @@ def serve(app: Any, sock: socket.socket, *, ready: str | None = None) -> None:
 
 class _DrainingServer(uvicorn.Server):
     """Tells the app that it is shutting down (``app.state.begin_drain()``, on the server's loop)
-    before waiting for its requests: a request the app holds open by choice (the gate holding one
-    while its model wakes) is answered then, instead of holding the shutdown up for as long."""
+    before waiting for its requests: a request the app keeps waiting by choice (the gate holding one
+    while its model wakes, or queueing one for a grant) is answered then, instead of holding the
+    shutdown up for as long. Cuts the connections still open once ``drain_timeout_s`` has passed."""
+
+    config: _ServerConfig
 
     async def shutdown(self, sockets: Any = None) -> None:
         begin_drain = getattr(getattr(self.config.app, "state", None), "begin_drain", None)
         if begin_drain is not None:
             begin_drain()
-        await super().shutdown(sockets=sockets)
+        cut = asyncio.get_running_loop().call_later(self.config.limits.drain_timeout_s, self._cut)
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            cut.cancel()
+
+    def _cut(self) -> None:
+        connections = self.config.book.connections()
+        if connections:
+            print(f"drain deadline ({self.config.limits.drain_timeout_s:g} s) passed: cutting {len(connections)} "
+                  "connection(s) still open", file=sys.stderr, flush=True)
+        for connection in connections:
+            connection.cut()
 
 
 class _QuietServer(_DrainingServer):
@@ -260,17 +183,13 @@ class ServerThread:
         host: str = DEFAULT_HOST,
         port: int = 0,
         log_level: str = "warning",
+        limits: ServingLimits | None = None,
         **uvicorn_options: Any,
     ) -> None:
         self._sock = bind_socket(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
-        config = uvicorn_config(
-            app,
-            log_level=log_level,
-            lifespan="auto",
-            timeout_graceful_shutdown=5,
-            **uvicorn_options,
-        )
+        limits = limits or ServingLimits(drain_timeout_s=THREAD_DRAIN_TIMEOUT_S)
+        config = uvicorn_config(app, limits, log_level=log_level, lifespan="auto", **uvicorn_options)
         self._server = _QuietServer(config)
         self._thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)
         self._error: BaseException | None = None
