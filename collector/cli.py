@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from restorelens.settings import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_HEAD_TIMEOUT_S
+
 __all__ = ["COMMANDS", "MIN_TOKEN_CHARS", "collect", "export", "load"]
 
 #: Inputs at least this large get a progress bar.
@@ -68,6 +70,22 @@ _existing_db_option = click.option(
     type=click.IntRange(1),
     help="Largest scrape answer, decompressed (a failed scrape above).",
 )
+@click.option(
+    "--head-timeout-s", default=DEFAULT_HEAD_TIMEOUT_S, show_default=True, type=float,
+    help="Seconds a client may take to send a request head, from its connection's opening or the head's first "
+    "byte to its end (408 and closed beyond).",
+)
+@click.option(
+    "--max-client-connections", default=None, type=click.IntRange(1),
+    show_default="half of what the open-file limit leaves after 64",
+    help="Client connections open at once; past it the one waiting longest for its head is closed, never one "
+    "being served.",
+)
+@click.option(
+    "--drain-timeout-s", default=DEFAULT_DRAIN_TIMEOUT_S, show_default=True, type=float,
+    help="At SIGTERM or Ctrl-C, seconds the requests being served may take to finish before their connections "
+    "are cut (within Kubernetes' 30-s grace period).",
+)
 def collect(
     db: str,
     host: str,
@@ -79,6 +97,9 @@ def collect(
     interval_s: float,
     scrape_timeout_s: float,
     max_scrape_bytes: int,
+    head_timeout_s: float,
+    max_client_connections: int | None,
+    drain_timeout_s: float,
 ) -> None:
     """Receive OTLP/HTTP traces on POST /v1/traces into the span store DB.
 
@@ -98,9 +119,12 @@ def collect(
 
     if token is not None and len(token) < MIN_TOKEN_CHARS:
         raise SettingError("--token", f"too short: use at least {MIN_TOKEN_CHARS} characters")
-    for option, seconds in (("--interval-s", interval_s), ("--scrape-timeout-s", scrape_timeout_s)):
+    for option, seconds in (("--interval-s", interval_s), ("--scrape-timeout-s", scrape_timeout_s),
+                            ("--head-timeout-s", head_timeout_s)):
         if not (math.isfinite(seconds) and seconds > 0):
             raise SettingError(option, f"must be a number of seconds > 0, not {seconds:g}")
+    if not (math.isfinite(drain_timeout_s) and drain_timeout_s >= 0):
+        raise SettingError("--drain-timeout-s", f"must be a number of seconds >= 0, not {drain_timeout_s:g}")
     for i, target in enumerate(scrape_targets):
         problem = target_problem(target) or (f"{target} given twice" if target in scrape_targets[:i] else None)
         if problem:
@@ -109,7 +133,7 @@ def collect(
     import errno
 
     from restorelens.collector.receiver import TRACES_PATH, create_receiver_app
-    from restorelens.serving import bind_socket, serve
+    from restorelens.serving import ServingLimits, bind_socket, serve
 
     # Bound here rather than by uvicorn so that port 0 shows the real port, and a busy port or a foreign
     # address is a one-line error before the store file is created.
@@ -132,7 +156,8 @@ def collect(
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"
         scraping = f", scraping {', '.join(scrape_targets)} every {interval_s:g} s" if scrape_targets else ""
-        serve(app, sock, ready=f"collecting OTLP/HTTP traces on {url} into {db}{scraping} (Ctrl-C to stop)")
+        limits = ServingLimits(head_timeout_s, max_client_connections, drain_timeout_s)
+        serve(app, sock, ready=f"collecting OTLP/HTTP traces on {url} into {db}{scraping} (Ctrl-C to stop)", limits=limits)
 
 
 @click.command("load")

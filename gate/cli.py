@@ -108,7 +108,7 @@ def _listen(host: str, port: int):  # -> socket.socket
 
 def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | None) -> None:
     from restorelens.gate.app import create_gate_app
-    from restorelens.serving import serve
+    from restorelens.serving import ServingLimits, serve
     from restorelens.telemetry import build_tracer_provider
 
     sock = _listen(settings.host, settings.port)
@@ -123,7 +123,8 @@ def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | 
         app = create_gate_app(settings, tracer_provider=provider)
         bound_host, bound_port = sock.getsockname()[:2]
         # The bound port, not the asked one: with --port 0 the kernel picked it.
-        serve(app, sock, ready=f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}")
+        limits = ServingLimits(settings.head_timeout_s, settings.max_client_connections, settings.drain_timeout_s)
+        serve(app, sock, ready=f"restorelens gate: {settings.policy} on http://{bound_host}:{bound_port}", limits=limits)
     finally:
         sock.close()
         if provider is not None:

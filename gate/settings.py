@@ -15,14 +15,18 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from restorelens.errors import SettingError
-from restorelens.settings import env_name, from_env, http_url_problem, read_toml, require_keys
+from restorelens.settings import (
+    DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_HEAD_TIMEOUT_S, env_name, from_env, http_url_problem, read_toml, require_keys,
+)
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies.build import build_policy
 from .policies.interface import AdmissionPolicy
 from .policies.registry import DEFAULT_POLICY, OPTIONS, POLICIES, policy_named
 from .routing import ANY_MODEL
-from .setting_kinds import SECONDS, SWITCH, TEXT, TEXT_OR_NONE, UPSTREAM_TABLE, WHOLE, Kind, is_int, shown
+from .setting_kinds import (
+    SECONDS, SWITCH, TEXT, TEXT_OR_NONE, UPSTREAM_TABLE, WHOLE, WHOLE_OR_NONE, Kind, is_int, shown,
+)
 
 __all__ = ["SETTINGS", "GateSettings", "Setting", "parse_floors", "parse_upstreams"]
 
@@ -137,6 +141,15 @@ class GateSettings:
     max_retained_episodes: int = setting(WHOLE, 10_000,
         help="Closed lending periods and restoration episodes kept for /admin/state (oldest dropped first).")
     max_connections: int = setting(WHOLE, 512, help="Connections to the engines open at once, at most.")
+    head_timeout_s: float = setting(SECONDS, DEFAULT_HEAD_TIMEOUT_S,
+        help="Seconds a client may take to send a request head, from its connection's opening or the head's "
+             "first byte to its end (408 and closed beyond).")
+    max_client_connections: int | None = setting(WHOLE_OR_NONE, None,
+        help="Client connections open at once; past it the one waiting longest for its head is closed, never one "
+             "being served. Unset: half of what the open-file limit leaves after 64.")
+    drain_timeout_s: float = setting(SECONDS, DEFAULT_DRAIN_TIMEOUT_S,
+        help="At SIGTERM or SIGINT, seconds the requests being served may take to finish before their connections "
+             "are cut (default 25), within Kubernetes' 30-s grace period.")
     host: str = setting(TEXT, "127.0.0.1", flag="--host", help="Bind address (default 127.0.0.1).")
     port: int = setting(WHOLE, 8080, flag="--port", help="Port (default 8080).")
     admin_token: str | None = setting(TEXT_OR_NONE, None, help="Bearer token of /admin/* (8 characters or more); unset: 403.")
@@ -220,8 +233,8 @@ class GateSettings:
             for url in urls:
                 if (problem := http_url_problem(url)) is not None:
                     raise SettingError("gate.upstreams", f"{problem} (for model {model!r})")
-        for name in ("connect_timeout_s", "upstream_timeout_s"):
-            # 0 s is no time at all: every connection, or every answer, would time out (502/504).
+        for name in ("connect_timeout_s", "upstream_timeout_s", "head_timeout_s"):
+            # 0 s is no time at all: every connection, or every answer, would time out (408/502/504).
             if getattr(self, name) == 0:
                 raise SettingError(f"gate.{name}", "must be more than 0 seconds: every request would time out")
         policy_named(self.policy, aliases=False)
@@ -231,6 +244,8 @@ class GateSettings:
                      "max_connections"):
             if getattr(self, name) < 1:
                 raise SettingError(f"gate.{name}", f"{getattr(self, name)} must be at least 1")
+        if self.max_client_connections is not None and self.max_client_connections < 1:
+            raise SettingError("gate.max_client_connections", f"{self.max_client_connections} must be at least 1")
         if not 0 <= self.port <= 65535:
             raise SettingError("gate.port", f"{self.port} is not a TCP port")
         if self.admin_token is not None:

@@ -28,16 +28,13 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from restorelens.errors import SettingError
 
 __all__ = [
-    "DEFAULT_HEAD_TIMEOUT_S", "DEFAULT_MAX_HEADER_BYTES", "RESERVED_FILES", "BoundedHttpToolsProtocol",
+    "DEFAULT_MAX_HEADER_BYTES", "RESERVED_FILES", "BoundedHttpToolsProtocol",
     "ConnectionBook", "HeadLimit", "client_connection_bound",
 ]
 
 #: Request line plus headers, per request. Real clients send a few KiB (a traceparent, a bearer
 #: token); nginx's default buffers hold 32 KiB, h11's 16 KiB.
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
-#: From a connection's opening, or a head's first byte, to the head's end. A real client sends its
-#: head in one write, within a round trip; uvicorn closes an idle keep-alive connection after 5 s.
-DEFAULT_HEAD_TIMEOUT_S = 5.0
 #: Files a server keeps for itself beyond its client connections (its listening socket, store and
 #: trace files, logs, the Python runtime's own), when the client bound comes from the file limit.
 RESERVED_FILES = 64

@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -32,9 +33,9 @@ from typing import Any
 import uvicorn
 
 from restorelens.http_protocol import (
-    DEFAULT_HEAD_TIMEOUT_S, DEFAULT_MAX_HEADER_BYTES, BoundedHttpToolsProtocol, ConnectionBook, HeadLimit,
-    client_connection_bound,
+    DEFAULT_MAX_HEADER_BYTES, BoundedHttpToolsProtocol, ConnectionBook, HeadLimit, client_connection_bound,
 )
+from restorelens.settings import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_HEAD_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT_S", "DEFAULT_HEAD_TIMEOUT_S", "DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread",
@@ -43,9 +44,6 @@ __all__ = [
 
 DEFAULT_HOST = "127.0.0.1"
 START_TIMEOUT_S = 30.0
-#: Kubernetes sends SIGKILL 30 s after SIGTERM by default: 25 s of draining leave the rest for
-#: the app's own shutdown and the last spans' export.
-DEFAULT_DRAIN_TIMEOUT_S = 25.0
 #: ``ServerThread``'s drain (tests, the demo, experiments): their requests are short.
 THREAD_DRAIN_TIMEOUT_S = 5.0
 #: After the cut, how long the app has to end its requests before uvicorn cancels their tasks.
@@ -141,13 +139,13 @@ class _DrainingServer(uvicorn.Server):
     """Tells the app that it is shutting down (``app.state.begin_drain()``, on the server's loop)
     before waiting for its requests: a request the app keeps waiting by choice (the gate holding one
     while its model wakes, or queueing one for a grant) is answered then, instead of holding the
-    shutdown up for as long. Cuts the connections still open once ``drain_timeout_s`` has passed."""
+    shutdown up for as long. Cuts the connections still open once ``drain_timeout_s`` has passed,
+    after telling the app (``app.state.cut_requests()``)."""
 
     config: _ServerConfig
 
     async def shutdown(self, sockets: Any = None) -> None:
-        begin_drain = getattr(getattr(self.config.app, "state", None), "begin_drain", None)
-        if begin_drain is not None:
+        if (begin_drain := self._app_hook("begin_drain")) is not None:
             begin_drain()
         cut = asyncio.get_running_loop().call_later(self.config.limits.drain_timeout_s, self._cut)
         try:
@@ -155,7 +153,12 @@ class _DrainingServer(uvicorn.Server):
         finally:
             cut.cancel()
 
+    def _app_hook(self, name: str) -> Callable[[], None] | None:
+        return getattr(getattr(self.config.app, "state", None), name, None)
+
     def _cut(self) -> None:
+        if (cut_requests := self._app_hook("cut_requests")) is not None:
+            cut_requests()  # the app learns why its clients are about to leave
         connections = self.config.book.connections()
         if connections:
             print(f"drain deadline ({self.config.limits.drain_timeout_s:g} s) passed: cutting {len(connections)} "

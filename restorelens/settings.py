@@ -15,9 +15,19 @@ from urllib.parse import urlsplit
 
 from restorelens.errors import InputError, SettingError
 
-__all__ = ["ENV_PREFIX", "env_name", "from_env", "http_url_problem", "read_toml", "require_keys"]
+__all__ = ["DEFAULT_DRAIN_TIMEOUT_S", "DEFAULT_HEAD_TIMEOUT_S", "ENV_PREFIX", "env_name", "from_env", "http_url_problem",
+           "read_toml", "require_keys"]
 
 ENV_PREFIX = "RESTORELENS_"
+
+# The defaults of the settings every server shares (restorelens/serving.py), here so that the
+# gate's and the collector's settings name them without importing the server.
+#: From a connection's opening, or a head's first byte, to the head's end. A real client sends its
+#: head in one write, within a round trip; uvicorn closes an idle keep-alive connection after 5 s.
+DEFAULT_HEAD_TIMEOUT_S = 5.0
+#: Kubernetes sends SIGKILL 30 s after SIGTERM by default: 25 s of draining leave the rest for
+#: the app's own shutdown and the last spans' export.
+DEFAULT_DRAIN_TIMEOUT_S = 25.0
 
 T = TypeVar("T")
 

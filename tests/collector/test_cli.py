@@ -181,3 +181,35 @@ def test_collect_on_an_address_not_of_this_machine_names_the_host(tmp_path: Path
     assert result.exit_code == 1
     assert result.output.startswith("Error: setting --host: cannot listen on 192.0.2.1:4318: ")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_collect_refuses_a_head_timeout_of_no_time(tmp_path: Path) -> None:
+    db = tmp_path / "t.duckdb"
+    result = CliRunner().invoke(cli, ["collect", "--db", str(db), "--port", "0", "--head-timeout-s", "0"])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: setting --head-timeout-s: must be a number of seconds > 0, not 0"
+    assert not db.exists()
+
+
+def test_collect_closes_a_half_sent_head_after_its_head_timeout(tmp_path: Path) -> None:
+    import socket
+
+    collector = subprocess.Popen(
+        [sys.executable, "-m", "restorelens", "collect", "--db", str(tmp_path / "t.duckdb"), "--port", "0",
+         "--head-timeout-s", "0.3", "--drain-timeout-s", "1"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert collector.stderr is not None
+        url = re.search(r"on (http://\S+)/v1/traces", collector.stderr.readline()).group(1)
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /v1/traces HTTP/1.1\r\nhost: x\r\n")
+            answer = b""
+            while data := sock.recv(65536):  # the 30-s timeout is the hang guard
+                answer += data
+        assert answer.startswith(b"HTTP/1.1 408 ")
+    finally:
+        collector.send_signal(signal.SIGTERM)
+        _, errors = collector.communicate(timeout=60)
+    assert collector.returncode == 0, errors

@@ -185,6 +185,9 @@ CHANGED = {
     "max_json_depth": ("8", 8),
     "max_retained_episodes": ("100", 100),
     "max_connections": ("8", 8),
+    "head_timeout_s": ("2.5", 2.5),
+    "max_client_connections": ("100", 100),
+    "drain_timeout_s": ("10", 10.0),
     "host": ("0.0.0.0", "0.0.0.0"),
     "port": ("0", 0),
     "admin_token": ("a-long-token", "a-long-token"),
@@ -249,11 +252,16 @@ def test_good_upstream_urls_are_kept() -> None:
     assert GateSettings.load(environ={}, upstreams=urls).upstream_urls() == {"*": urls}
 
 
-@pytest.mark.parametrize("name", ["connect_timeout_s", "upstream_timeout_s"])
-def test_a_zero_engine_timeout_is_refused(name: str) -> None:
-    # 0 s: every connection (or answer) times out, so every request would be a 502/504.
+@pytest.mark.parametrize("name", ["connect_timeout_s", "upstream_timeout_s", "head_timeout_s"])
+def test_a_zero_timeout_is_refused(name: str) -> None:
+    # 0 s: every connection (or answer, or head) times out, so every request would be a 408/502/504.
     with pytest.raises(SettingError, match=rf"^setting gate\.{name}: must be more than 0 seconds"):
         GateSettings.load(environ={}, upstreams=["http://x"], **{name: 0.0})
+
+
+def test_no_client_connection_at_all_is_refused() -> None:
+    with pytest.raises(SettingError, match=r"^setting gate\.max_client_connections: 0 must be at least 1"):
+        GateSettings.load(environ={"RESTORELENS_GATE_MAX_CLIENT_CONNECTIONS": "0"}, upstreams=["http://x"])
 
 
 @pytest.mark.parametrize("token", ["with a space", "tab\tinside", "non-ascii-é-token", " leading-space", "new\nline-token"])
