@@ -20,8 +20,8 @@ from typing import Any
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .grants import (
-    REJECT_CONCURRENCY, REJECT_QUEUE_LIMIT, REJECT_TIMEOUT, REJECT_WITHDRAWN, Counters, Decision, Grant, GrantError,
-    Rejection, Waiter,
+    REJECT_CONCURRENCY, REJECT_DRAINING, REJECT_QUEUE_LIMIT, REJECT_TIMEOUT, REJECT_WITHDRAWN, Counters, Decision,
+    Grant, GrantError, Rejection, Waiter,
 )
 from .policies.interface import AdmissionPolicy, Occupancy, RequestSize, Slot
 from .restoration import (
@@ -78,6 +78,8 @@ class Admission:
         self._next_seq = 1
         #: When the protected floor, lowered by lending, takes its nominal size back (None: it has).
         self._floor_restore_s: float | None = None
+        #: The shell shuts down (``drain``): a request that would queue is rejected at once.
+        self.draining = False
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -154,6 +156,8 @@ class Admission:
         timeout_s = self.wait_timeout_s if wait_timeout_s is None else wait_timeout_s
         # A policy that sets its own queue per class (the lenders) decides that class's wait.
         timeout_s = self.policy.class_wait_s.get(traffic_class, timeout_s)
+        if self.draining:
+            return self._reject(request_id, traffic_class, REJECT_DRAINING, now_s, now_s, ahead)
         if timeout_s <= 0:
             return self._reject(request_id, traffic_class, REJECT_CONCURRENCY, now_s, now_s, ahead)
         if len(queue) >= self.queue_limit:
@@ -242,6 +246,18 @@ class Admission:
         self._floor_restore_s = None  # the new policy's floors hold from now
         self.tracker.floor_restored(now_s)
         return self._pump(now_s)
+
+    def drain(self, now_s: float) -> list[Waiter]:
+        """The shell shuts down: reject every queued request (``REJECT_DRAINING``), and from now on
+        every request that would queue. Returns the rejected waiters (each with its ``rejection``):
+        the shell answers them now rather than when their wait would have ended, past the shutdown.
+        """
+        self.draining = True
+        self._latest_s = max(self._latest_s, now_s)
+        drained = sorted((w for q in self._queues.values() for w in q), key=lambda w: w.seq)
+        for waiter in drained:
+            self._remove(waiter, now_s, REJECT_DRAINING)
+        return drained
 
     def close(self, now_s: float) -> None:
         """End of a run: stop lending so open periods finish as their borrowed work drains."""

@@ -26,7 +26,7 @@ from restorelens.serving import HeadLimit
 
 from .admission import Admission
 from .assembly import GateAssembly, assemble_gate, lifecycle_router
-from .grants import Grant, Waiter
+from .grants import Grant, Rejection, Waiter
 from .metrics import new_registry
 from .model_listing import ModelListing
 from .policies.registry import OPTIONS
@@ -73,7 +73,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", error_type, exc.headers)
 
 
-def _wake(waiters: dict[Waiter, asyncio.Future[Grant]], waiter: Waiter) -> None:
+def _wake(waiters: dict[Waiter, asyncio.Future[Grant | Rejection]], waiter: Waiter) -> None:
     """Admission's ``on_waiter_granted``: resolve the proxy's future of a waiter that got its grant."""
     future = waiters.get(waiter)
     if future is not None and not future.done() and waiter.grant is not None:
@@ -188,7 +188,7 @@ def create_gate_app(
         tracer_provider = NoOpTracerProvider()
     if router is None:
         router = lifecycle_router(settings, tracer_provider, clock)
-    waiters: dict[Waiter, asyncio.Future[Grant]] = {}
+    waiters: dict[Waiter, asyncio.Future[Grant | Rejection]] = {}
     gate = assemble_gate(settings, tracer_provider, router=router, on_waiter_granted=functools.partial(_wake, waiters))
     admission, emitter = gate.admission, gate.spans
     pool = UpstreamTransport(max_connections=settings.max_connections)
@@ -215,7 +215,8 @@ def create_gate_app(
     app.state.settings = settings
     app.state.registry = registry
     app.state.spans = emitter
-    app.state.begin_drain = proxy.begin_drain  # the server's shutdown answers held requests first
+    app.state.begin_drain = proxy.begin_drain  # the server's shutdown answers held and queued requests first
+    app.state.cut_requests = proxy.cut_requests  # and tells the proxy when its drain deadline passed
     return app
 
 

@@ -13,7 +13,8 @@ headers and error type live and in virtual time, by construction:
   manage), 404 from a plain proxy;
 - ``Routed`` and not yet admitted: ``Admit`` (the shell asks ``Admission``, which may queue);
 - a ``Rejection``: 429 with the gate's own ``x-restorelens-retry-after-ms`` estimate and, when it
-  is at least a second, ``Retry-After`` in whole seconds;
+  is at least a second, ``Retry-After`` in whole seconds; rejected because the gate shuts down
+  (``REJECT_DRAINING``), 503 (``draining``), as a held request is answered then;
 - a ``Grant``: ``Forward`` to the routed engine, with the engine-side priority the policy sets.
 """
 
@@ -23,17 +24,19 @@ from dataclasses import dataclass
 
 from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER
 
-from .grants import Grant, Rejection
+from .grants import REJECT_DRAINING, Grant, Rejection
 from .policies.interface import AdmissionPolicy
 from .retry_hint import retry_after_header
 from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 
-__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "Admit", "Answer", "Forward", "Hold", "Respond", "decide", "preempted",
-           "static_route"]
+__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "SHUTTING_DOWN", "Admit", "Answer", "Forward", "Hold", "Respond", "decide",
+           "draining", "preempted", "static_route"]
 
 RETRY_AFTER = "retry-after"
 #: The gate's estimate in milliseconds: finer than Retry-After's whole seconds, for clients that know it.
 RETRY_AFTER_MS = RETRY_AFTER_MS_HEADER
+#: The error type of a request answered because the gate shuts down.
+SHUTTING_DOWN = "shutting_down"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,8 @@ def decide(
     if admitted is None:
         return Admit(route.upstream_url.rstrip("/"))
     if isinstance(admitted, Rejection):
+        if admitted.reason == REJECT_DRAINING:
+            return draining(admitted.retry_after_ms)
         return Respond(429, f"{traffic_class} request not admitted ({admitted.reason})", "admission_rejected",
                        _rejection_headers(admitted.retry_after_ms))
     return Forward(route.upstream_url.rstrip("/"), policy.upstream_priority(traffic_class))
@@ -115,6 +120,16 @@ def preempted(retry_after_ms: int) -> Respond:
     seconds = retry_after_header(retry_after_ms) or "1"
     return Respond(503, "borrowed capacity was taken back for returning interactive demand; retry later",
                    PREEMPTED, ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds)))
+
+
+def draining(retry_after_ms: int | None) -> Respond:
+    """The answer to a request that was waiting for a grant when the gate began to shut down: 503
+    now, not the 429 its wait would have ended in after the shutdown (a supervisor's SIGKILL would
+    have cut it first). Always with a Retry-After of at least 1 s: another replica, or this one
+    restarted, may serve it at once."""
+    headers = () if retry_after_ms is None else ((RETRY_AFTER_MS, str(retry_after_ms)),)
+    return Respond(503, "the gate is shutting down; retry", SHUTTING_DOWN,
+                   (*headers, (RETRY_AFTER, retry_after_header(retry_after_ms) or "1")))
 
 
 def _rejection_headers(retry_after_ms: int | None) -> tuple[tuple[str, str], ...]:

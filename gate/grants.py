@@ -9,13 +9,15 @@ from restorelens.spans import TRAFFIC_CLASSES
 
 from .policies.interface import RequestSize, Slot
 
-__all__ = ["REJECT_CONCURRENCY", "REJECT_QUEUE_LIMIT", "REJECT_TIMEOUT", "REJECT_WITHDRAWN", "Decision", "Grant",
-           "GrantError", "Rejection", "Waiter"]
+__all__ = ["REJECT_CONCURRENCY", "REJECT_DRAINING", "REJECT_QUEUE_LIMIT", "REJECT_TIMEOUT", "REJECT_WITHDRAWN",
+           "Decision", "Grant", "GrantError", "Rejection", "Waiter"]
 
 REJECT_QUEUE_LIMIT = "queue_limit"
 REJECT_TIMEOUT = "timeout"
 REJECT_CONCURRENCY = "concurrency_limit"
 REJECT_WITHDRAWN = "withdrawn"
+#: The gate shuts down: nobody waits for a grant any more (``Admission.drain``).
+REJECT_DRAINING = "draining"
 
 class GrantError(RuntimeError):
     """A grant was released twice, or a grant of another core was released here."""

@@ -29,7 +29,7 @@ from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission
-from .decision import RETRY_AFTER, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
+from .decision import RETRY_AFTER, SHUTTING_DOWN, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
 from .grants import Grant, Rejection, Waiter
@@ -70,7 +70,7 @@ class ProxyEndpoint:
         upstreams: UpstreamTable,
         clock: Clock,
         router: ModelRouter | None,
-        waiters: dict[Waiter, asyncio.Future[Grant]],
+        waiters: dict[Waiter, asyncio.Future[Grant | Rejection]],
         refusals: dict[str, int] | None = None,
     ) -> None:
         self.settings = settings
@@ -98,6 +98,7 @@ class ProxyEndpoint:
         self.held = 0
         #: Set when the server shuts down (``begin_drain``): held requests are answered, no new one is held.
         self._draining = asyncio.Event()
+        self._cut = False  # past the drain deadline: see cut_requests
         self.forwarder = UpstreamForwarder(
             upstream=upstream, timeout=timeout, emitter=emitter, clock=clock,
             upstream_spans=UpstreamSpans(emitter.tracer) if self.tracing else None,
@@ -153,16 +154,16 @@ class ProxyEndpoint:
             status = answer.status
             if watch is not None:
                 watch.finished = True
-            if answer.error_type not in ("admission_rejected", "not_ready"):
+            if answer.error_type not in ("admission_rejected", "not_ready", SHUTTING_DOWN):
                 self.emitter.failed(span, answer.error_type, status)
             await send_json(send, status, error_body(status, answer.message, answer.error_type), answer.headers)
         except ClientGone:
-            span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+            span.set_attribute(S.ATTR_ERROR_TYPE, self._gone)
         except asyncio.CancelledError:
             if watch is None or not watch.absorb():
                 raise  # cancelled from outside (shutdown): _serve's finally has released the grant
             if watch.preemption is None:
-                span.set_attribute(S.ATTR_ERROR_TYPE, "client_disconnected")
+                span.set_attribute(S.ATTR_ERROR_TYPE, self._gone)
             else:
                 status = await self._send_preempted(send, watch)
         finally:
@@ -280,8 +281,24 @@ class ProxyEndpoint:
         return self.router.route(model, self.clock.now_s(), trigger=span.get_span_context())
 
     def begin_drain(self) -> None:
-        """The server shuts down: answer the held requests now (routed, or 503 with a fresh hint)."""
+        """The server shuts down: answer the held requests now (routed, or 503 with a fresh hint)
+        and the queued ones (503, ``decision.draining``); a request that would queue from now on is
+        answered so at once."""
         self._draining.set()
+        for waiter in self.admission.drain(self.clock.now_s()):
+            future = self.waiters.get(waiter)
+            if future is not None and not future.done():
+                future.set_result(waiter.rejection)  # its task, in _wait, answers it
+
+    def cut_requests(self) -> None:
+        """The server's drain deadline passed: it cuts every connection still open next, so the
+        requests that end now were ended by the gate, not left by their clients (their spans say so)."""
+        self._cut = True
+
+    @property
+    def _gone(self) -> str:
+        """The error type of a request whose connection closed before its answer was complete."""
+        return "gate_shutdown" if self._cut else "client_disconnected"
 
     def _arm_deadline(self) -> None:
         """Make sure ``expire`` runs at the core's next deadline, as the virtual loop's time source
@@ -353,7 +370,7 @@ class ProxyEndpoint:
 
     async def _wait(self, waiter: Waiter) -> Grant | Rejection:
         """Park on a future until a release grants the waiter or its deadline passes."""
-        future: asyncio.Future[Grant] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Grant | Rejection] = asyncio.get_running_loop().create_future()
         self.waiters[waiter] = future
         try:
             wait_s = max(0.0, waiter.deadline_s - self.clock.now_s()) * self._real_s_per_clock_s

@@ -288,3 +288,19 @@ def test_history_is_bounded_and_open_records_survive_it() -> None:
 def test_max_retained_must_keep_something() -> None:
     with pytest.raises(ValueError, match="max_retained must be at least 1"):
         Admission(StaticPolicy({"interactive": 1, "batch": 1}), max_retained=0)
+
+
+def test_drain_rejects_every_queued_request_now_and_every_later_one_that_would_queue() -> None:
+    admission = Admission(StaticPolicy({"interactive": 1, "batch": 1}), wait_timeout_s=30.0)
+    running = admission.request("r", "batch", 0.0)
+    assert isinstance(running, Grant)
+    first, second = admission.request("q1", "batch", 1.0), admission.request("q2", "batch", 2.0)
+    assert isinstance(first, Waiter) and isinstance(second, Waiter)
+    drained = admission.drain(3.0)
+    assert drained == [first, second] and admission.queued == 0
+    assert [(w.rejection.reason, w.rejection.rejected_at_s) for w in drained] == [("draining", 3.0), ("draining", 3.0)]
+    late = admission.request("late", "batch", 4.0)
+    assert isinstance(late, Rejection) and late.reason == "draining"
+    assert isinstance(admission.request("i", "interactive", 4.0), Grant)  # room is still granted
+    admission.release(running, 5.0)
+    assert admission.in_flight == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from restorelens.gate import Grant, Rejection, build_policy
-from restorelens.gate.decision import Admit, Forward, Hold, Respond, decide, static_route
+from restorelens.gate.decision import Admit, Forward, Hold, Respond, decide, draining, static_route
 from restorelens.gate.policies.interface import VLLM_PRIORITY
 from restorelens.gate.routing import NotReady, Routed, UnknownModel
 
@@ -75,3 +75,15 @@ def test_a_holdable_answer_is_held_once_then_answered_with_both_hints() -> None:
     answer = _decide(route, lifecycle=True)  # held already, or no room to hold: the 503 now
     assert isinstance(answer, Respond) and answer.status == 503
     assert answer.headers == (("x-restorelens-retry-after-ms", "4192"), ("retry-after", "5"))
+
+
+@pytest.mark.parametrize(("retry_after_ms", "headers"), [
+    (None, (("retry-after", "1"),)),
+    (2500, (("x-restorelens-retry-after-ms", "2500"), ("retry-after", "3"))),
+])
+def test_a_request_drained_from_the_queue_is_503_with_a_retry_after_of_at_least_a_second(retry_after_ms, headers) -> None:
+    rejection = Rejection("r", "batch", "draining", 0.0, 1.0, retry_after_ms)
+    answer = decide(Routed("http://e"), rejection, model="m", traffic_class="batch", policy=build_policy("static"),
+                    lifecycle=False)
+    assert answer == draining(retry_after_ms)
+    assert (answer.status, answer.error_type, answer.headers) == (503, "shutting_down", headers)
