@@ -98,6 +98,7 @@ def test_check_validates_the_modelclaim_table_without_starting_engines(tmp_path)
     (["--floors", "batch=1,batch=9,interactive=3"], "gate.floors"),
     (["--upstream", "tiny=http://127.0.0.1:99999"], "gate.upstreams"),
     (["--otlp-endpoint", "not a url at all"], "--otlp-endpoint"),
+    (["--control-period-s", "1e-320"], "gate.control_period_s"),  # then every lent-while-returning request 500ed
 ])
 def test_check_refuses_gate_values_that_would_fail_once_running(argv: list[str], setting: str) -> None:
     base = [] if argv[0] == "--upstream" else ["--upstream", "http://127.0.0.1:9"]

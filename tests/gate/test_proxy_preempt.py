@@ -1,4 +1,4 @@
-"""lend-preempt behind the real proxy: a loan taken back mid-stream or before its answer started.
+"""lend-preempt (and lend) behind the real proxy: a loan taken back mid-stream or before its answer started.
 
 The engine is test_proxy's STAND-IN (it can hold a stream open midway, or answer late), since the
 point is what the gate does to a request still running when interactive demand returns. The
@@ -189,3 +189,28 @@ def test_a_loan_granted_taken_back_and_left_before_its_task_resumed_leaves_no_pe
         admission.release(interactive, proxy.clock.now_s())
 
     asyncio.run(scenario())
+
+
+def test_a_control_period_too_short_to_tick_is_refused_at_run_time_and_a_returning_request_is_served(
+        serve_asgi, engine) -> None:
+    """``PUT /admin/policy`` took ``control_period_s`` 1e-320; then an interactive request arriving
+    while capacity was lent got a 500 (OverflowError computing the controller's next tick)."""
+    gate = start_gate(serve_asgi, engine.url, policy="lend", floors={"interactive": 2, "batch": 0}, lendable_slots=1)
+    answers: list[httpx.Response] = []
+    loan = threading.Thread(target=lambda: answers.append(httpx.post(
+        gate.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 1, "hold": True},
+        headers={"x-traffic-class": "batch", "x-request-id": "b4"}, timeout=30)))
+    loan.start()
+    try:
+        wait_until(lambda: gate_state(gate, TOKEN)["in_flight_borrowed"] == 1)
+        change = httpx.put(gate.url + "/admin/policy", json={"control_period_s": 1e-320},
+                           headers={"authorization": f"Bearer {TOKEN}"})
+        returning = _interactive(gate)
+    finally:
+        httpx.post(engine.url + "/release/b4")
+        loan.join(timeout=30)
+    assert (change.status_code, returning.status_code) == (400, 200)
+    error = change.json()["error"]
+    assert error["param"] == "control_period_s" and ">= 0.001" in error["message"]
+    assert "\n" not in error["message"]
+    assert [answer.status_code for answer in answers] == [200]
