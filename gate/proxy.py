@@ -89,6 +89,8 @@ class ProxyEndpoint:
         self.waiters = waiters
         #: The watch of each granted request in flight, by grant id: a preemption cancels through it.
         self._watches: dict[int, DisconnectWatch] = {}
+        #: Preemptions of grants made from the queue whose task has not resumed yet, by grant id;
+        #: the task takes its own when it resumes, and ``_give_back`` drops it on every other path.
         self._pending_preemptions: dict[int, Any] = {}
         #: The timer that calls ``Admission.expire`` at the core's next deadline (a floor restored
         #: by the controller, with its preemptions; a hold-off ending), and the time it is set for.
@@ -202,10 +204,7 @@ class ProxyEndpoint:
         finally:
             end_s = self.clock.now_s()
             if grant is not None:
-                self._watches.pop(grant.grant_id, None)
-                self._pending_preemptions.pop(grant.grant_id, None)
-                self.admission.release(grant, end_s, completed=completed and watch.preemption is None)
-                self._arm_deadline()
+                self._give_back(grant, end_s, completed=completed and watch.preemption is None)
             if routed_model is not None and self.router is not None:
                 self.router.request_finished(routed_model, end_s)
 
@@ -326,6 +325,15 @@ class ProxyEndpoint:
     def _streamed(self, grant: Grant, tokens: int, now_s: float) -> None:
         self.admission.streamed(grant, now_s, tokens)
 
+    def _give_back(self, grant: Grant, now_s: float, *, completed: bool) -> None:
+        """Release a grant this endpoint holds: the one place its watch and a preemption still
+        waiting for its task are dropped, however the request ended (answered, or its client left
+        before its task resumed with a grant made and taken back meanwhile)."""
+        self._watches.pop(grant.grant_id, None)
+        self._pending_preemptions.pop(grant.grant_id, None)
+        self.admission.release(grant, now_s, completed=completed)
+        self._arm_deadline()
+
     def preempt(self, grant: Grant, preemption: Any) -> None:
         """Admission's ``on_preempt``: take the borrowed request back (its task answers the client)."""
         watch = self._watches.get(grant.grant_id)
@@ -380,7 +388,7 @@ class ProxyEndpoint:
             self.waiters.pop(waiter, None)
             answer = self.admission.withdraw(waiter, self.clock.now_s())
             if isinstance(answer, Grant):
-                self.admission.release(answer, self.clock.now_s())
+                self._give_back(answer, self.clock.now_s(), completed=False)
             raise
         self.waiters.pop(waiter, None)
         return self.admission.withdraw(waiter, self.clock.now_s(), "timeout")

@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from restorelens.clock import Clock
 from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend
-from restorelens.gate.modelclaim.calibration import MAX_FILE_BYTES
+from restorelens.gate.modelclaim.calibration_file import read_calibration_text
 from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
@@ -314,24 +314,12 @@ def _calibration_path(table: Mapping[str, Any]) -> Path | None:
 
 
 def load_calibration(core: ModelClaimCore, path: Path) -> None:
-    """Take in what an earlier run learnt (``calibration_path``); a missing file is a first run."""
-    where = f"{ROOT}.calibration_path {path}"
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except FileNotFoundError:
-        if not path.parent.is_dir():
-            raise SettingError(where, f"its directory {path.parent} does not exist") from None
-        return
-    except OSError as exc:
-        raise SettingError(where, f"cannot be read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise SettingError(where, f"is larger than {MAX_FILE_BYTES} bytes: not a calibration file")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SettingError(where, "is not UTF-8 text: not a calibration file") from None
-    core.calibration.load_json(text, str(path))
+    """Take in what an earlier run learnt (``calibration_path``); a missing or empty file is a first run."""
+    if not path.parent.is_dir():
+        raise SettingError(f"{ROOT}.calibration_path {path}", f"its directory {path.parent} does not exist")
+    text = read_calibration_text(path)
+    if text is not None:
+        core.calibration.load_json(text, str(path))
 
 
 def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCore, dict[str, EngineBackend], float]:

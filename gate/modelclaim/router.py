@@ -8,8 +8,8 @@ awake (an engine slept behind the lifecycle's back becomes Sleeping, and the nex
 
 A request the lifecycle lets the gate hold (``[modelclaim] hold_s``) waits in ``wait_routable``
 until a wake of its model ends. With ``calibration_path`` the router writes what the lifecycle
-learnt from its wakes there after each one, atomically (``modelclaim.calibration``), so hints stay
-calibrated across restarts.
+learnt from its wakes there after each one (``modelclaim.calibration_file``: whole, durably, merged
+with what other gates sharing the file wrote), so hints stay calibrated across restarts.
 
 Times: the backend's answer carries the engine's ready time; the router's clock when it hands
 that answer to the core is the observed time. Both land on the ``modelclaim.wake`` span.
@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import hmac
 import logging
-import os
 import threading
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from restorelens.clock import Clock, WallClock
+from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.actions import (
     Action,
     SleepEngine,
@@ -49,6 +49,7 @@ from restorelens.gate.modelclaim.actions import (
     WakeRecord,
 )
 from restorelens.gate.modelclaim.backends import EngineBackend
+from restorelens.gate.modelclaim.calibration_file import write_calibration
 from restorelens.gate.modelclaim.core import ClaimControlError, ModelClaimCore
 from restorelens.gate.modelclaim.metrics import ModelClaimMetrics
 from restorelens.gate.modelclaim.phases import ACTIVE
@@ -190,16 +191,16 @@ class ModelClaimRouter:
         if self._writing is not None and not self._writing.done():
             self._write_again = True  # the write under way finishes first; this change follows it
             return
-        version, text = calibration.version, calibration.to_json()
+        version, wakes = calibration.version, calibration.observed_wakes()
         if self._loop is None:  # not serving (a tool, a test): nothing to stall
             try:
-                _write_atomically(self.calibration_path, text)
-            except OSError as exc:
+                write_calibration(self.calibration_path, wakes)
+            except (OSError, SettingError) as exc:
                 self._written(exc, version)
             else:
                 self._written(None, version)
             return
-        self._writing = self._loop.run_in_executor(None, _write_atomically, self.calibration_path, text)
+        self._writing = self._loop.run_in_executor(None, write_calibration, self.calibration_path, wakes)
         self._writing.add_done_callback(
             lambda done: self._written(asyncio.CancelledError() if done.cancelled() else done.exception(), version))
 
@@ -207,7 +208,9 @@ class ModelClaimRouter:
         if error is None:
             self._written_version, self._write_failed = version, False
         elif not self._write_failed:  # logged once; retried at the next wake
-            log.warning("modelclaim: cannot write the calibration to %s: %s", self.calibration_path, error)
+            # A SettingError names the path itself.
+            detail = error if isinstance(error, SettingError) else f"{self.calibration_path}: {error}"
+            log.warning("modelclaim: cannot write the calibration: %s", detail)
             self._write_failed = True
         if self._write_again:
             self._write_again = False
@@ -371,17 +374,6 @@ class ModelClaimRouter:
                 with self._lock:
                     actions = self.core.on_engine_found_asleep(model, instance_id, self.clock.now_s())
                 self._dispatch(actions)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` whole: a reader (or a crash) sees the old file or the new one.
-    The temporary name is this process's own, so gates sharing the file never write into each other's."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _error(status: int, message: str, error_type: str) -> JSONResponse:

@@ -91,5 +91,9 @@ class LendPolicy(StaticPolicy):
         period = self.control_period_s
         if period == 0:
             return returned_s
-        issued_s = (math.floor(returned_s / period) + 1) * period  # the next tick strictly after the return
-        return issued_s + period
+        ticks = returned_s / period
+        if not math.isfinite(ticks):
+            # A period too short beside the clock's reading to count ticks in a float: the next tick is now.
+            return returned_s
+        issued_s = (math.floor(ticks) + 1) * period  # the next tick strictly after the return
+        return issued_s + period  # may be infinite with a period near the float's largest: never restored

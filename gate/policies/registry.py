@@ -20,12 +20,24 @@ from restorelens.spans import TRAFFIC_CLASSES
 
 from ..setting_kinds import FLOOR_TABLE, SECONDS, WHOLE, WHOLE_OR_NONE, Kind, shown
 
-__all__ = ["DEFAULTS", "DEFAULT_POLICY", "OPTIONS", "POLICIES", "Option", "PolicySpec", "arm_names", "check_lendable",
+__all__ = ["DEFAULTS", "DEFAULT_POLICY", "MIN_CONTROL_PERIOD_S", "OPTIONS", "POLICIES", "Option", "PolicySpec", "arm_names", "check_lendable",
            "check_option", "check_options", "named_in_prose", "options_table", "policy_named", "study_policies"]
 
 
 def _seconds(value: float) -> str | None:
     return None if math.isfinite(value) and value >= 0 else f"must be a finite number of seconds >= 0, got {value}"
+
+
+#: The shortest lending-controller period. A controller deciding more often than every millisecond
+#: is none the gate's timers (asyncio's, at millisecond resolution) could run, and it restores the
+#: floor as 0 does; shorter periods (1e-320) made the next tick's arithmetic overflow.
+MIN_CONTROL_PERIOD_S = 0.001
+
+
+def _control_period(value: float) -> str | None:
+    if value == 0 or (math.isfinite(value) and value >= MIN_CONTROL_PERIOD_S):
+        return None
+    return f"must be 0 (no controller) or a finite number of seconds >= {MIN_CONTROL_PERIOD_S:g}, got {value}"
 
 
 def _budget(value: float) -> str | None:
@@ -88,8 +100,8 @@ OPTIONS: dict[str, Option] = {option.name: option for option in (
     Option("capacity", WHOLE_OR_NONE, None, "requests", "Shared cap on the requests in flight (none: no cap).",
            _at_least(1), "--capacity"),
     Option("control_period_s", SECONDS, 0.0, "s",
-           "Seconds between the lending controller's decisions; returning demand gets its floor back one period "
-           "after the next decision, at once with 0.", _seconds, "--control-period-s"),
+           "Seconds between the lending controller's decisions (0, or at least 0.001); returning demand gets its "
+           "floor back one period after the next decision, at once with 0.", _control_period, "--control-period-s"),
     Option("restore_budget_s", SECONDS, 1.0, "s",
            "Seconds a loan may cost to give back (its predicted drain, and the KV wait of a returning interactive "
            "request); lend-preempt aborts loans past it at restoration.", _budget, "--restore-budget-s"),

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import socket
+import stat
 import subprocess
 import sys
 
@@ -98,6 +100,7 @@ def test_check_validates_the_modelclaim_table_without_starting_engines(tmp_path)
     (["--floors", "batch=1,batch=9,interactive=3"], "gate.floors"),
     (["--upstream", "tiny=http://127.0.0.1:99999"], "gate.upstreams"),
     (["--otlp-endpoint", "not a url at all"], "--otlp-endpoint"),
+    (["--control-period-s", "1e-320"], "gate.control_period_s"),  # then every lent-while-returning request 500ed
 ])
 def test_check_refuses_gate_values_that_would_fail_once_running(argv: list[str], setting: str) -> None:
     base = [] if argv[0] == "--upstream" else ["--upstream", "http://127.0.0.1:9"]
@@ -124,6 +127,20 @@ def test_check_refuses_a_claim_that_would_fail_once_running(tmp_path, backend: s
     assert result.exit_code == 1, result.output
     assert f"setting {setting}: " in result.output and problem in result.output
     assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
+
+
+def test_check_refuses_a_fifo_at_the_calibration_path_in_one_line_without_hanging(tmp_path) -> None:
+    path = tmp_path / "wakes.json"
+    os.mkfifo(path)
+    config = tmp_path / "gate.toml"
+    config.write_text(MODELCLAIM.format(extra=f'calibration_path = "{path}"'))
+    # The guard: a child process, killed (and the test failed) if it blocks on the FIFO, as --check did.
+    done = subprocess.run([sys.executable, "-m", "restorelens", "gate", "--config", str(config), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == (f"Error: setting modelclaim.calibration_path {path}: is a FIFO, not a regular "
+                                   "file: give the path of a calibration file")
+    assert stat.S_ISFIFO(os.stat(path).st_mode)  # left as it was
 
 
 def test_check_refuses_retry_after_that_is_not_whole_seconds(tmp_path) -> None:

@@ -1,4 +1,4 @@
-"""lend-preempt behind the real proxy: a loan taken back mid-stream or before its answer started.
+"""lend-preempt (and lend) behind the real proxy: a loan taken back mid-stream or before its answer started.
 
 The engine is test_proxy's STAND-IN (it can hold a stream open midway, or answer late), since the
 point is what the gate does to a request still running when interactive demand returns. The
@@ -7,6 +7,7 @@ simulator-backed runs of the same policy are in tests/experiments (virtual and l
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 
@@ -14,6 +15,9 @@ import httpx
 import pytest
 
 from restorelens import spans as S
+from restorelens.gate import GateSettings
+from restorelens.gate.app import create_gate_app
+from restorelens.gate.grants import Grant
 from restorelens.gate.policies.interface import RequestSize
 from restorelens.gate.forwarding import token_events
 from restorelens.gate.policies.interface import request_size_of
@@ -134,3 +138,79 @@ def test_the_size_the_lenders_see_comes_from_the_prompt_characters_and_max_token
 ])
 def test_streamed_tokens_are_the_events_that_carry_one(chunk: bytes, tokens: int) -> None:
     assert token_events(chunk) == tokens
+
+
+def test_a_loan_granted_taken_back_and_left_before_its_task_resumed_leaves_no_pending_preemption(
+        tracer_provider) -> None:
+    """White-box: a queued loan is granted by a release, taken back by returning demand in the same
+    loop iteration (its task has not resumed: the preemption waits in ``_pending_preemptions``),
+    and its client leaves before the task resumes. Nothing of it may stay behind in the endpoint."""
+
+    async def scenario() -> None:
+        settings = GateSettings(upstreams={"*": "http://127.0.0.1:9"}, admin_token=TOKEN, **LEND_PREEMPT)
+        proxy = create_gate_app(settings, tracer_provider=tracer_provider).proxy
+        admission = proxy.admission
+        first_loan = admission.request("b0", "batch", proxy.clock.now_s(), size=RequestSize(100, 50))
+        assert isinstance(first_loan, Grant) and first_loan.slot == "borrowed"
+
+        gone = asyncio.Event()
+        body = json.dumps({"model": "tiny", "prompt": PROMPT, "max_tokens": 50}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict:
+            if messages:
+                return messages.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        sent: list[dict] = []
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/completions",
+                 "headers": [(b"x-traffic-class", b"batch"), (b"x-request-id", b"b1")]}
+        task = asyncio.create_task(proxy(scope, receive, send))
+        while admission.queued == 0:  # b1 waits for the one loan there is
+            await asyncio.sleep(0)
+        # One loop iteration: b0 ends (b1 gets the loan), demand returns (the loan is taken back
+        # before b1's task resumed), b1's client leaves.
+        now_s = proxy.clock.now_s()
+        admission.release(first_loan, now_s)
+        interactive = admission.request("i1", "interactive", now_s)
+        assert isinstance(interactive, Grant)
+        assert len(proxy._pending_preemptions) == 1  # the sequence under test happened
+        gone.set()
+        await task
+
+        assert proxy._pending_preemptions == {} and proxy._watches == {}
+        assert sent == []  # the client had left: nothing was answered
+        assert admission.in_flight == 1  # only the interactive request: b1's grant was given back
+        admission.release(interactive, proxy.clock.now_s())
+
+    asyncio.run(scenario())
+
+
+def test_a_control_period_too_short_to_tick_is_refused_at_run_time_and_a_returning_request_is_served(
+        serve_asgi, engine) -> None:
+    """``PUT /admin/policy`` took ``control_period_s`` 1e-320; then an interactive request arriving
+    while capacity was lent got a 500 (OverflowError computing the controller's next tick)."""
+    gate = start_gate(serve_asgi, engine.url, policy="lend", floors={"interactive": 2, "batch": 0}, lendable_slots=1)
+    answers: list[httpx.Response] = []
+    loan = threading.Thread(target=lambda: answers.append(httpx.post(
+        gate.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 1, "hold": True},
+        headers={"x-traffic-class": "batch", "x-request-id": "b4"}, timeout=30)))
+    loan.start()
+    try:
+        wait_until(lambda: gate_state(gate, TOKEN)["in_flight_borrowed"] == 1)
+        change = httpx.put(gate.url + "/admin/policy", json={"control_period_s": 1e-320},
+                           headers={"authorization": f"Bearer {TOKEN}"})
+        returning = _interactive(gate)
+    finally:
+        httpx.post(engine.url + "/release/b4")
+        loan.join(timeout=30)
+    assert (change.status_code, returning.status_code) == (400, 200)
+    error = change.json()["error"]
+    assert error["param"] == "control_period_s" and ">= 0.001" in error["message"]
+    assert "\n" not in error["message"]
+    assert [answer.status_code for answer in answers] == [200]

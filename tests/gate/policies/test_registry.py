@@ -83,7 +83,8 @@ def test_the_gate_settings_declare_every_option_as_the_registry_does() -> None:
 
 @pytest.mark.parametrize(("name", "bad"), [
     ("restore_budget_s", 0.0), ("restore_budget_s", -1.0), ("restore_budget_s", math.nan), ("restore_budget_s", math.inf),
-    ("restore_budget_s", True), ("restore_budget_s", "1"), ("control_period_s", -0.1), ("kv_blocks", 0),
+    ("restore_budget_s", True), ("restore_budget_s", "1"), ("control_period_s", -0.1), ("control_period_s", 1e-320),
+    ("control_period_s", 0.0009), ("control_period_s", math.inf), ("control_period_s", math.nan), ("kv_blocks", 0),
     ("block_size", 0), ("capacity", 0), ("extra_slots", -1), ("lendable_slots", -1), ("borrower_wait_s", math.inf),
     ("floors", {"gold": 1}), ("floors", {"batch": -1}),
 ])
@@ -102,3 +103,8 @@ def test_docs_gate_md_carries_the_registrys_option_table_and_names_every_policy(
     section = text[text.index("## Policies"):text.index("A policy decides over")]
     documented = re.findall(r"^\| `([a-z-]+)` \|", section, re.MULTILINE)
     assert documented == list(POLICIES)
+
+
+@pytest.mark.parametrize("period_s", [0.0, 0.001, 0.25, 1e308])
+def test_the_control_period_is_0_or_at_least_a_millisecond(period_s: float) -> None:
+    assert check_option("control_period_s", period_s) == period_s
