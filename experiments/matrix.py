@@ -29,10 +29,11 @@ from typing import Any
 
 from restorelens.errors import RestorelensError, SettingError
 from restorelens.experiments.moflux.scenarios import SCENARIOS
+from restorelens.experiments.out_folder import partial_file
 from restorelens.gate import DEFAULTS, arm_names, check_option, study_policies
 
 __all__ = ["DEFAULT_ARMS", "MAX_SEEDS", "Cell", "Matrix", "default_arms", "parse_arms", "parse_queue",
-           "parse_seeds", "play", "scenario_kind"]
+           "parse_seeds", "play", "run_files", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = study_policies()
@@ -106,6 +107,18 @@ class Matrix:
         replayed = self.replays.get(cell.scenario)
         scenario = replayed.with_arm(cell.arm) if replayed is not None else get_scenario(cell.scenario, cell.arm)
         return replace(scenario, restore_budget_s=self.restore_budget_s, queue_s=self.queue_s)
+
+    def settings(self) -> dict[str, Any]:
+        """What a cell's run depends on besides its scenario, arm and seed, as JSON: a folder's runs
+        are resumed only under the same (a replay by a digest of the workload it plays)."""
+        from hashlib import sha256
+
+        from restorelens.experiments.replay.scenario_json import scenario_to_json
+
+        replays = {name: sha256(json.dumps(scenario_to_json(self.replays[name]), sort_keys=True).encode()).hexdigest()
+                   for name in self.scenarios if name in self.replays}
+        return {"restore_budget_s": self.restore_budget_s, "queue_s": dict(self.queue_s) or None,
+                "cycles": self.cycles, "replays": replays or None}
 
     def workload_scenarios(self) -> dict[str, str]:
         """Workload label (``restore.workload`` of the runs' spans) -> scenario name, for scoring."""
@@ -183,21 +196,40 @@ def default_arms(kind: str) -> tuple[str, ...]:
     return (FIXED,) if kind == "modelclaim" else DEFAULT_ARMS
 
 
+def run_files(matrix: Matrix, runs_dir: Path) -> list[Path]:
+    """Each cell's span file under ``runs_dir``, in the matrix's order."""
+    return [runs_dir / f"{cell.run_id}.jsonl" for cell in matrix.cells()]
+
+
 def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: float = 1.0,
-         workers: int | None = None, on_done: Callable[[Cell], None] = lambda cell: None) -> list[Path]:
-    """Run every cell; returns the span files, one per run, in the matrix's order."""
+         workers: int | None = None, on_done: Callable[[Cell], None] = lambda cell: None,
+         resume: bool = False) -> list[Path]:
+    """Run every cell; returns the span files, one per run, in the matrix's order.
+
+    Each run's file is written whole (under its ``out_folder.partial_file``, then renamed),
+    replacing any file of that name; ``resume``: a cell whose file exists is not played again (``on_done`` is called for it
+    first). A run that fails or is interrupted leaves no partial file."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    cells = list(matrix.cells())
-    paths = [runs_dir / f"{cell.run_id}.jsonl" for cell in cells]
-    workers = 1 if live else min(workers or os.cpu_count() or 1, len(cells))
-    if workers <= 1:
-        for cell, path in zip(cells, paths, strict=True):
-            _run(matrix.scenario(cell), cell, path, live=live, time_scale=time_scale)
+    cells = list(zip(matrix.cells(), run_files(matrix, runs_dir), strict=True))
+    todo = []
+    for cell, path in cells:
+        if resume and path.exists():
             on_done(cell)
-        return paths
-    chunks = [list(zip(cells, paths, strict=True))[i::workers] for i in range(workers)]
-    _play_in_workers(matrix, chunks, on_done)
-    return paths
+        else:
+            todo.append((cell, path))
+    workers = 1 if live else min(workers or os.cpu_count() or 1, len(todo))
+    try:
+        if workers <= 1:
+            for cell, path in todo:
+                _run(matrix.scenario(cell), cell, path, live=live, time_scale=time_scale)
+                on_done(cell)
+        else:
+            chunks = [todo[i::workers] for i in range(workers)]
+            _play_in_workers(matrix, chunks, on_done)
+    finally:  # a worker killed mid-run could not remove its own
+        for _, path in todo:
+            partial_file(path).unlink(missing_ok=True)
+    return [path for _, path in cells]
 
 
 def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
@@ -295,9 +327,15 @@ def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scal
     from restorelens.experiments.run_telemetry import RunTelemetry
     from restorelens.experiments.runner import run_live, run_virtual
 
-    with RunTelemetry("file", path=str(path), run_id=cell.run_id, scenario=scenario.name) as telemetry:
-        if live:
-            run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
-        else:
-            run_virtual(scenario, cell.seed, telemetry.providers, cell.run_id)
-    telemetry.raise_if_spans_dropped()
+    partial = partial_file(path)
+    partial.unlink(missing_ok=True)  # the exporter appends: an earlier run's leftover must not be added to
+    try:
+        with RunTelemetry("file", path=str(partial), run_id=cell.run_id, scenario=scenario.name) as telemetry:
+            if live:
+                run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
+            else:
+                run_virtual(scenario, cell.seed, telemetry.providers, cell.run_id)
+        telemetry.raise_if_spans_dropped()
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
