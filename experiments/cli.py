@@ -174,8 +174,8 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     whether each arm but fixed meets its goals (overshoot p95, attempts per wake, no wake path
     slower to first token than under fixed).
 
-    Each file in OUT is written whole (renamed into place once complete): --resume finishes an
-    interrupted experiment.
+    Each file in OUT is written whole (renamed into place once complete). Ctrl-C stops the runs at
+    once and exits 130, leaving only whole runs: --resume finishes them.
     """
     import json
     import sys
@@ -214,11 +214,17 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not sys.stderr.isatty())
-    with progress:
-        task = progress.add_task("runs", total=len(matrix))
-        files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers, resume=resume,
-                     on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
-    db, spans = build_store(files, out)
+    try:
+        with progress:
+            task = progress.add_task("runs", total=len(matrix))
+            files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers, resume=resume,
+                         on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
+        db, spans = build_store(files, out)
+    except KeyboardInterrupt:
+        played = sum(path.exists() for path in run_files(matrix, out / "runs"))
+        click.echo(f"interrupted: {out} holds {played} of {len(matrix)} runs, each whole; --resume finishes them",
+                   err=True)
+        click.get_current_context().exit(130)
     with Analysis.open(db) as analysis:
         table = _score(analysis, matrix)
     if matrix.kind == "modelclaim":

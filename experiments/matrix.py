@@ -18,18 +18,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from restorelens.errors import RestorelensError, SettingError
+from restorelens.errors import SettingError
 from restorelens.experiments.moflux.scenarios import SCENARIOS
 from restorelens.experiments.out_folder import partial_file
+from restorelens.experiments.workers import run_workers, worker_script
 from restorelens.gate import DEFAULTS, arm_names, check_option, study_policies
 
 __all__ = ["DEFAULT_ARMS", "MAX_SEEDS", "Cell", "Matrix", "default_arms", "parse_arms", "parse_queue",
@@ -208,7 +205,7 @@ def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: floa
 
     Each run's file is written whole (under its ``out_folder.partial_file``, then renamed),
     replacing any file of that name; ``resume``: a cell whose file exists is not played again (``on_done`` is called for it
-    first). A run that fails or is interrupted leaves no partial file."""
+    first). Interrupted (Ctrl-C, an error), no partial file is left and no worker left running."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     cells = list(zip(matrix.cells(), run_files(matrix, runs_dir), strict=True))
     todo = []
@@ -225,53 +222,17 @@ def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: floa
                 on_done(cell)
         else:
             chunks = [todo[i::workers] for i in range(workers)]
-            _play_in_workers(matrix, chunks, on_done)
+            by_id = [{cell.run_id: cell for cell, _ in chunk} for chunk in chunks]
+
+            def on_line(index: int, line: str) -> None:
+                if line in by_id[index]:
+                    on_done(by_id[index][line])
+
+            run_workers(_WORKER, [_job(matrix, chunk) for chunk in chunks], on_line)
     finally:  # a worker killed mid-run could not remove its own
         for _, path in todo:
             partial_file(path).unlink(missing_ok=True)
     return [path for _, path in cells]
-
-
-def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
-    """Each chunk in a worker interpreter of its own, which says each run it finished on a line.
-
-    Fresh ``python`` processes rather than multiprocessing: a spawned child re-runs the parent's
-    main script, which inside a host program (a notebook, a test runner, Streamlit) is not ours.
-    """
-    workers = []
-    for chunk in chunks:
-        job = _job(matrix, chunk)
-        # stderr to a file: a chatty worker must not fill a pipe nobody reads until it ends
-        stderr = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, text=True)
-        assert proc.stdin is not None
-        proc.stdin.write(job)
-        proc.stdin.close()
-        workers.append((proc, stderr, {cell.run_id: cell for cell, _ in chunk}))
-    errors: list[str] = []
-
-    def follow(proc: subprocess.Popen[str], stderr: Any, by_id: dict[str, Cell]) -> None:
-        assert proc.stdout is not None
-        with proc.stdout:
-            for line in proc.stdout:
-                if line.strip() in by_id:
-                    on_done(by_id[line.strip()])
-        code = proc.wait()
-        with stderr:
-            stderr.seek(0)
-            tail = stderr.read().decode("utf-8", "replace").strip().splitlines()
-        if code != 0:
-            errors.append(tail[-1] if tail else f"a worker exited with {code}")
-
-    # one reader per worker, so every run's progress shows as it finishes, whichever worker ran it
-    readers = [threading.Thread(target=follow, args=worker, daemon=True) for worker in workers]
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join()
-    if errors:
-        raise RestorelensError(f"a run failed: {errors[0]}")
 
 
 def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
@@ -312,7 +273,7 @@ def _work(job: str) -> None:
 
 
 #: A worker: its runs on stdin as JSON (``_job``); prints each run id done.
-_WORKER = """
+_WORKER = worker_script("""
 import sys
 from restorelens.experiments.matrix import _work
 from restorelens.errors import RestorelensError
@@ -320,7 +281,7 @@ try:
     _work(sys.stdin.read())
 except RestorelensError as exc:
     sys.exit(f"{exc}")
-"""
+""")
 
 
 def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:

@@ -132,3 +132,21 @@ def test_a_run_that_fails_leaves_no_file(tmp_path: Path, monkeypatch: pytest.Mon
         play(Matrix(("moflux-fixed-burst",), ("lend",), (1,)), tmp_path, workers=1)
     assert list(tmp_path.iterdir()) == []
 
+
+def test_ctrl_c_while_the_store_is_built_leaves_no_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import restorelens.collector as collector
+
+    real = collector.load_paths
+
+    def interrupted_after_loading(files, db):  # type: ignore[no-untyped-def]
+        real(files, db)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collector, "load_paths", interrupted_after_loading)
+    out = tmp_path / "study"
+    result = CliRunner().invoke(cli, ["experiment", "moflux-fixed-burst", "--arms", "lend", "--seeds", "1",
+                                      "--workers", "1", "--out", str(out)])
+    assert result.exit_code == 130, result.output
+    assert {p.name for p in out.iterdir()} <= {"experiment.json", "runs"}  # neither the store nor a part of it
+    assert [p.name for p in (out / "runs").iterdir()] == ["moflux-fixed-burst-lend-s1.jsonl"]
+    assert f"interrupted: {out} holds 1 of 1 runs" in result.output and "Traceback" not in result.output
