@@ -146,12 +146,17 @@ def _budget(ctx: click.Context, param: click.Parameter, value: float) -> float:
 @click.option("--workers", type=click.IntRange(min=1, max=64), default=None,
               help="Virtual runs at once (default: one per core).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Folder for runs/*.jsonl, spans.duckdb, summary.json and summary.md (a store there must not exist).")
+              help="Folder for runs/*.jsonl, spans.duckdb, summary.json, summary.md and experiment.json; one that "
+                   "holds an earlier experiment's files is refused (see --resume).")
+@click.option("--resume", is_flag=True,
+              help="Finish the experiment in --out (interrupted, or to add arms, seeds or scenarios): keep the runs "
+                   "whose files are there, play the others, then build the store and the summaries anew. Its "
+                   "settings (budget, queues, cycles, replays, --live, --time-scale) must be the same.")
 def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: tuple[str, ...],
                replay_engine: str | None, replay_labels: tuple[str, ...], replay_config: str | None,
                replay_classes: tuple[str, ...], arms: str | None, cycles: int | None, seeds: str | None,
                restore_budget_s: float, queue_s: str | None, live: bool, time_scale: float, workers: int | None,
-               out_dir: str) -> None:
+               out_dir: str, resume: bool) -> None:
     """Play every SCENARIO x arm x seed and print the MoFlux study's table.
 
     Virtual time by default, the runs in parallel across cores. Every run's spans are written to
@@ -166,7 +171,11 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     The ModelClaim wake scenarios (modelclaim-in-place, -make-room, -move, -cold-start) have their
     own arms (fixed, calibrated, hold) and table: per scenario x arm, the wakes' overshoot, attempts
     and time to first token, over all wakes, after each run's first and for the first alone, then
-    issue #20's goals.
+    whether each arm but fixed meets its goals (overshoot p95, attempts per wake, no wake path
+    slower to first token than under fixed).
+
+    Each file in OUT is written whole (renamed into place once complete). Ctrl-C stops the runs at
+    once and exits 130, leaving only whole runs: --resume finishes them.
     """
     import json
     import sys
@@ -176,7 +185,6 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from restorelens.analysis import Analysis
-    from restorelens.collector import load_paths
     from restorelens.experiments.matrix import (
         Matrix,
         default_arms,
@@ -184,8 +192,10 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
         parse_queue,
         parse_seeds,
         play,
+        run_files,
         scenario_kind,
     )
+    from restorelens.experiments.out_folder import SUMMARY_JSON, SUMMARY_MD, build_store, prepare, write_whole
 
     replays = _replays(scenarios, replay_db, replay_runs, replay_engine, replay_labels, replay_config, replay_classes)
     names = tuple(replay.name for replay in replays) if replay_db else tuple(dict.fromkeys(scenarios))
@@ -195,21 +205,26 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
                     {replay.name: replay.scenario() for replay in replays},
                     parse_queue(queue_s) if queue_s is not None else (), cycles)
     out = Path(out_dir)
-    db = out / "spans.duckdb"
-    if db.exists():
-        raise SettingError("--out", f"{db} exists: give a new folder, so runs of two experiments do not mix")
+    prepare(out, {**matrix.settings(), "live": live, "time_scale": time_scale if live else None}, resume=resume)
     for replay in replays:
         click.echo(replay.describe(), err=True)
+    kept = sum(path.exists() for path in run_files(matrix, out / "runs")) if resume else 0
+    if kept:
+        click.echo(f"resuming {out}: {kept} of {len(matrix)} runs already played", err=True)
     console = Console(stderr=True)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=console, transient=True, disable=not sys.stderr.isatty())
-    with progress:
-        task = progress.add_task("runs", total=len(matrix))
-        files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers,
-                     on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
-    loaded = load_paths(files, db)
-    if loaded.errors:
-        raise RestorelensError(f"{db}: spans of the runs could not be loaded: {loaded.errors[0]}")
+    try:
+        with progress:
+            task = progress.add_task("runs", total=len(matrix))
+            files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers, resume=resume,
+                         on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
+        db, spans = build_store(files, out)
+    except KeyboardInterrupt:
+        played = sum(path.exists() for path in run_files(matrix, out / "runs"))
+        click.echo(f"interrupted: {out} holds {played} of {len(matrix)} runs, each whole; --resume finishes them",
+                   err=True)
+        click.get_current_context().exit(130)
     with Analysis.open(db) as analysis:
         table = _score(analysis, matrix)
     if matrix.kind == "modelclaim":
@@ -219,11 +234,11 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
                    "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
     if replay_db:
         summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_whole(out / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
     markdown = table.to_markdown()
-    (out / "summary.md").write_text(markdown)
+    write_whole(out / SUMMARY_MD, markdown)
     click.echo(markdown, nl=False)
-    click.echo(f"{len(matrix)} runs, {loaded.loaded} spans: {db}, {out / 'summary.json'}, {out / 'summary.md'}", err=True)
+    click.echo(f"{len(matrix)} runs, {spans} spans: {db}, {out / SUMMARY_JSON}, {out / SUMMARY_MD}", err=True)
 
 
 def _score(analysis: Any, matrix: Any) -> Any:

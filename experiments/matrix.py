@@ -18,21 +18,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
-import sys
-import tempfile
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from restorelens.errors import RestorelensError, SettingError
+from restorelens.errors import SettingError
 from restorelens.experiments.moflux.scenarios import SCENARIOS
+from restorelens.experiments.out_folder import partial_file
+from restorelens.experiments.workers import run_workers, worker_script
 from restorelens.gate import DEFAULTS, arm_names, check_option, study_policies
 
 __all__ = ["DEFAULT_ARMS", "MAX_SEEDS", "Cell", "Matrix", "default_arms", "parse_arms", "parse_queue",
-           "parse_seeds", "play", "scenario_kind"]
+           "parse_seeds", "play", "run_files", "scenario_kind"]
 
 #: The study's four arms, in the order its table lists them.
 DEFAULT_ARMS = study_policies()
@@ -106,6 +104,18 @@ class Matrix:
         replayed = self.replays.get(cell.scenario)
         scenario = replayed.with_arm(cell.arm) if replayed is not None else get_scenario(cell.scenario, cell.arm)
         return replace(scenario, restore_budget_s=self.restore_budget_s, queue_s=self.queue_s)
+
+    def settings(self) -> dict[str, Any]:
+        """What a cell's run depends on besides its scenario, arm and seed, as JSON: a folder's runs
+        are resumed only under the same (a replay by a digest of the workload it plays)."""
+        from hashlib import sha256
+
+        from restorelens.experiments.replay.scenario_json import scenario_to_json
+
+        replays = {name: sha256(json.dumps(scenario_to_json(self.replays[name]), sort_keys=True).encode()).hexdigest()
+                   for name in self.scenarios if name in self.replays}
+        return {"restore_budget_s": self.restore_budget_s, "queue_s": dict(self.queue_s) or None,
+                "cycles": self.cycles, "replays": replays or None}
 
     def workload_scenarios(self) -> dict[str, str]:
         """Workload label (``restore.workload`` of the runs' spans) -> scenario name, for scoring."""
@@ -183,63 +193,46 @@ def default_arms(kind: str) -> tuple[str, ...]:
     return (FIXED,) if kind == "modelclaim" else DEFAULT_ARMS
 
 
+def run_files(matrix: Matrix, runs_dir: Path) -> list[Path]:
+    """Each cell's span file under ``runs_dir``, in the matrix's order."""
+    return [runs_dir / f"{cell.run_id}.jsonl" for cell in matrix.cells()]
+
+
 def play(matrix: Matrix, runs_dir: Path, *, live: bool = False, time_scale: float = 1.0,
-         workers: int | None = None, on_done: Callable[[Cell], None] = lambda cell: None) -> list[Path]:
-    """Run every cell; returns the span files, one per run, in the matrix's order."""
+         workers: int | None = None, on_done: Callable[[Cell], None] = lambda cell: None,
+         resume: bool = False) -> list[Path]:
+    """Run every cell; returns the span files, one per run, in the matrix's order.
+
+    Each run's file is written whole (under its ``out_folder.partial_file``, then renamed),
+    replacing any file of that name; ``resume``: a cell whose file exists is not played again (``on_done`` is called for it
+    first). Interrupted (Ctrl-C, an error), no partial file is left and no worker left running."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    cells = list(matrix.cells())
-    paths = [runs_dir / f"{cell.run_id}.jsonl" for cell in cells]
-    workers = 1 if live else min(workers or os.cpu_count() or 1, len(cells))
-    if workers <= 1:
-        for cell, path in zip(cells, paths, strict=True):
-            _run(matrix.scenario(cell), cell, path, live=live, time_scale=time_scale)
+    cells = list(zip(matrix.cells(), run_files(matrix, runs_dir), strict=True))
+    todo = []
+    for cell, path in cells:
+        if resume and path.exists():
             on_done(cell)
-        return paths
-    chunks = [list(zip(cells, paths, strict=True))[i::workers] for i in range(workers)]
-    _play_in_workers(matrix, chunks, on_done)
-    return paths
+        else:
+            todo.append((cell, path))
+    workers = 1 if live else min(workers or os.cpu_count() or 1, len(todo))
+    try:
+        if workers <= 1:
+            for cell, path in todo:
+                _run(matrix.scenario(cell), cell, path, live=live, time_scale=time_scale)
+                on_done(cell)
+        else:
+            chunks = [todo[i::workers] for i in range(workers)]
+            by_id = [{cell.run_id: cell for cell, _ in chunk} for chunk in chunks]
 
+            def on_line(index: int, line: str) -> None:
+                if line in by_id[index]:
+                    on_done(by_id[index][line])
 
-def _play_in_workers(matrix: Matrix, chunks: list[list[tuple[Cell, Path]]], on_done: Callable[[Cell], None]) -> None:
-    """Each chunk in a worker interpreter of its own, which says each run it finished on a line.
-
-    Fresh ``python`` processes rather than multiprocessing: a spawned child re-runs the parent's
-    main script, which inside a host program (a notebook, a test runner, Streamlit) is not ours.
-    """
-    workers = []
-    for chunk in chunks:
-        job = _job(matrix, chunk)
-        # stderr to a file: a chatty worker must not fill a pipe nobody reads until it ends
-        stderr = tempfile.TemporaryFile()
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, text=True)
-        assert proc.stdin is not None
-        proc.stdin.write(job)
-        proc.stdin.close()
-        workers.append((proc, stderr, {cell.run_id: cell for cell, _ in chunk}))
-    errors: list[str] = []
-
-    def follow(proc: subprocess.Popen[str], stderr: Any, by_id: dict[str, Cell]) -> None:
-        assert proc.stdout is not None
-        with proc.stdout:
-            for line in proc.stdout:
-                if line.strip() in by_id:
-                    on_done(by_id[line.strip()])
-        code = proc.wait()
-        with stderr:
-            stderr.seek(0)
-            tail = stderr.read().decode("utf-8", "replace").strip().splitlines()
-        if code != 0:
-            errors.append(tail[-1] if tail else f"a worker exited with {code}")
-
-    # one reader per worker, so every run's progress shows as it finishes, whichever worker ran it
-    readers = [threading.Thread(target=follow, args=worker, daemon=True) for worker in workers]
-    for reader in readers:
-        reader.start()
-    for reader in readers:
-        reader.join()
-    if errors:
-        raise RestorelensError(f"a run failed: {errors[0]}")
+            run_workers(_WORKER, [_job(matrix, chunk) for chunk in chunks], on_line)
+    finally:  # a worker killed mid-run could not remove its own
+        for _, path in todo:
+            partial_file(path).unlink(missing_ok=True)
+    return [path for _, path in cells]
 
 
 def _job(matrix: Matrix, chunk: list[tuple[Cell, Path]]) -> str:
@@ -280,7 +273,7 @@ def _work(job: str) -> None:
 
 
 #: A worker: its runs on stdin as JSON (``_job``); prints each run id done.
-_WORKER = """
+_WORKER = worker_script("""
 import sys
 from restorelens.experiments.matrix import _work
 from restorelens.errors import RestorelensError
@@ -288,16 +281,22 @@ try:
     _work(sys.stdin.read())
 except RestorelensError as exc:
     sys.exit(f"{exc}")
-"""
+""")
 
 
 def _run(scenario: Any, cell: Cell, path: Path, *, live: bool = False, time_scale: float = 1.0) -> None:
     from restorelens.experiments.run_telemetry import RunTelemetry
     from restorelens.experiments.runner import run_live, run_virtual
 
-    with RunTelemetry("file", path=str(path), run_id=cell.run_id, scenario=scenario.name) as telemetry:
-        if live:
-            run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
-        else:
-            run_virtual(scenario, cell.seed, telemetry.providers, cell.run_id)
-    telemetry.raise_if_spans_dropped()
+    partial = partial_file(path)
+    partial.unlink(missing_ok=True)  # the exporter appends: an earlier run's leftover must not be added to
+    try:
+        with RunTelemetry("file", path=str(partial), run_id=cell.run_id, scenario=scenario.name) as telemetry:
+            if live:
+                run_live(scenario, cell.seed, telemetry.providers, cell.run_id, time_scale=time_scale)
+            else:
+                run_virtual(scenario, cell.seed, telemetry.providers, cell.run_id)
+        telemetry.raise_if_spans_dropped()
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

@@ -93,7 +93,7 @@ def test_the_command_plays_the_matrix_and_writes_the_studys_table(tmp_path: Path
     assert summary["frontier"]["medians"][0]["batch_borrow_goodput_rps"] == pytest.approx(2 / 35)
 
     again = CliRunner().invoke(cli, args)
-    assert again.exit_code == 1 and "spans.duckdb exists" in again.output and "Traceback" not in again.output
+    assert again.exit_code == 1 and "holds an earlier experiment's files" in again.output and "Traceback" not in again.output
 
 
 def test_an_unknown_scenario_is_one_line(tmp_path: Path) -> None:
