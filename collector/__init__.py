@@ -12,6 +12,11 @@ from __future__ import annotations
 from restorelens.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "NOT_A_TRACE_FILE": "files",
+    "SNIFF_BYTES": "files",
+    "DecompressedTooLarge": "files",
+    "StreamFormat": "files",
+    "sniff_format": "files",
     "FileRead": "summary",
     "InsertResult": "store",
     "LoadSummary": "summary",
@@ -20,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "SpanRows": "rows",
     "SpanStore": "store",
     "create_receiver_app": "receiver",
+    "decompressed": "files",
     "export_otlp_jsonl": "export",
     "export_parquet": "export",
     "load_paths": "loader",

@@ -36,7 +36,14 @@ from restorelens.collector.fast_jsonl import (
     read_collector_jsonl,
     read_collector_jsonl_native,
 )
-from restorelens.collector.files import Payload, compression, is_parquet, open_stream, read_payloads
+from restorelens.collector.files import (
+    DecompressedTooLarge,
+    Payload,
+    compression,
+    is_parquet,
+    open_stream,
+    read_payloads,
+)
 from restorelens.collector.parquet import load_parquet
 from restorelens.collector.phases import DECODE, Phases
 from restorelens.collector.proto_columns import decode_traces_proto_columns
@@ -104,6 +111,7 @@ def _load_fast(
     skip_existing: bool,
     block_bytes: int,
     native: bool = False,
+    max_decompressed_bytes: int | None = None,
 ) -> int | bool | None:
     """Load a Collector-shaped JSON-lines file column-wise, in one transaction.
 
@@ -114,7 +122,7 @@ def _load_fast(
     """
     try:
         with (
-            open_stream(path, on_bytes) as (stream, is_json),
+            open_stream(path, on_bytes, max_decompressed_bytes) as (stream, is_json),
             staging_folder() as folder,
             store.transaction(threads=INSERT_THREADS) as con,
         ):
@@ -136,7 +144,7 @@ def _load_fast(
                     total += table.num_rows
     except duckdb.ConstraintException:
         return None
-    except (LineTooLong, NativeDeclined):
+    except (LineTooLong, NativeDeclined, DecompressedTooLarge):
         raise
     except Exception as exc:  # Unsupported, or anything else: the lenient decoder redoes it and says why
         log.debug("%s: lenient decoder (%s)", path, exc)
@@ -247,11 +255,15 @@ def load_paths(
     batch_spans: int = DEFAULT_BATCH_SPANS,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
     fast: bool = True,
+    max_decompressed_bytes: int | None = None,
 ) -> LoadSummary:
     """Load every span of the given files into ``db_path``.
 
     ``progress(done_bytes, total_bytes)`` is called as the files (compressed sizes) are read.
     ``fast=False`` skips the Arrow fast path (every file goes through the lenient decoder).
+    ``max_decompressed_bytes`` bounds what each JSON or length-prefixed file holds once
+    decompressed, its zstd messages included: past it the load stops with ``DecompressedTooLarge``
+    (an ``InputError``) before more is inflated. Parquet is bounded by its own batches.
     """
     if isinstance(paths_or_globs, (str, os.PathLike)):
         paths_or_globs = [paths_or_globs]
@@ -307,7 +319,8 @@ def load_paths(
                     try:
                         for skip_existing in (False, True):
                             outcome = _load_fast(store, path, on_bytes, summary, skip_existing=skip_existing,
-                                                 block_bytes=block_bytes, native=native)
+                                                 block_bytes=block_bytes, native=native,
+                                                 max_decompressed_bytes=max_decompressed_bytes)
                             if outcome is not None:
                                 break
                             done_bytes = file_start  # spans already stored: again, the key checked row by row
@@ -328,7 +341,7 @@ def load_paths(
             formats: dict[str, None] = {}
             notes: dict[str, None] = {}
             file_spans = 0
-            for payload in _timed(read_payloads(path, on_bytes), summary.phases):
+            for payload in _timed(read_payloads(path, on_bytes, max_decompressed_bytes), summary.phases):
                 where = f"{path}:{payload.number}"
                 if payload.error:
                     summary.malformed += 1

@@ -11,20 +11,45 @@ from typing import Any
 
 import duckdb
 
+from restorelens.collector.parquet_sizes import (
+    DecodedSizes,
+    byte_slices,
+    decoded_sizes,
+    dictionary_leaves,
+    plain_type,
+)
 from restorelens.collector.rows import MAX_ERRORS
 from restorelens.collector.store import SpanStore
 from restorelens.collector.summary import LoadSummary
 from restorelens.errors import first_line
 
-__all__ = ["PARQUET_BATCH_ROWS", "ParquetProblem", "load_parquet", "read_parquet_tables"]
+__all__ = [
+    "PARQUET_BATCH_BYTES",
+    "PARQUET_BATCH_ROWS",
+    "PARQUET_EXPANSION",
+    "PARQUET_MAX_VALUE_BYTES",
+    "PARQUET_MIN_DECODED_BYTES",
+    "ParquetProblem",
+    "load_parquet",
+    "read_parquet_tables",
+]
 
 
 class ParquetProblem(ValueError):
     """A Parquet file that is unreadable or not in the ``otel_traces`` layout; the message says which column."""
 
 
-#: Rows per Arrow batch read from Parquet: bounded memory whatever the file's row groups.
+#: Rows per Arrow batch read from Parquet (strings still dictionary-encoded: a few bytes a row).
 PARQUET_BATCH_ROWS = 65_536
+#: A batch's strings are decoded at most this many bytes at a time (fewer rows when they are long):
+#: a dictionary-encoded file stores a long value once, however many rows repeat it.
+PARQUET_BATCH_BYTES = 64 * 1024 * 1024
+#: The longest string value (a column, a list item, a map key or value) a Parquet file may hold.
+PARQUET_MAX_VALUE_BYTES = 16 * 1024 * 1024
+#: A file's strings may decode to at most this many times its size on disk ...
+PARQUET_EXPANSION = 1024
+#: ... or this many bytes, whichever is more.
+PARQUET_MIN_DECODED_BYTES = 1024 * 1024 * 1024
 _ID_DIGITS = {"TraceId": 32, "SpanId": 16, "ParentSpanId": 16}
 _PARALLEL = (
     ("Events.Timestamp", "Events.Name", "Events.Attributes"),
@@ -186,24 +211,46 @@ def read_parquet_tables(
     from restorelens.collector.rows import ARROW_SCHEMA
 
     size = os.path.getsize(path)
+    allowed_bytes = max(PARQUET_EXPANSION * size, PARQUET_MIN_DECODED_BYTES)
     try:
         parquet = pq.ParquetFile(path)
         _check_schema(parquet.schema_arrow)
+        # every string stays dictionary-encoded as read: its decoded size is known before decoding
+        encoded = pq.ParquetFile(path, metadata=parquet.metadata, read_dictionary=dictionary_leaves(parquet.schema))
         total = parquet.metadata.num_rows
-        done = reported = 0
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=ARROW_SCHEMA.names):
-            table = pa.Table.from_batches([batch])
-            bad, reasons = _rejected_rows(table, done)
-            if reasons:
-                table = table.filter(pc.invert(bad))
-            done += batch.num_rows
-            if on_bytes is not None and total:
-                now = size * done // total
-                on_bytes(now - reported)
-                reported = now
-            yield table.cast(ARROW_SCHEMA), reasons
+        done = reported = decoded = 0
+        for batch in encoded.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=ARROW_SCHEMA.names):
+            sizes = decoded_sizes(batch)
+            _check_sizes(sizes, done, decoded, allowed_bytes)
+            decoded += int(sizes.per_row.sum())
+            plain = pa.schema([field.with_type(plain_type(field.type)) for field in batch.schema])
+            for start, rows in byte_slices(sizes.per_row, PARQUET_BATCH_BYTES):
+                table = pa.Table.from_batches([batch.slice(start, rows)]).cast(plain)
+                bad, reasons = _rejected_rows(table, done)
+                if reasons:
+                    table = table.filter(pc.invert(bad))
+                done += rows
+                if on_bytes is not None and total:
+                    now = size * done // total
+                    on_bytes(now - reported)
+                    reported = now
+                yield table.cast(ARROW_SCHEMA), reasons
     except (pa.ArrowException, OSError) as exc:
         raise ParquetProblem(f"cannot read it as Parquet: {exc}") from None
+
+
+def _check_sizes(sizes: DecodedSizes, done: int, decoded: int, allowed_bytes: int) -> None:
+    """A value longer than ``PARQUET_MAX_VALUE_BYTES``, or strings decoding to more than
+    ``allowed_bytes`` in all, refuse the file (a ParquetProblem naming the column) before decoding."""
+    column, longest, row = sizes.longest
+    if longest > PARQUET_MAX_VALUE_BYTES:
+        raise ParquetProblem(f"row {done + row + 1}: column {column!r} holds a value of {longest} bytes, more than "
+                             f"the {PARQUET_MAX_VALUE_BYTES} a value may be (a file holding one is refused)")
+    if decoded + int(sizes.per_row.sum()) > allowed_bytes:
+        most = max(sizes.per_column, key=sizes.per_column.__getitem__)
+        raise ParquetProblem(f"its strings decode to more than {allowed_bytes} bytes ({PARQUET_EXPANSION} times "
+                             f"its size, or {PARQUET_MIN_DECODED_BYTES} bytes), most of them in column {most!r}: "
+                             "a dictionary-encoded value repeated beyond any trace's use")
 
 
 def load_parquet(

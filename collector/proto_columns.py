@@ -29,8 +29,11 @@ from restorelens.collector.decode_proto import (
     _enum,
     _id,
     _nanos,
+    is_lenient,
     parse_traces_proto,
     proto_value_to_str,
+    require_utf8,
+    scope_problem,
 )
 from restorelens.collector.rows import (
     ARROW_SCHEMA,
@@ -327,9 +330,12 @@ def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") ->
                 out.add_table(table)
             return
         message = parse_traces_proto(bytes(message))
+    lenient = is_lenient(message)  # a string not UTF-8 somewhere: each part is checked (decode_proto)
     cols = _Columns()
     for i, rs in enumerate(message.resource_spans):
         try:
+            if lenient:
+                require_utf8(rs.resource, "")
             res_attrs = _attributes(rs.resource.attributes)
             resource_error = ""
         except (SpanRejected, RecursionError) as exc:
@@ -339,13 +345,15 @@ def decode_traces_proto_columns(message: Any, out: SpanRows, where: str = "") ->
         cols.service_names.append(res_attrs.get(SERVICE_NAME, ""))
         for j, ss in enumerate(rs.scope_spans):
             scope_index = len(cols.scope_names)
-            scope = ss.scope
-            cols.scope_names.append(scope.name)
-            cols.scope_versions.append(scope.version)
+            scope_error = scope_problem(ss.scope) if lenient else ""
+            cols.scope_names.append("" if scope_error else ss.scope.name)
+            cols.scope_versions.append("" if scope_error else ss.scope.version)
             for k, span in enumerate(ss.spans):
                 try:
-                    if resource_error:
-                        raise SpanRejected(resource_error)
+                    if resource_error or scope_error:
+                        raise SpanRejected(resource_error or scope_error)
+                    if lenient:
+                        require_utf8(span, "")
                     _append_span(cols, span, resource_index, scope_index)
                 except (SpanRejected, RecursionError) as exc:
                     out.reject(f"{where}resource_spans[{i}].scope_spans[{j}].spans[{k}]", str(exc))

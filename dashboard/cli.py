@@ -65,7 +65,7 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
     pressure, the engine view of every request an engine served (with or without a gate), the
     policy experiment (frontier and the study's gates), model lifecycle per run, model and pod,
     trace explorer. The sidebar filters runs (scenario, policy, seed, run id), sets the SLO and
-    the percentile method, and can switch to the sample traces or an uploaded OTLP JSON(L) file.
+    the percentile method, and can switch to the sample traces or an uploaded OTLP file.
 
     --since, --until and --run read DB (or --source) for that window only, pushed down to the
     store as report and check push it (at most 64 KiB of run ids); the sample traces and

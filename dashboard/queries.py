@@ -96,8 +96,8 @@ def store_reader(path: str) -> StoreReader:
 
 @st.cache_resource(show_spinner="Loading the uploaded traces…")
 def uploaded_store(digest: str, name: str, max_bytes: int, _upload: IO[bytes]) -> str:
-    """A store holding an uploaded OTLP JSON(L) file, plain, gzip or zstd (one per distinct content,
-    name and limit: the name appears in messages), in this process's folder."""
+    """A store holding an uploaded OTLP file, JSON or protobuf, plain, gzip or zstd (one per distinct
+    content, name and limit: the name appears in messages), in this process's folder."""
     _upload.seek(0)
     return str(uploads.load_upload(_upload, name, max_bytes=max_bytes))
 

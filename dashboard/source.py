@@ -106,18 +106,20 @@ def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK
         raise InputError(str(path), f"not a restorelens span store (no {TABLE} table)")
 
 
-def load_into_store(files: list[Path], db_path: Path, *, shown_as: str | None = None) -> Path:
-    """Load OTLP JSON(L) ``files`` into a new store at ``db_path``; nothing usable is an InputError.
+def load_into_store(files: list[Path], db_path: Path, *, shown_as: str | None = None,
+                    max_decompressed_bytes: int | None = None) -> Path:
+    """Load OTLP ``files`` into a new store at ``db_path``; nothing usable is an InputError.
 
     ``shown_as`` names the one file in messages instead of its path (an upload's temporary copy,
-    which means nothing to the user who sent it).
+    which means nothing to the user who sent it). ``max_decompressed_bytes`` is the loader's bound
+    (``load_paths``): past it, ``DecompressedTooLarge``.
     """
 
     def named(text: str) -> str:
         return text.replace(str(files[0]), shown_as) if shown_as is not None and files else text
 
     try:
-        summary = load_paths(files, db_path)
+        summary = load_paths(files, db_path, max_decompressed_bytes=max_decompressed_bytes)
     except duckdb.Error as exc:
         raise InputError(named(str(files[0])) if files else "", named(str(exc).splitlines()[0])) from None
     if summary.loaded + summary.duplicate == 0:

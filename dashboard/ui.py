@@ -43,9 +43,9 @@ _STORE_KEY, _PROBLEM_KEY = "store_path", "store_problem"
 #: The last upload that failed (its digest, name and limit) and its message: not loaded again on every rerun.
 _FAILED_UPLOAD_KEY = "failed_upload"
 _DIGEST_KEY = "upload_digest"
-_SOURCE_DB, _SOURCE_SAMPLES, _SOURCE_UPLOAD = "span store (--db)", "sample traces", "upload OTLP JSON(L)"
+_SOURCE_DB, _SOURCE_SAMPLES, _SOURCE_UPLOAD = "span store (--db)", "sample traces", "upload an OTLP file"
 #: What the uploader offers; the content decides how it is read (gzip and zstd by their magic bytes).
-_UPLOAD_TYPES = ["json", "jsonl", "gz", "zst"]
+_UPLOAD_TYPES = ["json", "jsonl", "pb", "binpb", "gz", "zst"]
 #: Every ASCII punctuation character: CommonMark lets a backslash escape each of them.
 _MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 #: What GitHub-flavoured markdown links by itself (a bare URL, www., an e-mail address), escaped or
@@ -203,8 +203,8 @@ def _show(path: str | None, what: str = "", *, problem: str | None = None) -> No
 
 def _upload_picker() -> None:
     max_bytes = environment.configured_max_upload_bytes()
-    upload = st.file_uploader("OTLP JSON or JSON lines (plain, gzip or zstd)", type=_UPLOAD_TYPES, key="upload",
-                              max_upload_size=uploads.upload_size_mib(max_bytes))
+    upload = st.file_uploader("OTLP JSON, JSON lines or length-prefixed protobuf (plain, gzip or zstd)",
+                              type=_UPLOAD_TYPES, key="upload", max_upload_size=uploads.upload_size_mib(max_bytes))
     if upload is None:
         _show(None)
         return
@@ -242,7 +242,7 @@ def current_store() -> str:
             st.caption("No spans are shown: pick another source in the sidebar or upload another file.")
         else:
             st.info("No spans yet: start with `restorelens dashboard --db FILE`, or pick the sample traces or "
-                    "upload an OTLP JSON(L) file in the sidebar.")
+                    "upload an OTLP file in the sidebar.")
         st.stop()
     guarded(queries.store_reader, path)
     return str(path)

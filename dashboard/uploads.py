@@ -2,12 +2,12 @@
 
 An upload is untrusted: its size is bounded before and after decompression (the CLI's
 ``--max-upload-bytes``), it is decompressed one chunk at a time, and its name only ever appears in
-messages, never in a path.
+messages, never in a path. Its format is the collector's decision (``sniff_format``), the one the
+loader then reads it by; the loader keeps the same bound over every zstd message it inflates.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import shutil
 import tempfile
@@ -15,6 +15,14 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
+from restorelens.collector import (
+    NOT_A_TRACE_FILE,
+    SNIFF_BYTES,
+    DecompressedTooLarge,
+    StreamFormat,
+    decompressed,
+    sniff_format,
+)
 from restorelens.dashboard import source
 from restorelens.errors import InputError
 
@@ -34,9 +42,6 @@ CHUNK_BYTES = MIB
 #: A browser may send any name, of any length: messages show at most this many characters of it.
 MAX_SHOWN_NAME_CHARS = 120
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
 
 def upload_size_mib(max_bytes: int) -> int:
     """Streamlit's upload bound (``server.maxUploadSize``, whole MiB) that lets ``max_bytes`` through."""
@@ -54,6 +59,10 @@ def shown_name(name: str) -> str:
 def _limit_text(max_bytes: int) -> str:
     size = f"{max_bytes // MIB} MiB" if max_bytes % MIB == 0 else f"{max_bytes}-byte"
     return f"the {size} limit (restorelens dashboard --max-upload-bytes)"
+
+
+def _too_large(shown: str, max_bytes: int) -> InputError:
+    return InputError(shown, f"holds more than {_limit_text(max_bytes)} once decompressed")
 
 
 class _Bounded(io.RawIOBase):
@@ -75,18 +84,6 @@ class _Bounded(io.RawIOBase):
         return len(data)
 
 
-def _decompressing(stream: io.BufferedReader) -> IO[bytes]:
-    """``stream`` itself, or its gzip or zstd decompression, told by the first bytes (never the name)."""
-    head = stream.peek(4)[:4]
-    if head.startswith(_GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=stream)
-    if head == _ZSTD_MAGIC:
-        import zstandard
-
-        return zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
-    return stream
-
-
 def copy_upload(upload: IO[bytes], name: str, out: Path, max_bytes: int) -> None:
     """Write the uploaded content to ``out``, gzip or zstd decompressed, one chunk at a time.
 
@@ -96,11 +93,11 @@ def copy_upload(upload: IO[bytes], name: str, out: Path, max_bytes: int) -> None
     shown = shown_name(name)
     bounded = io.BufferedReader(_Bounded(upload, max_bytes, shown), buffer_size=CHUNK_BYTES)
     written = 0
-    with _decompressing(bounded) as stream, out.open("wb") as sink:
+    with decompressed(bounded) as stream, out.open("wb") as sink:
         while chunk := _next_chunk(stream, shown):
             written += len(chunk)
             if written > max_bytes:
-                raise InputError(shown, f"holds more than {_limit_text(max_bytes)} once decompressed")
+                raise _too_large(shown, max_bytes)
             sink.write(chunk)
 
 
@@ -116,15 +113,25 @@ def _next_chunk(stream: IO[bytes], shown: str) -> bytes:
         raise
 
 
-def _require_json(path: Path, shown: str) -> None:
-    """Only JSON (lines) is taken: a length-prefixed file may hold zstd frames the loader would
-    inflate past the limit, and compression inside the compression would escape it the same way."""
+#: Why the upload does not take a decompressed copy of each of these formats.
+_NOT_TAKEN = {
+    StreamFormat.EMPTY: "holds no data",
+    StreamFormat.GZIP: "holds a compressed stream inside its compression: decompress it once",
+    StreamFormat.ZSTD: "holds a compressed stream inside its compression: decompress it once",
+    StreamFormat.PARQUET: "is Parquet, which the upload does not take: load it with restorelens load and "
+                          "open the store with restorelens dashboard --db",
+    StreamFormat.UNKNOWN: NOT_A_TRACE_FILE,
+}
+
+
+def _require_stream(path: Path, shown: str) -> None:
+    """Only what the loader reads as a stream is taken (JSON, JSON lines, length-prefixed OTLP),
+    told as the loader tells it, so that the loader's bound covers all it inflates: pyarrow
+    decompresses Parquet out of its reach. Compression inside compression is no file anyone writes."""
     with path.open("rb") as copy:
-        head = copy.read(64 * 1024).lstrip()
-    if not head:
-        raise InputError(shown, "holds no data")
-    if head[:1] not in (b"{", b"["):
-        raise InputError(shown, "not OTLP JSON or JSON lines (plain, gzip or zstd)")
+        problem = _NOT_TAKEN.get(sniff_format(copy.read(SNIFF_BYTES)))
+    if problem is not None:
+        raise InputError(shown, problem)
 
 
 def load_upload(upload: IO[bytes], name: str, *, max_bytes: int, folder: Path | None = None) -> Path:
@@ -138,8 +145,12 @@ def load_upload(upload: IO[bytes], name: str, *, max_bytes: int, folder: Path | 
     copy = target / "upload.jsonl"
     try:
         copy_upload(upload, name, copy, max_bytes)
-        _require_json(copy, shown)
-        return source.load_into_store([copy], target / "spans.duckdb", shown_as=shown)
+        _require_stream(copy, shown)
+        try:
+            return source.load_into_store([copy], target / "spans.duckdb", shown_as=shown,
+                                          max_decompressed_bytes=max_bytes)
+        except DecompressedTooLarge:  # a zstd message of a length-prefixed file, stopped at the bound
+            raise _too_large(shown, max_bytes) from None
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise

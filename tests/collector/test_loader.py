@@ -283,3 +283,49 @@ def test_a_line_longer_than_a_block_is_read_again_in_larger_blocks_then_lenientl
     arrow = [r.getMessage().split(":")[0] for r in caplog.records if "read again by Arrow's reader" in r.getMessage()]
     assert (arrow, larger, lenient) == ([str(medium), str(long)], [str(medium), str(long)], [str(long)])
 
+
+
+@pytest.mark.parametrize("blank", [b"\n" * 64, b" \t\r\n" * 4096, b"\n" * 70_000], ids=["64", "16KiB", "70000"])
+def test_json_lines_after_blank_bytes_load_as_json_lines(tmp_path: Path, blank: bytes) -> None:
+    # the issue's file: 64 blank bytes or more made the loader read JSON lines as length-prefixed
+    # messages ("truncated message: 972 of 168430090 bytes", 0 spans)
+    path = tmp_path / "blank-led.jsonl"
+    path.write_bytes(blank + _collector_line(0, 3).encode() + b"\n\n" + _collector_line(3, 2).encode())
+    for fast in (True, False):
+        summary = load_paths([path], tmp_path / f"t-{fast}.duckdb", fast=fast)
+        assert (summary.loaded, summary.errors) == (5, [])
+
+
+def _zstd_framed(inflated_bytes: int, *, declare_size: bool) -> bytes:
+    """One length-prefixed zstd message inflating to ``inflated_bytes`` (the issue's 1-GiB frames, scaled)."""
+    frame = zstandard.ZstdCompressor(write_content_size=declare_size).compress(b"\x0a" * inflated_bytes)
+    return struct.pack(">I", len(frame)) + frame
+
+
+@pytest.mark.parametrize("declare_size", [True, False])
+def test_a_zstd_message_past_the_decompressed_bound_stops_the_load_before_it_is_inflated(
+    tmp_path: Path, declare_size: bool
+) -> None:
+    from restorelens.collector import DecompressedTooLarge
+
+    path = tmp_path / "bomb.pb"
+    path.write_bytes(_zstd_framed(64 << 20, declare_size=declare_size))
+    assert path.stat().st_size < 64 << 10
+    with pytest.raises(DecompressedTooLarge) as caught:
+        load_paths([path], tmp_path / "t.duckdb", max_decompressed_bytes=4 << 20)
+    assert str(caught.value) == f"{path}: holds more than {4 << 20} bytes once decompressed"
+    # without a bound the message is read (and refused as protobuf): the bound is what stopped it
+    assert load_paths([path], tmp_path / "u.duckdb").malformed == 1
+
+
+def test_a_compressed_stream_past_the_decompressed_bound_stops_the_load(tmp_path: Path) -> None:
+    from restorelens.collector import DecompressedTooLarge
+
+    lines = "".join(_collector_line(i * 50, 50) for i in range(40)).encode()
+    path = tmp_path / "many.jsonl.gz"
+    path.write_bytes(gzip.compress(lines))
+    for fast in (True, False):
+        with pytest.raises(DecompressedTooLarge):
+            load_paths([path], tmp_path / f"t-{fast}.duckdb", max_decompressed_bytes=len(lines) // 2, fast=fast)
+        summary = load_paths([path], tmp_path / f"u-{fast}.duckdb", max_decompressed_bytes=len(lines), fast=fast)
+        assert (summary.loaded, summary.errors) == (2000, [])

@@ -240,14 +240,16 @@ def test_invalid_utf8_anywhere_upb_checks_is_handed_over() -> None:
     span = Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8).SerializeToString()
     bad = b"\xed\xa0\x80"  # a surrogate: not UTF-8
     scope_attribute = _len_field(3, _len_field(1, bad))
-    for data in (
-        _len_field(1, _len_field(2, _len_field(2, span + _len_field(5, bad)))),  # span name
-        _len_field(1, _len_field(2, _len_field(1, scope_attribute) + _len_field(2, span))),  # scope attribute key
-        _len_field(1, _len_field(3, bad) + _len_field(2, _len_field(2, span))),  # schema_url
+    for data, stored, problem in (
+        (_len_field(1, _len_field(2, _len_field(2, span + _len_field(5, bad)))), 0, "spans[0]: a string"),  # name
+        (_len_field(1, _len_field(2, _len_field(1, scope_attribute) + _len_field(2, span))), 0, "scope: "),
+        (_len_field(1, _len_field(3, bad) + _len_field(2, _len_field(2, span))), 1, None),  # schema_url, not kept
     ):
         assert native_table(data) is None
-        with pytest.raises(PayloadError):
-            decode_traces_proto_columns(data, SpanRows())
+        rows = SpanRows()  # the walk rejects the span holding it alone (docs/collector.md)
+        decode_traces_proto_columns(data, rows)
+        assert (len(rows), rows.rejected) == (stored, 1 - stored)
+        assert problem is None or (problem in rows.errors[0] and "not UTF-8" in rows.errors[0])
 
 
 @PROPERTY

@@ -171,3 +171,51 @@ def test_a_request_of_rejected_spans_adds_no_table() -> None:
     decode_traces_proto_columns(request.SerializeToString(), rows)
     assert (len(rows), rows.tables, rows.rejected) == (0, [], 1)
     assert rows.errors == ["resource_spans[0].scope_spans[0].spans[0]: trace_id is missing"]
+
+
+def _not_utf8_request(where: str) -> bytes:
+    """Three spans, the second holding a string that is not UTF-8 at ``where`` (every string field
+    a span, its scope or its resource has); "BAD!" is made \\xff + "AD!" in the serialized bytes."""
+    request = ExportTraceServiceRequest()
+    for r in range(2):
+        rs = request.resource_spans.add()
+        rs.resource.attributes.add(key=SERVICE_NAME).value.string_value = "BAD!" if where == "resource" and r else "svc"
+        ss = rs.scope_spans.add()
+        ss.scope.name = "BAD!" if where == "scope name" and r else "s"
+        ss.scope.version = "BAD!" if where == "scope version" and r else "1"
+        for i in range(3 if r == 0 else 1):
+            bad = r == 0 and i == 1
+            span = ss.spans.add(trace_id=b"\x01" * 16, span_id=bytes([r + 1, i + 1]) * 4, name="n",
+                                start_time_unix_nano=1, end_time_unix_nano=2)
+            mark = "BAD!" if bad else "ok"
+            if where == "name":
+                span.name = mark
+            if where == "trace_state":
+                span.trace_state = mark
+            if where == "status message":
+                span.status.message = mark
+            if where == "attribute key":
+                span.attributes.add(key=mark).value.int_value = 1
+            if where == "array value":
+                span.attributes.add(key="a").value.array_value.values.add().string_value = mark
+            if where == "event name":
+                span.events.add(time_unix_nano=1, name=mark)
+            if where == "link attribute":
+                link = span.links.add(trace_id=b"\x02" * 16, span_id=b"\x03" * 8)
+                link.attributes.add(key="k").value.string_value = mark
+    return request.SerializeToString().replace(b"BAD!", b"\xffAD!")
+
+
+@pytest.mark.parametrize("where", ["name", "trace_state", "status message", "attribute key", "array value",
+                                   "event name", "link attribute", "resource", "scope name", "scope version"])
+def test_a_string_not_utf8_rejects_its_span_or_resource_or_scope_alone_on_both_decoders(where: str) -> None:
+    from restorelens.collector.proto_columns import native_table
+
+    data = _not_utf8_request(where)
+    assert native_table(data) is None  # the compiled decoder declines it; the Python walk decides
+    reference, columnar = _both(data, "f:1: ")
+    _assert_same(reference, columnar)
+    assert reference.rejected == 1 and len(reference) == 3
+    assert "a string field is not UTF-8" in reference.errors[0]
+    assert reference.errors[0].startswith("f:1: resource_spans[1]" if where.startswith(("resource", "scope"))
+                                          else "f:1: resource_spans[0].scope_spans[0].spans[1]")

@@ -238,3 +238,41 @@ def test_oversize_heads_get_431_and_every_refusal_and_span_is_counted_on_metrics
     assert f"restorelens_collector_spans_stored_total {float(stored)}" in metrics
     assert 'restorelens_collector_refused_total{limit="max_header_bytes"} 1.0' in metrics
     assert 'restorelens_collector_refused_total{limit="max_body_bytes"} 1.0' in metrics
+
+
+def _request_with_bad_utf8(spans: int, bad: set[int], where: str = "span") -> bytes:
+    """A protobuf request of ``spans`` spans, those in ``bad`` with a name that is not UTF-8 (or,
+    ``where="resource"``, a second resource holding them whose attribute is not)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    good_rs = request.resource_spans.add()
+    good_rs.resource.attributes.add(key=SERVICE_NAME).value.string_value = "svc"
+    other_rs = good_rs
+    if where == "resource":
+        other_rs = request.resource_spans.add()
+        other_rs.resource.attributes.add(key=SERVICE_NAME).value.string_value = "BADRES"
+    for i in range(spans):
+        scope = (other_rs if i in bad else good_rs).scope_spans.add()
+        scope.scope.name = "s"
+        span = scope.spans.add(trace_id=bytes.fromhex("0af7651916cd43dd8448eb211c80319c"),
+                               span_id=(i + 1).to_bytes(8, "big"), start_time_unix_nano=1, end_time_unix_nano=2)
+        span.name = f"BADNAME{i}" if i in bad and where == "span" else f"good-{i}"
+    body = request.SerializeToString()
+    return body.replace(b"BADNAME", b"\xffADNAME").replace(b"BADRES", b"\xc3(DRES")
+
+
+@pytest.mark.parametrize("where", ["span", "resource"])
+def test_a_protobuf_span_not_utf8_is_rejected_alone_with_partial_success(
+    tmp_path: Path, serve_asgi: Serve, where: str
+) -> None:
+    db = tmp_path / "t.duckdb"
+    url = serve_asgi(create_receiver_app(db)).url
+    answer = _post(url, _request_with_bad_utf8(10, {3}, where), **{"content-type": "application/x-protobuf"})
+    assert answer.status_code == 200, answer.content
+    partial = ExportTraceServiceResponse.FromString(answer.content).partial_success
+    assert partial.rejected_spans == 1 and "not UTF-8" in partial.error_message
+    assert ("resource: " in partial.error_message) == (where == "resource")
+    with open_read_only(db) as con:
+        names = {row[0] for row in con.execute('select "SpanName" from otel_traces').fetchall()}
+    assert names == {f"good-{i}" for i in range(10) if i != 3}

@@ -49,7 +49,7 @@ def test_without_db_the_entrypoint_offers_an_upload(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(source, "SAMPLE_DIR", Path("/nonexistent-restorelens-samples"))
     app = AppTest.from_file(str(APP), default_timeout=60).run()
     assert not app.exception
-    assert app.sidebar.radio[0].options == ["upload OTLP JSON(L)"]
+    assert app.sidebar.radio[0].options == ["upload an OTLP file"]
     assert "restorelens dashboard --db FILE" in app.info[0].value
 
 

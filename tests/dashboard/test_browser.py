@@ -387,7 +387,7 @@ def test_a_failed_upload_shows_its_error_and_no_data(browser, samples_store: Pat
     bad.write_text('{"resourceSpans": []}\n{"resourceSpans": [{"scopeSpans": [\n')
     with serving(samples_store, tmp_path_factory, temp_dir=temp_dir) as url:
         page = open_page(browser, f"{url}/overview")
-        page.get_by_test_id("stSidebar").get_by_text("upload OTLP JSON(L)").click()
+        page.get_by_test_id("stSidebar").get_by_text("upload an OTLP file").click()
         page.get_by_test_id("stSidebar").locator("input[type='file']").set_input_files(str(bad))
         error = page.get_by_test_id("stAlertContentError").first
         error.wait_for(timeout=RENDER_MS)

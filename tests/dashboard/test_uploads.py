@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import struct
 import tracemalloc
 from pathlib import Path
 
@@ -16,13 +17,14 @@ from rendered import seen
 from streamlit.testing.v1 import AppTest
 
 from restorelens.analysis import Analysis
+from restorelens.collector import NOT_A_TRACE_FILE
 from restorelens.dashboard import cli as dashboard_cli
 from restorelens.dashboard import environment, queries, source, uploads
 from restorelens.errors import InputError
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "pages" / "app.py"
 MIB = 1024 * 1024
-UPLOAD = "upload OTLP JSON(L)"
+UPLOAD = "upload an OTLP file"
 
 
 @pytest.fixture(autouse=True)
@@ -83,8 +85,8 @@ def test_compression_is_told_by_content_not_by_name(folder: Path, spans_jsonl: b
 
 
 @pytest.mark.parametrize(("payload", "problem"), [
-    (gzip.compress(gzip.compress(b"{}\n")), "not OTLP JSON or JSON lines"),  # gzip inside gzip escapes the bound
-    (b"\x00\x00\x00\x02{}", "not OTLP JSON or JSON lines"),  # length-prefixed: its zstd frames would too
+    (gzip.compress(gzip.compress(b"{}\n")), "holds a compressed stream inside its compression"),
+    (b"PAR1" + b"\x00" * 16, "is Parquet, which the upload does not take"),  # pyarrow would inflate it
     (b"\x1f\x8b\x08garbage", "cannot decompress it"),
     (b"", "holds no data"),
 ])
@@ -94,6 +96,47 @@ def test_what_the_upload_does_not_take_is_one_line_naming_the_file(folder: Path,
     assert str(caught.value).startswith("run.jsonl: ") and problem in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
     assert list(folder.iterdir()) == []
+
+
+def _framed_zstd(inflated_bytes: int) -> bytes:
+    frame = zstandard.ZstdCompressor().compress(b"\x0a" * inflated_bytes)
+    return struct.pack(">I", len(frame)) + frame
+
+
+def test_a_length_prefixed_upload_whose_zstd_message_inflates_past_the_limit_is_refused_by_the_limit(
+    folder: Path, spans_jsonl: bytes
+) -> None:
+    # the issue's 151-MB upload inflated three 1-GiB zstd messages; scaled, and after a good message
+    good = zstandard.ZstdCompressor().compress(spans_jsonl.splitlines()[0])
+    payload = struct.pack(">I", len(good)) + good + _framed_zstd(64 * MIB) * 3
+    assert len(payload) < MIB
+    with pytest.raises(InputError) as caught:
+        uploads.load_upload(io.BytesIO(payload), "innocent.pb", max_bytes=4 * MIB, folder=folder)
+    # the limit's own line: the loader stopped at the bound, before inflating the message
+    assert str(caught.value) == ("innocent.pb: holds more than the 4 MiB limit (restorelens dashboard "
+                                 "--max-upload-bytes) once decompressed")
+    assert list(folder.iterdir()) == []
+
+
+def test_the_issues_blank_led_upload_is_read_as_json_lines_by_check_and_loader_alike(
+    folder: Path, spans_jsonl: bytes
+) -> None:
+    # the upload check saw JSON after the tabs; the loader read a 151-MB message from the tabs'
+    # length prefix, then the zstd messages after it. Now both read JSON lines: the spans load, the
+    # binary tail is one malformed line, and no message is inflated (or the limit would refuse it).
+    payload = b"\t" * 100 + b"\n" + spans_jsonl + _framed_zstd(64 * MIB)
+    path = uploads.load_upload(io.BytesIO(payload), "innocent.jsonl", max_bytes=4 * MIB, folder=folder)
+    with Analysis.open(path) as analysis:
+        assert analysis.requests().height > 0
+
+
+def test_length_prefixed_otlp_protobuf_uploads_load(folder: Path, spans_jsonl: bytes) -> None:
+    compressor = zstandard.ZstdCompressor()
+    frames = [compressor.compress(line) for line in spans_jsonl.splitlines()]
+    payload = b"".join(struct.pack(">I", len(frame)) + frame for frame in frames)
+    path = uploads.load_upload(io.BytesIO(gzip.compress(payload)), "spans.pb.gz", max_bytes=64 * MIB, folder=folder)
+    with Analysis.open(path) as analysis:
+        assert analysis.requests().height > 0
 
 
 def test_a_load_error_names_the_users_file_not_the_temporary_copy(folder: Path) -> None:
@@ -196,4 +239,4 @@ def test_a_file_name_holding_markdown_shows_as_written(monkeypatch: pytest.Monke
     monkeypatch.delenv(environment.DB_ENV, raising=False)
     name = "![x](https:evil.png) [click](mailto:me) <img src=x> $x$ evil.example.jsonl"
     app = upload_on_page(name, b"junk\n")
-    assert [seen(e.value) for e in app.error] == [f"{name}: not OTLP JSON or JSON lines (plain, gzip or zstd)"]
+    assert [seen(e.value) for e in app.error] == [f"{name}: {NOT_A_TRACE_FILE}"]
