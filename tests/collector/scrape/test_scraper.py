@@ -93,11 +93,14 @@ def test_the_writer_stores_engine_metrics_beside_spans_and_a_metrics_failure_spa
         assert con.execute("select count(*) from engine_metrics").fetchone() == (2,)
 
 
-def test_the_writer_refuses_engine_metrics_beyond_its_bound(tmp_path: Path) -> None:
+def test_the_writer_refuses_engine_metrics_beyond_its_bound_even_with_none_waiting(tmp_path: Path) -> None:
     table = metrics_table("http://e/metrics", 1, kept_samples(parse_exposition(METRICS.decode())))
     writer = StoreWriter(tmp_path / "s.duckdb", max_pending_samples=3)  # not started: nothing drains
-    writer.submit_engine_metrics(table)  # the first is always taken, whatever its size
-    with pytest.raises(Overloaded, match="2 engine metric samples waiting"):
+    too_many = pa.concat_tables([table, table])
+    with pytest.raises(Overloaded, match="^0 engine metric samples waiting to be stored; 4 more exceed max_pending_samples 3$"):
+        writer.submit_engine_metrics(too_many)  # nothing waits: the bound holds all the same
+    writer.submit_engine_metrics(table)
+    with pytest.raises(Overloaded, match="^2 engine metric samples waiting"):
         writer.submit_engine_metrics(table)
     writer.stop()
 
