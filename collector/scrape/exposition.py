@@ -11,7 +11,6 @@ The lines prometheus_client writes take one regular expression; any other form t
 from __future__ import annotations
 
 import re
-import heapq
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
@@ -221,16 +220,23 @@ def _sample_at(text: str, start: int) -> Sample:
         raise ExpositionError(text.count("\n", 0, start) + 1, exc.problem) from None
 
 
-def _lines_starting(text: str, prefix: str) -> Iterator[int]:
-    """Where each line of ``text`` that begins with ``prefix`` starts, in order, found by
-    ``str.find``: the text in between is skipped at C speed, one line at a time never visited."""
-    if text.startswith(prefix):
-        yield 0
-    needle = "\n" + prefix
-    at = text.find(needle)
-    while at >= 0:
-        yield at + 1
-        at = text.find(needle, at + len(needle))
+#: How much of an answer is searched at a time: a scrape cut at its cap has searched only the
+#: stretch its cap's lines were in, not the whole answer.
+WINDOW_CHARS = 64 * 1024
+
+
+def _lines_starting(text: str, prefixes: Collection[str], lo: int, hi: int) -> list[int]:
+    """Where the lines of ``text`` that begin with one of ``prefixes`` start, for starts in
+    ``[lo, hi)``, in order, found by ``str.find``: the text in between is skipped at C speed."""
+    starts = {0} if lo == 0 and text.startswith(tuple(prefixes)) else set()
+    for prefix in prefixes:
+        needle = "\n" + prefix
+        end = hi - 2 + len(needle)  # a needle at p starts the line at p + 1, so p < hi - 1
+        at = text.find(needle, max(lo - 1, 0), end)
+        while at >= 0:
+            starts.add(at + 1)
+            at = text.find(needle, at + len(needle), end)
+    return sorted(starts)
 
 
 def read_kept(text: str, keep: Collection[str], max_series: int) -> KeptRead:
@@ -252,18 +258,14 @@ def read_kept(text: str, keep: Collection[str], max_series: int) -> KeptRead:
     prefixes = list(keep)
     if text.startswith('{"') or '\n{"' in text:  # quoted names: looked for only in an answer that has some
         prefixes += [f'{{"{name}"' for name in keep]
-    starts = heapq.merge(*(_lines_starting(text, prefix) for prefix in prefixes))
     samples: list[Sample] = []
     read = 0
-    previous = -1
-    for start in starts:
-        if start == previous:  # two kept names, one the other's beginning: one line
-            continue
-        previous = start
-        if read == max_series:
-            return KeptRead(samples, capped=True)
-        read += 1
-        sample = _sample_at(text, start)
-        if sample.name in keep:
-            samples.append(sample)
+    for lo in range(0, len(text), WINDOW_CHARS):
+        for start in _lines_starting(text, prefixes, lo, lo + WINDOW_CHARS):
+            if read == max_series:
+                return KeptRead(samples, capped=True)
+            read += 1
+            sample = _sample_at(text, start)
+            if sample.name in keep:
+                samples.append(sample)
     return KeptRead(samples, capped=False)

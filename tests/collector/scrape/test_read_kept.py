@@ -37,6 +37,14 @@ def test_the_kept_lines_of_real_vllm_read_as_the_full_parser_reads_them(newline:
     assert read_kept(text, KEPT_METRICS, 5).capped
 
 
+@pytest.mark.parametrize("window_chars", [1, 7, 4096])
+def test_lines_are_found_across_the_stretches_searched_at_a_time(monkeypatch: pytest.MonkeyPatch, window_chars: int) -> None:
+    monkeypatch.setattr(exposition, "WINDOW_CHARS", window_chars)
+    text = REAL_VLLM.read_text()
+    assert read_kept(text, KEPT_METRICS, 1000).samples == _kept_of(text)
+    assert read_kept(text, KEPT_METRICS, 5).capped
+
+
 label_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 
 
