@@ -90,19 +90,14 @@ def _load_average() -> str:
 
 
 def _batches(count: int, size: int) -> list[list[object]]:
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from restorelens.telemetry import build_tracer_provider
 
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "bench-scrape"}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider = build_tracer_provider("bench-scrape", "memory")
     tracer = provider.get_tracer("bench")
     for i in range(count * size):
         with tracer.start_as_current_span("work", attributes={"i": i}):
             pass
-    spans = list(memory.get_finished_spans())
+    spans = list(provider.restorelens_exporter.get_finished_spans())  # type: ignore[attr-defined]
     provider.shutdown()
     return [spans[i:i + size] for i in range(0, len(spans), size)]
 

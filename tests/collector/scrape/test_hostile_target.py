@@ -12,9 +12,8 @@ from pathlib import Path
 
 from metrics_servers import collector_counts, engine_app, start_restorelens, wait_until
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.responses import Response
 
@@ -33,22 +32,15 @@ def hostile_answer() -> bytes:
     return body
 
 
-def _batches() -> list[list[ReadableSpan]]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: "hostile-test"}))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("test")
+def test_spans_exported_while_a_hostile_target_is_scraped_are_all_stored_and_its_rows_stay_within_the_cap(
+    tmp_path: Path, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    tracer = tracer_provider.get_tracer("test")
     for i in range(BATCHES * SPANS_PER_BATCH):
         with tracer.start_as_current_span("work", attributes={"i": i}):
             pass
-    spans = list(memory.get_finished_spans())
-    provider.shutdown()
-    return [spans[i:i + SPANS_PER_BATCH] for i in range(0, len(spans), SPANS_PER_BATCH)]
-
-
-def test_spans_exported_while_a_hostile_target_is_scraped_are_all_stored_and_its_rows_stay_within_the_cap(
-    tmp_path: Path,
-) -> None:
+    spans = span_exporter.get_finished_spans()
+    batches = [spans[i:i + SPANS_PER_BATCH] for i in range(0, len(spans), SPANS_PER_BATCH)]
     body = hostile_answer()
     db = tmp_path / "t.duckdb"
     with ServerThread(engine_app({"/metrics": lambda: Response(body)})) as engine:
@@ -62,7 +54,7 @@ def test_spans_exported_while_a_hostile_target_is_scraped_are_all_stored_and_its
             ok = ("restorelens_collector_scrapes_total", f"outcome=ok,target={target}")
             wait_until(lambda: collector_counts(url).get(ok, 0) >= 2, "two scrapes")
             exporter = OTLPSpanExporter(endpoint=url + "/v1/traces")  # the SDK's own 10-s timeout
-            results = [exporter.export(batch) for batch in _batches()]
+            results = [exporter.export(batch) for batch in batches]
             exporter.shutdown()
             seen = collector_counts(url)[ok]
             wait_until(lambda: collector_counts(url)[ok] >= seen + 2, "scrapes after the spans")
