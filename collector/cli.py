@@ -86,6 +86,14 @@ _existing_db_option = click.option(
     help="At SIGTERM or Ctrl-C, seconds the requests being served may take to finish before their connections "
     "are cut (within Kubernetes' 30-s grace period).",
 )
+@click.option(
+    "--max-series-per-scrape",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Most series of the kept metrics read from one scrape answer (a real vLLM has 6 per engine); the rest "
+    "are neither read nor stored, counted on GET /metrics and logged once per URL.",
+)
 def collect(
     db: str,
     host: str,
@@ -100,6 +108,7 @@ def collect(
     head_timeout_s: float,
     max_client_connections: int | None,
     drain_timeout_s: float,
+    max_series_per_scrape: int,
 ) -> None:
     """Receive OTLP/HTTP traces on POST /v1/traces into the span store DB.
 
@@ -110,7 +119,8 @@ def collect(
     With --scrape URL, the engine's pressure (vLLM's running and waiting requests, KV-cache usage,
     preemptions) is scraped every --interval-s into table engine_metrics of DB, timestamped on the
     spans' clock (this host's UTC wall clock). A failed scrape is counted on GET /metrics and logged
-    once until it recovers; it never stops collection.
+    once until it recovers; it never stops collection. Only the kept metrics' lines of an answer are
+    read, at most --max-series-per-scrape of them.
     """
     import math
 
@@ -129,6 +139,14 @@ def collect(
         problem = target_problem(target) or (f"{target} given twice" if target in scrape_targets[:i] else None)
         if problem:
             raise SettingError("--scrape", problem)
+    from restorelens.collector.writer import DEFAULT_MAX_PENDING_SAMPLES
+
+    if max_series_per_scrape > DEFAULT_MAX_PENDING_SAMPLES:
+        raise SettingError(
+            "--max-series-per-scrape",
+            f"at most {DEFAULT_MAX_PENDING_SAMPLES}, the engine metric samples the store's writer lets wait: "
+            "a larger scrape could never be stored",
+        )
 
     import errno
 
@@ -152,6 +170,7 @@ def collect(
             scrape_interval_s=interval_s,
             scrape_timeout_s=scrape_timeout_s,
             max_scrape_bytes=max_scrape_bytes,
+            max_series_per_scrape=max_series_per_scrape,
         )
         bound_port = sock.getsockname()[1]
         url = f"http://{host}:{bound_port}{TRACES_PATH}"

@@ -7,8 +7,8 @@ set; 404/405 for other paths and methods; 413 above ``max_body_bytes`` (compress
 once for a request line plus headers above ``max_header_bytes``; 415 for other content types or
 encodings; 429 (backlog full) and 503 (store locked by a reader too long, or failing) with
 ``Retry-After``. ``GET /metrics`` counts spans stored and rejected and requests refused per limit,
-and, for each engine scraped (``scrape_targets``: collector/scrape/), scrapes by outcome and the
-samples stored or dropped.
+and, for each engine scraped (``scrape_targets``: collector/scrape/), scrapes by outcome, scrapes
+cut at ``max_series_per_scrape``, and the samples stored or dropped.
 """
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ from restorelens.collector.rows import PayloadError, SpanRows
 from restorelens.collector.scrape import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_SCRAPE_BYTES,
+    DEFAULT_MAX_SERIES_PER_SCRAPE,
     DEFAULT_SCRAPE_TIMEOUT_S,
     ScrapeCounts,
     Scraper,
 )
-from restorelens.collector.writer import Overloaded, StoreWriter
+from restorelens.collector.writer import DEFAULT_MAX_PENDING_SAMPLES, Overloaded, StoreWriter
 from restorelens.serving import DEFAULT_MAX_HEADER_BYTES, HeadLimit
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "TRACES_PATH", "create_receiver_app"]
@@ -86,12 +87,18 @@ class ReceiverCollector(Collector):
         dropped = CounterMetricFamily(
             prefix + "engine_samples_dropped", "Engine metric samples scraped but not stored (store busy, behind or failing)", labels=["target"]
         )
+        capped = CounterMetricFamily(
+            prefix + "scrapes_capped",
+            "Scrapes whose answer held more series of the kept metrics than --max-series-per-scrape (the rest not read or stored)",
+            labels=["target"],
+        )
         for target, c in self.scrapes.items():
             scrapes.add_metric([target, "ok"], c.ok)
             scrapes.add_metric([target, "failed"], c.failed)
             stored.add_metric([target], c.samples_stored)
             dropped.add_metric([target], c.samples_dropped)
-        yield from (scrapes, stored, dropped)
+            capped.add_metric([target], c.capped)
+        yield from (scrapes, stored, dropped, capped)
 
 
 def _media_type(request: Request) -> str:
@@ -157,14 +164,23 @@ def create_receiver_app(
     scrape_interval_s: float = DEFAULT_INTERVAL_S,
     scrape_timeout_s: float = DEFAULT_SCRAPE_TIMEOUT_S,
     max_scrape_bytes: int = DEFAULT_MAX_SCRAPE_BYTES,
+    max_series_per_scrape: int = DEFAULT_MAX_SERIES_PER_SCRAPE,
 ) -> Starlette:
     """A Starlette app receiving OTLP/HTTP traces into the DuckDB file ``db_path``.
 
     The store opens now (so a locked or unwritable file fails here); its writer thread runs with the
     app's lifespan (or from the first request) and is drained and closed at shutdown. Each of
     ``scrape_targets`` (a Prometheus /metrics URL) is scraped into ``engine_metrics`` every
-    ``scrape_interval_s`` during the lifespan, through the same writer.
+    ``scrape_interval_s`` during the lifespan, through the same writer, at most
+    ``max_series_per_scrape`` series a scrape (no more than the writer's ``max_pending_samples``:
+    a larger scrape could never be taken; ValueError).
     """
+    max_pending_samples = (writer_options or {}).get("max_pending_samples", DEFAULT_MAX_PENDING_SAMPLES)
+    if max_series_per_scrape > max_pending_samples:  # before the store file is created
+        raise ValueError(
+            f"max_series_per_scrape {max_series_per_scrape} exceeds the writer's max_pending_samples "
+            f"{max_pending_samples}: no scrape that large could be stored"
+        )
     # each step's CPU measured on the thread doing it: requests decode concurrently with the writer
     phases = Phases(time.thread_time)
     writer = StoreWriter(
@@ -177,7 +193,8 @@ def create_receiver_app(
     refusals = dict.fromkeys(REFUSAL_LIMITS, 0)
     registry = CollectorRegistry(auto_describe=True)
     scraper = Scraper(
-        scrape_targets, writer, interval_s=scrape_interval_s, timeout_s=scrape_timeout_s, max_scrape_bytes=max_scrape_bytes
+        scrape_targets, writer, interval_s=scrape_interval_s, timeout_s=scrape_timeout_s, max_scrape_bytes=max_scrape_bytes,
+        max_series_per_scrape=max_series_per_scrape,
     )
     registry.register(ReceiverCollector(counts, refusals, scraper.counts))
 

@@ -13,8 +13,10 @@ are refused at once (429 + Retry-After), which bounds memory.
 Engine metrics scraped by the same process (``collector/scrape/``) come through this thread too,
 as Arrow tables for ``engine_metrics``: a second connection could not write the file (DuckDB
 takes one writer) and would fight this one for it. They go in after the group's spans, in their
-own transaction, so a failure of either never costs the other; beyond ``max_pending_samples``
-waiting they are refused (Overloaded), which the scraper counts as samples dropped.
+own transaction, so a failure of either never costs the other; a scrape that would take the
+samples waiting beyond ``max_pending_samples`` is refused (Overloaded), even with none waiting,
+which the scraper counts as samples dropped. (A span request with nothing waiting is always taken,
+however large: its client has no other way to deliver it, and ``max_body_bytes`` bounds it.)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from restorelens.collector.rows import SpanRows
 from restorelens.collector.store import SpanStore
 from restorelens.store import read_requested
 
-__all__ = ["CHECKPOINT_THRESHOLD_BYTES", "Overloaded", "StoreWriter"]
+__all__ = ["CHECKPOINT_THRESHOLD_BYTES", "DEFAULT_MAX_PENDING_SAMPLES", "Overloaded", "StoreWriter"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,10 @@ _STOP = object()
 #: (16 MiB) checkpointed about every 17k spans of 512-span requests, more often than the checkpoints
 #: were worth, and stalled the request whose commit ran one (docs/collector.md, "Durability").
 CHECKPOINT_THRESHOLD_BYTES = 128 * 1024 * 1024
+
+#: Engine metric samples that may wait for the writer: a bound on memory, and the most rows one
+#: scrape may hand it (``--max-series-per-scrape`` is checked against it).
+DEFAULT_MAX_PENDING_SAMPLES = 100_000
 
 
 class Overloaded(Exception):
@@ -55,7 +61,7 @@ class StoreWriter:
         db_path: str | os.PathLike[str],
         *,
         max_pending_spans: int = 200_000,
-        max_pending_samples: int = 100_000,
+        max_pending_samples: int = DEFAULT_MAX_PENDING_SAMPLES,
         lock_timeout_s: float = 5.0,
         idle_release_s: float = 1.0,
         max_hold_s: float = 5.0,
@@ -115,10 +121,17 @@ class StoreWriter:
         return future
 
     def submit_engine_metrics(self, table: pa.Table) -> Future[int]:
-        """Queue ``engine_metrics`` rows for the next commit; the future gives how many were stored."""
+        """Queue ``engine_metrics`` rows for the next commit; the future gives how many were stored.
+
+        Raises Overloaded when they would take the samples waiting beyond ``max_pending_samples``,
+        whatever is waiting: a scrape comes again, and one far larger than a real engine's must not
+        pass because it arrived while the writer had caught up."""
         with self._lock:
-            if self._pending_samples and self._pending_samples + table.num_rows > self.max_pending_samples:
-                raise Overloaded(f"{self._pending_samples} engine metric samples waiting to be stored")
+            if self._pending_samples + table.num_rows > self.max_pending_samples:
+                raise Overloaded(
+                    f"{self._pending_samples} engine metric samples waiting to be stored; {table.num_rows} more "
+                    f"exceed max_pending_samples {self.max_pending_samples}"
+                )
             self._pending_samples += table.num_rows
         future: Future[int] = Future()
         self._queue.put((table, future))

@@ -1,17 +1,20 @@
 """The Prometheus text exposition format 0.0.4, read into samples (sans-I/O).
 
-Every line is checked, so a broken exposition fails whole (``ExpositionError`` naming the line),
-as Prometheus fails such a scrape. The lines prometheus_client writes take one regular expression;
-any other form the format allows (blanks, escapes, quoted names, exemplars) the full parser.
+``parse_exposition`` reads every line and checks it, so a broken exposition fails whole
+(``ExpositionError`` naming the line). ``read_kept`` is what a scrape reads: only the lines of the
+metrics it keeps, found by a search of the text, so the lines of every other metric cost no
+Python work, and at most ``max_series`` of them, so one answer's work is bounded whatever it holds.
+The lines prometheus_client writes take one regular expression; any other form the format allows
+(blanks, escapes, quoted names, exemplars) the full parser.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_LABELS", "ExpositionError", "Sample", "parse_exposition"]
+__all__ = ["MAX_LABELS", "ExpositionError", "KeptRead", "Sample", "parse_exposition", "read_kept"]
 
 class ExpositionError(ValueError):
     """The body is not the text exposition format; names the line."""
@@ -150,42 +153,119 @@ _FAST_LINE = re.compile(
 _FAST_LABELS = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 
 
-def parse_exposition(text: str, keep: Collection[str] | None = None) -> list[Sample]:
+def _sample(line: str, line_no: int) -> Sample:
+    """One sample line (no comment, not blank), checked."""
+    fast = _FAST_LINE.fullmatch(line)
+    if fast is None:
+        return _parse_line(line, line_no)
+    name = fast.group(1)
+    try:
+        value = float(fast.group(3))
+    except ValueError:
+        raise ExpositionError(line_no, f"{name}: invalid value {fast.group(3)!r}") from None
+    labels = tuple(_FAST_LABELS.findall(fast.group(2) or ""))
+    if len(labels) > MAX_LABELS:
+        raise ExpositionError(line_no, f"more than {MAX_LABELS} labels")
+    if len(labels) > 1 and len({key for key, _ in labels}) != len(labels):
+        keys: set[str] = set()
+        twice = next(key for key, _ in labels if key in keys or keys.add(key))
+        raise ExpositionError(line_no, f"label {_shown(twice)} given twice")
+    stamp = fast.group(4)
+    return Sample(name, labels, value, int(stamp) if stamp is not None else None)
+
+
+def parse_exposition(text: str) -> list[Sample]:
     """The samples of a Prometheus text exposition (format 0.0.4), in order.
 
     Every line is checked, so a broken exposition fails whole (ExpositionError naming the line),
-    as Prometheus fails such a scrape; only samples named in ``keep`` (all when None) are returned.
-    Comments (``# HELP``, ``# TYPE``, any other) and blank lines are skipped; label values unescape
-    ``\\\\``, ``\\"`` and ``\\n``; values may be ``NaN``, ``+Inf``, ``-Inf``; a timestamp (integer
-    milliseconds) is optional; an OpenMetrics exemplar after the value is ignored. A label given
-    twice is an error in the samples returned (their labels are the only ones read).
+    as Prometheus fails such a scrape. Comments (``# HELP``, ``# TYPE``, any other) and blank lines
+    are skipped; label values unescape ``\\\\``, ``\\"`` and ``\\n``; values may be ``NaN``,
+    ``+Inf``, ``-Inf``; a timestamp (integer milliseconds) is optional; an OpenMetrics exemplar
+    after the value is ignored.
     """
     samples: list[Sample] = []
     for line_no, raw in enumerate(text.split("\n"), 1):
         line = raw[:-1] if raw.endswith("\r") else raw
         stripped = line.lstrip(" \t")
-        if not stripped or stripped[0] == "#":
-            continue
-        fast = _FAST_LINE.fullmatch(line)
-        if fast is None:
-            sample = _parse_line(line, line_no)
-            if keep is None or sample.name in keep:
-                samples.append(sample)
-            continue
-        name = fast.group(1)
-        try:
-            value = float(fast.group(3))
-        except ValueError:
-            raise ExpositionError(line_no, f"{name}: invalid value {fast.group(3)!r}") from None
-        if keep is not None and name not in keep:
-            continue
-        labels = tuple(_FAST_LABELS.findall(fast.group(2) or ""))
-        if len(labels) > MAX_LABELS:
-            raise ExpositionError(line_no, f"more than {MAX_LABELS} labels")
-        if len(labels) > 1 and len({key for key, _ in labels}) != len(labels):
-            keys: set[str] = set()
-            twice = next(key for key, _ in labels if key in keys or keys.add(key))
-            raise ExpositionError(line_no, f"label {_shown(twice)} given twice")
-        stamp = fast.group(4)
-        samples.append(Sample(name, labels, value, int(stamp) if stamp is not None else None))
+        if stripped and stripped[0] != "#":
+            samples.append(_sample(line, line_no))
     return samples
+
+
+@dataclass(frozen=True, slots=True)
+class KeptRead:
+    """What ``read_kept`` read: the kept samples in order, and whether the answer held more lines
+    to read than ``max_series`` (the rest neither read nor checked)."""
+
+    samples: list[Sample]
+    capped: bool
+
+
+#: How far into an answer its first sample line is looked for: an answer that is not the format
+#: at all (an HTML page, an error text) fails there; a real one has it within its first comments.
+SNIFF_CHARS = 64 * 1024
+_COMMENTS_AND_BLANKS = re.compile(r"(?:[ \t]*(?:#[^\n]*)?\r?\n)*")
+
+
+def _line_at(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    line = text[start:] if end < 0 else text[start:end]
+    return line[:-1] if line.endswith("\r") else line
+
+
+def _sample_at(text: str, start: int) -> Sample:
+    try:
+        return _sample(_line_at(text, start), 0)
+    except ExpositionError as exc:  # the line's number, counted only for a line that fails
+        raise ExpositionError(text.count("\n", 0, start) + 1, exc.problem) from None
+
+
+#: How much of an answer is searched at a time: a scrape cut at its cap has searched only the
+#: stretch its cap's lines were in, not the whole answer.
+WINDOW_CHARS = 64 * 1024
+
+
+def _lines_starting(text: str, prefixes: Collection[str], lo: int, hi: int) -> list[int]:
+    """Where the lines of ``text`` that begin with one of ``prefixes`` start, for starts in
+    ``[lo, hi)``, in order, found by ``str.find``: the text in between is skipped at C speed."""
+    starts = {0} if lo == 0 and text.startswith(tuple(prefixes)) else set()
+    for prefix in prefixes:
+        needle = "\n" + prefix
+        end = hi - 2 + len(needle)  # a needle at p starts the line at p + 1, so p < hi - 1
+        at = text.find(needle, max(lo - 1, 0), end)
+        while at >= 0:
+            starts.add(at + 1)
+            at = text.find(needle, at + len(needle), end)
+    return sorted(starts)
+
+
+def read_kept(text: str, keep: Collection[str], max_series: int) -> KeptRead:
+    """The samples of the metrics in ``keep`` of a Prometheus text exposition, in order, reading
+    at most ``max_series`` lines.
+
+    The lines read are those that begin with a kept name, bare or quoted (``name{``, ``name ``,
+    ``{"name"``), as every exporter writes them; each is checked as ``parse_exposition`` checks it,
+    and counts towards ``max_series`` even when its name only begins with a kept one
+    (``vllm:num_requests_waiting_by_reason``). Other lines are not read, so their number costs
+    nothing but a search of the text, and a broken one does not fail the answer; an answer whose
+    first sample line (within ``SNIFF_CHARS``) is not one fails, so a page that is not the format
+    fails whole. A kept sample on a line indented with blanks (allowed, written by no exporter) is
+    not read.
+    """
+    first = _COMMENTS_AND_BLANKS.match(text, 0, SNIFF_CHARS).end()  # type: ignore[union-attr]
+    if first < SNIFF_CHARS and _line_at(text, first).lstrip(" \t")[:1] not in ("", "#"):
+        _sample_at(text, first)  # a comment cut by the window's end is no sample line
+    prefixes = list(keep)
+    if text.startswith('{"') or '\n{"' in text:  # quoted names: looked for only in an answer that has some
+        prefixes += [f'{{"{name}"' for name in keep]
+    samples: list[Sample] = []
+    read = 0
+    for lo in range(0, len(text), WINDOW_CHARS):
+        for start in _lines_starting(text, prefixes, lo, lo + WINDOW_CHARS):
+            if read == max_series:
+                return KeptRead(samples, capped=True)
+            read += 1
+            sample = _sample_at(text, start)
+            if sample.name in keep:
+                samples.append(sample)
+    return KeptRead(samples, capped=False)

@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import httpx
 
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.scrape.engine_metrics import KEPT_METRICS, kept_samples
-from restorelens.collector.scrape.exposition import ExpositionError, Sample, parse_exposition
+from restorelens.collector.scrape.exposition import ExpositionError, Sample, read_kept
 
-__all__ = ["ScrapeFailed", "scrape_once", "target_problem"]
+__all__ = ["Scraped", "ScrapeFailed", "scrape_once", "target_problem"]
 
 #: What a host name may hold (RFC 3986 reg-name without percent-encoding; letters may be non-ASCII).
 _HOST_PUNCTUATION = frozenset("-._~")
@@ -59,6 +60,15 @@ class ScrapeFailed(Exception):
     """One scrape failed; the message says why in a few words."""
 
 
+class Scraped(NamedTuple):
+    """One scrape's answer: when it arrived, its kept samples, and whether it held more series to
+    read than ``max_series`` (the rest not read)."""
+
+    answered_ns: int
+    samples: list[Sample]
+    capped: bool
+
+
 # text/plain 0.0.4 first: prometheus_client answers OpenMetrics only when asked for it. identity:
 # compression buys nothing on the loopback and costs the engine CPU (whatever comes is decoded
 # within max_scrape_bytes anyway)
@@ -71,9 +81,11 @@ async def scrape_once(
     *,
     timeout_s: float,
     max_scrape_bytes: int,
+    max_series: int,
     clock_ns: Callable[[], int] = time.time_ns,
-) -> tuple[int, list[Sample]]:
-    """GET ``url`` once: (when its answer arrived, on ``clock_ns``; its kept samples).
+) -> Scraped:
+    """GET ``url`` once: when its answer arrived (on ``clock_ns``), and its kept samples, of at most
+    ``max_series`` series read (``read_kept``).
 
     Raises ScrapeFailed for anything but a 200 with a whole, parsable body of at most
     ``max_scrape_bytes`` (decompressed) within ``timeout_s``, counted over the whole exchange.
@@ -111,7 +123,7 @@ async def scrape_once(
     except UnicodeDecodeError as exc:
         raise ScrapeFailed(f"answer is not UTF-8 (byte {exc.start})") from None
     try:
-        samples = parse_exposition(text, KEPT_METRICS)
+        read = read_kept(text, KEPT_METRICS, max_series)
     except ExpositionError as exc:
         raise ScrapeFailed(f"not the Prometheus text format: {exc}") from None
-    return answered_ns, kept_samples(samples)
+    return Scraped(answered_ns, kept_samples(read.samples), read.capped)

@@ -1,17 +1,24 @@
 """Fake engines for the scrape tests: an app answering /metrics as told, a server that trickles
-its head in, a sink keeping what a scraper hands it, and a patient wait."""
+its head in, a sink keeping what a scraper hands it, a patient wait, and a restorelens command
+started in its own process with the counts of a collector's GET /metrics."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+import httpx
 import pyarrow as pa
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -101,3 +108,24 @@ class ListSink:
         future: Future[int] = Future()
         future.set_result(table.num_rows)
         return future
+
+
+def start_restorelens(command: list[str], pattern: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
+    """``restorelens COMMAND`` in its own process, once its first stderr line matches ``pattern``."""
+    proc = subprocess.Popen([sys.executable, "-m", "restorelens", *command], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    found = re.search(pattern, line)
+    if found is None:
+        proc.kill()
+        pytest.fail(f"unexpected start line: {line!r}")
+    return proc, found
+
+
+def collector_counts(url: str) -> dict[tuple[str, str], float]:
+    """A collector's GET /metrics: value by (sample name, its labels as k=v,... sorted)."""
+    counts = {}
+    for family in text_string_to_metric_families(httpx.get(url + "/metrics", timeout=PATIENCE_S).text):
+        for s in family.samples:
+            counts[(s.name, ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())))] = s.value
+    return counts

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from restorelens.collector.scrape import KEPT_METRICS, kept_samples, metrics_table, parse_exposition
+from restorelens.collector.scrape import KEPT_METRICS, kept_samples, metrics_table, parse_exposition, read_kept
 from restorelens.collector.store import SpanStore
 
 
@@ -21,7 +21,9 @@ VLLM_LABELS = (("engine", "0"), ("model_name", "tiny"))
 
 
 def test_the_kept_samples_of_real_vllm_are_its_pressure_under_load() -> None:
-    kept = kept_samples(parse_exposition(REAL_VLLM.read_text(), KEPT_METRICS))
+    read = read_kept(REAL_VLLM.read_text(), KEPT_METRICS, 1000)
+    assert not read.capped
+    kept = kept_samples(read.samples)
     assert {s.name: (s.labels, s.value) for s in kept} == {
         "vllm:num_requests_running": (VLLM_LABELS, 1.0),
         "vllm:num_requests_waiting": (VLLM_LABELS, 2.0),
@@ -51,7 +53,7 @@ def test_kept_samples_keep_the_first_of_a_repeated_series_drop_nan_and_other_nam
 
 
 def test_the_rows_of_one_scrape_have_the_engine_metrics_layout() -> None:
-    samples = kept_samples(parse_exposition(REAL_VLLM.read_text(), KEPT_METRICS))
+    samples = kept_samples(read_kept(REAL_VLLM.read_text(), KEPT_METRICS, 1000).samples)
     with SpanStore(":memory:") as store:
         assert store.insert_engine_metrics([metrics_table("http://e/metrics", 1_700_000_000_123_456_789, samples)]) == 4
         con = store.connection()

@@ -16,7 +16,7 @@ import pytest
 from metrics_servers import METRICS, ListSink, TricklingHead, engine_app
 from starlette.responses import Response, StreamingResponse
 
-from restorelens.collector.scrape import Sample, ScrapeFailed, Scraper, scrape_once, target_problem
+from restorelens.collector.scrape import Scraped, ScrapeFailed, Scraper, scrape_once, target_problem
 from restorelens.serving import ServerThread, bind_socket
 
 
@@ -35,6 +35,8 @@ async def _never_answers() -> Response:
     return Response(METRICS)
 
 
+FLOOD_SERIES = 500
+
 ANSWERS: dict[str, Callable[[], Any]] = {
     "/ok": lambda: Response(METRICS, media_type="text/plain; version=0.0.4"),
     "/gzip": lambda: Response(gzip.compress(METRICS), headers={"content-encoding": "gzip"}),
@@ -48,6 +50,7 @@ ANSWERS: dict[str, Callable[[], Any]] = {
     "/garbage": lambda: Response(b"<html>not metrics</html>\n"),
     "/brotli": lambda: Response(METRICS, headers={"content-encoding": "br"}),
     "/slow": _never_answers,
+    "/flood": lambda: Response("".join(f'vllm:num_requests_running{{n="{i}"}} {i}\n' for i in range(FLOOD_SERIES))),
 }
 
 
@@ -57,11 +60,12 @@ def engine() -> ServerThread:
         yield server
 
 
-def _scrape(url: str, *, max_scrape_bytes: int = 8 * 2**20, timeout_s: float = 2.0) -> tuple[int, list[Sample]]:
-    async def once() -> tuple[int, list[Sample]]:
+def _scrape(url: str, *, max_scrape_bytes: int = 8 * 2**20, timeout_s: float = 2.0, max_series: int = 1000) -> Scraped:
+    async def once() -> Scraped:
         async with httpx.AsyncClient() as client:
             return await scrape_once(
-                client, url, timeout_s=timeout_s, max_scrape_bytes=max_scrape_bytes, clock_ns=lambda: 123
+                client, url, timeout_s=timeout_s, max_scrape_bytes=max_scrape_bytes, max_series=max_series,
+                clock_ns=lambda: 123,
             )
 
     return asyncio.run(once())
@@ -69,9 +73,16 @@ def _scrape(url: str, *, max_scrape_bytes: int = 8 * 2**20, timeout_s: float = 2
 
 @pytest.mark.parametrize("path", ["/ok", "/gzip"])
 def test_a_scrape_gives_its_answers_time_and_kept_samples(engine: ServerThread, path: str) -> None:
-    answered_ns, samples = _scrape(engine.url + path)
-    assert answered_ns == 123
+    answered_ns, samples, capped = _scrape(engine.url + path)
+    assert answered_ns == 123 and not capped
     assert [(s.name, s.value) for s in samples] == [("vllm:num_requests_running", 1.0), ("vllm:num_requests_waiting", 2.0)]
+
+
+def test_a_scrape_reads_at_most_max_series_and_says_it_was_cut(engine: ServerThread) -> None:
+    scraped = _scrape(engine.url + "/flood", max_series=10)
+    assert scraped.capped
+    assert [s.value for s in scraped.samples] == [float(i) for i in range(10)]
+    assert not _scrape(engine.url + "/flood", max_series=FLOOD_SERIES).capped
 
 
 @pytest.mark.parametrize(
@@ -153,6 +164,26 @@ def test_collect_refuses_a_scrape_url_with_credentials_in_one_line(tmp_path: Pat
     result = CliRunner().invoke(cli, ["collect", "--db", str(db), "--port", "0", "--scrape", "http://u:secret@h/metrics"])
     assert result.exit_code != 0 and "Traceback" not in result.output and "secret" not in result.output
     assert "--scrape" in result.output and "holds credentials" in result.output
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ("100001", "Error: setting --max-series-per-scrape: at most 100000, the engine metric samples the store's "
+                   "writer lets wait: a larger scrape could never be stored"),
+        ("0", "Error: Invalid value for '--max-series-per-scrape': 0 is not in the range x>=1."),
+    ],
+)
+def test_collect_refuses_a_series_cap_it_could_not_keep_in_one_line(tmp_path: Path, given: str, problem: str) -> None:
+    from click.testing import CliRunner
+
+    from restorelens.cli import cli
+
+    db = tmp_path / "t.duckdb"
+    result = CliRunner().invoke(cli, ["collect", "--db", str(db), "--port", "0", "--max-series-per-scrape", given])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == problem
     assert not db.exists()
 
 

@@ -1,5 +1,6 @@
-"""The scraping loop: stopping it mid-scrape, logging a failing target once, the writer storing its
-rows beside the spans, and `restorelens collect --scrape` storing a simulated engine's pressure."""
+"""The scraping loop: stopping it mid-scrape, logging a failing target once, a target over the
+series cap, the writer storing its rows beside the spans within its bound, and `restorelens collect
+--scrape` storing a simulated engine's pressure."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import json
 import logging
 import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,8 +15,16 @@ from pathlib import Path
 import httpx
 import pyarrow as pa
 import pytest
-from metrics_servers import METRICS, PATIENCE_S, ListSink, TricklingHead, engine_app, wait_until
-from prometheus_client.parser import text_string_to_metric_families
+from metrics_servers import (
+    METRICS,
+    PATIENCE_S,
+    ListSink,
+    TricklingHead,
+    collector_counts,
+    engine_app,
+    start_restorelens,
+    wait_until,
+)
 from starlette.responses import Response
 
 from restorelens.collector.decode_json import decode_traces_json
@@ -93,35 +100,39 @@ def test_the_writer_stores_engine_metrics_beside_spans_and_a_metrics_failure_spa
         assert con.execute("select count(*) from engine_metrics").fetchone() == (2,)
 
 
-def test_the_writer_refuses_engine_metrics_beyond_its_bound(tmp_path: Path) -> None:
+def test_the_writer_refuses_engine_metrics_beyond_its_bound_even_with_none_waiting(tmp_path: Path) -> None:
     table = metrics_table("http://e/metrics", 1, kept_samples(parse_exposition(METRICS.decode())))
     writer = StoreWriter(tmp_path / "s.duckdb", max_pending_samples=3)  # not started: nothing drains
-    writer.submit_engine_metrics(table)  # the first is always taken, whatever its size
-    with pytest.raises(Overloaded, match="2 engine metric samples waiting"):
+    too_many = pa.concat_tables([table, table])
+    with pytest.raises(Overloaded, match="^0 engine metric samples waiting to be stored; 4 more exceed max_pending_samples 3$"):
+        writer.submit_engine_metrics(too_many)  # nothing waits: the bound holds all the same
+    writer.submit_engine_metrics(table)
+    with pytest.raises(Overloaded, match="^2 engine metric samples waiting"):
         writer.submit_engine_metrics(table)
     writer.stop()
 
 
+def test_a_target_answering_more_series_than_the_cap_has_the_rest_unstored_counted_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    flood = "".join(f'vllm:num_requests_running{{engine="{i}"}} {i}\n' for i in range(50)).encode()
+    sink = ListSink()
+    with ServerThread(engine_app({"/metrics": lambda: Response(flood)})) as server, \
+            caplog.at_level(logging.WARNING, "restorelens.collector.scrape"):
+        url = server.url + "/metrics"
+        with Scraper([url], sink, interval_s=0.01, max_series_per_scrape=10) as scraper:
+            counts = scraper.counts[url]
+            wait_until(lambda: counts.capped >= 5, "five scrapes cut at the cap")
+    assert counts.capped == counts.ok and counts.failed == 0
+    assert sink.tables and all(t["Value"].to_pylist() == [float(i) for i in range(10)] for t in sink.tables)
+    assert counts.samples_stored == 10 * len(sink.tables)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"scraping {url}: more than 10 series of the kept metrics in one answer; the rest are not read or stored "
+        "(--max-series-per-scrape; logged once)"
+    ]
+
+
 # --- restorelens collect --scrape against restorelens sim -----------------------------------------
-
-
-def _start(command: list[str], pattern: str) -> tuple[subprocess.Popen[str], re.Match[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "restorelens", *command], stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    line = proc.stderr.readline()
-    found = re.search(pattern, line)
-    if found is None:
-        proc.kill()
-        pytest.fail(f"unexpected start line: {line!r}")
-    return proc, found
-
-
-def _collector_counts(url: str) -> dict[tuple[str, str], float]:
-    counts = {}
-    for family in text_string_to_metric_families(httpx.get(url + "/metrics").text):
-        for s in family.samples:
-            counts[(s.name, ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())))] = s.value
-    return counts
 
 
 def test_collect_scrape_stores_the_sims_pressure_as_it_gets_load_beside_spans_despite_a_dead_target(
@@ -129,7 +140,7 @@ def test_collect_scrape_stores_the_sims_pressure_as_it_gets_load_beside_spans_de
 ) -> None:
     db = tmp_path / "t.duckdb"
     started_ns = time.time_ns()
-    sim, sim_found = _start(
+    sim, sim_found = start_restorelens(
         ["sim", "--preset", "tiny-cpu", "--port", "0", "--max-num-seqs", "1", "--time-scale", "5",
          "--trace-file", str(tmp_path / "sim-spans.jsonl")],
         r"on (http://127\.0\.0\.1:\d+)",
@@ -138,7 +149,7 @@ def test_collect_scrape_stores_the_sims_pressure_as_it_gets_load_beside_spans_de
     dead = f"http://127.0.0.1:{dead_sock.getsockname()[1]}/metrics"
     target = f"{sim_found.group(1)}/metrics"
     try:
-        collector, found = _start(
+        collector, found = start_restorelens(
             ["collect", "--db", str(db), "--port", "0", "--scrape", target, "--scrape", dead, "--interval-s", "0.02"],
             r"(http://127\.0\.0\.1:\d+)/v1/traces into \S+, scraping (\S+), (\S+) every 0\.02 s",
         )
@@ -147,7 +158,7 @@ def test_collect_scrape_stores_the_sims_pressure_as_it_gets_load_beside_spans_de
             url = found.group(1)
             ok = ("restorelens_collector_scrapes_total", f"outcome=ok,target={target}")
             failed = ("restorelens_collector_scrapes_total", f"outcome=failed,target={dead}")
-            wait_until(lambda: _collector_counts(url).get(failed, 0) >= 5, "the dead target failed five times")
+            wait_until(lambda: collector_counts(url).get(failed, 0) >= 5, "the dead target failed five times")
             # spans are stored while one target fails
             body = (DATA / "otlp_example_trace.json").read_bytes()
             answer = httpx.post(url + "/v1/traces", content=body, headers={"content-type": "application/json"}, timeout=30)
@@ -165,9 +176,9 @@ def test_collect_scrape_stores_the_sims_pressure_as_it_gets_load_beside_spans_de
                 thread.start()
             for thread in requests:
                 thread.join()
-            seen_ok = _collector_counts(url)[ok]
-            wait_until(lambda: _collector_counts(url)[ok] > seen_ok + 2, "scrapes after the load")
-            counts = _collector_counts(url)
+            seen_ok = collector_counts(url)[ok]
+            wait_until(lambda: collector_counts(url)[ok] > seen_ok + 2, "scrapes after the load")
+            counts = collector_counts(url)
         finally:
             collector.send_signal(signal.SIGINT)
             _, log = collector.communicate(timeout=60)
