@@ -280,3 +280,13 @@ def test_a_bad_window_is_one_line_for_report_and_check(store: Path, window: list
         assert result.exit_code == exit_code
         (line,) = result.output.strip().splitlines()
         assert line.startswith(f"Error: {message}")
+
+
+@pytest.mark.parametrize("url", ["clickhouse://u@[::1:1/db", "clickhouse://u@[not-an-address]:1/db"])
+def test_a_malformed_clickhouse_url_is_one_line_naming_the_option_for_report_and_export(store: Path,
+                                                                                       url: str) -> None:
+    for args, option in ((["report", "--source", url], "--source"), (["export", "--db", str(store), "--to", url], "--to")):
+        result = invoke(*args)
+        assert result.exit_code == 1, result.output
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith(f"Error: setting {option}: is not a URL"), line
