@@ -89,7 +89,10 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
         path = str(Path(where.path).resolve())
     else:
         path = f"chdb:{Path(where.path).resolve()}" if where.kind == "chdb" else source_text.strip()  # type: ignore[union-attr]
-    source.validate_store(path, window=window)
+    if not source.validate_store(path, window=window):
+        from restorelens.analysis import empty_note
+
+        click.echo(empty_note(path, window), err=True)
     env = dict(os.environ)
     env[environment.DB_ENV] = path
     env[environment.MAX_UPLOAD_ENV] = str(max_upload_bytes)

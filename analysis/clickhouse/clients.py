@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from restorelens.analysis.clickhouse import dialect
-from restorelens.errors import InputError, first_line
+from restorelens.errors import InputError, MissingInput, first_line
 from restorelens.sources import Source, password
 
 __all__ = ["SESSION_TIMEOUT_S", "Chdb", "Server", "connect", "error_code", "param_type"]
@@ -108,7 +108,7 @@ def connect(source: Source) -> Any:
     """The client for a chdb or clickhouse ``source``; an unreachable one is a one-line ``InputError``."""
     if source.kind == "chdb" and not Path(source.path).is_dir():
         # chDB would make the folder: reading must not create anything
-        raise InputError(source.describe(), "no such chDB data folder")
+        raise MissingInput(source.describe(), "no such chDB data folder")
     try:
         return Chdb(source.path) if source.kind == "chdb" else Server(source)
     except ImportError as exc:
