@@ -262,3 +262,22 @@ def test_a_store_with_spans_has_no_note(store_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(os, "execve", lambda path, argv, env: None)
     result = invoke("--db", str(store_path))
     assert result.exit_code == 0 and "holds no spans" not in result.output
+
+
+def test_a_busy_port_is_one_line_before_any_banner(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As from every other server: Streamlit's own "Port N is not available" came after the banner."""
+    from restorelens.serving import bind_socket
+
+    handed: list = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: handed.append(argv))
+    with bind_socket("127.0.0.1", 0) as busy:
+        port = busy.getsockname()[1]
+        result = invoke("--db", str(store_path), "--port", str(port))
+    assert (result.exit_code, result.output) == (
+        1, f"Error: setting --port: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+    assert handed == []  # Streamlit never started
+
+
+def test_streamlit_shows_no_developer_toolbar(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, _ = handed_over(monkeypatch, "--db", str(store_path))
+    assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"  # no Deploy button, rerun or clear cache
