@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "checked_labels": "views",
     "checked_seconds": "views",
     "checked_window": "window",
+    "empty_note": "sources",
     "evaluate": "limits",
     "fresh_layers": "derived",
     "label_mapping": "settings",

@@ -74,6 +74,13 @@ def _store_errors(db_path: Any) -> Iterator[None]:
         raise InputError(str(db_path), f"cannot decompose its spans: {first_line(exc)}") from None
 
 
+def _note_if_empty(analysis: Any, source: Any, window: Any) -> None:
+    from restorelens.analysis.sources import empty_note
+
+    if not analysis.holds_spans():
+        click.echo(empty_note(source.describe(), window), err=True)
+
+
 def _seconds(ctx: click.Context, param: click.Parameter, value: float) -> float:
     from restorelens.analysis.views import checked_seconds
 
@@ -131,6 +138,7 @@ def report(db_path: str | None, source_text: str | None, since: str | None, unti
     slo = Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s)
     with _store_errors(source.describe()), open_analysis(source, window=window, slo=slo, materialize=True,
                                                           labels=mapping) as analysis:
+        _note_if_empty(analysis, source, window)
         built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
@@ -172,6 +180,7 @@ def check(db_path: str | None, source_text: str | None, since: str | None, until
         mapping = label_mapping(config_file, labels)
         with _store_errors(source.describe()), open_analysis(source, window=window, materialize=True,
                                                               labels=mapping) as analysis:
+            _note_if_empty(analysis, source, window)
             evaluations = evaluate(analysis, limits, percentile=percentile)
     except RestorelensError as exc:
         # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job

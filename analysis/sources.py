@@ -17,7 +17,7 @@ from restorelens.analysis.window import Window, window_filter
 from restorelens.errors import InputError
 from restorelens.sources import Source
 
-__all__ = ["open_analysis"]
+__all__ = ["empty_note", "open_analysis"]
 
 
 def open_analysis(source: Source, *, window: Window = Window(), slo: Any = None, materialize: bool = False,
@@ -33,6 +33,15 @@ def open_analysis(source: Source, *, window: Window = Window(), slo: Any = None,
     from restorelens.analysis.clickhouse.clients import connect
 
     return ClickHouseAnalysis(connect(source), database=source.database, window=window, slo=slo, labels=labels)
+
+
+def empty_note(where: str, window: Window) -> str:
+    """The one line ``report``, ``check`` and ``dashboard`` print for a source (or a window of one)
+    that holds no span: their figures are then all empty, which alone says nothing of why."""
+    if window.everything:
+        return (f"note: {where} holds no spans: every figure is empty (record some with `restorelens collect` "
+                "or `restorelens load`)")
+    return f"note: {where} holds no spans in the window ({window.describe()}): every figure is empty"
 
 
 def _windowed_duckdb(source: Source, window: Window, slo: Any, materialize: bool,

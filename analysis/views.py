@@ -161,6 +161,10 @@ class Analysis:
         """Read ``otel_traces`` once, cheaply: a missing table or server is a one-line error here."""
         self._has_spans(SPAN_CLIENT_REQUEST)
 
+    def holds_spans(self) -> bool:
+        """Whether the store (the window, when it has one) holds any span at all."""
+        return bool(self.con.execute(f"select exists (select 1 from {TABLE})").fetchall()[0][0])
+
     def _is_empty(self, name: str) -> bool:
         """True when layer ``name`` has no rows because the store holds none of its driving spans."""
         span_name = DRIVING_SPANS.get(name)

@@ -26,10 +26,29 @@ def streamlit_command(host: str, port: int, max_upload_bytes: int = DEFAULT_MAX_
         "--server.headless", "true",
         "--server.fileWatcherType", "none",
         "--browser.gatherUsageStats", "false",
+        # no Deploy button, rerun or clear-cache entries: whoever opens the dashboard views it
+        "--client.toolbarMode", "viewer",
         # Streamlit holds an upload in memory and refuses it past this (its default is 200 MB):
         # the compressed side of --max-upload-bytes, in whole MiB; the app checks the exact bytes.
         "--server.maxUploadSize", str(upload_size_mib(max_upload_bytes)),
     ]
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Bind (host, port) once and let go: Streamlit binds it later, in the process the command
+    becomes, and would say "Port N is not available" after the banner; a busy port or a bad host
+    is one line here instead, as from every other server."""
+    import socket
+
+    from restorelens.errors import SettingError
+    from restorelens.serving import bind_socket
+
+    try:
+        bind_socket(host, port, listen=False).close()
+    except socket.gaierror as exc:
+        raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise SettingError("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @click.command("dashboard")
@@ -89,7 +108,11 @@ def dashboard(db: str | None, source_text: str | None, since: str | None, until:
         path = str(Path(where.path).resolve())
     else:
         path = f"chdb:{Path(where.path).resolve()}" if where.kind == "chdb" else source_text.strip()  # type: ignore[union-attr]
-    source.validate_store(path, window=window)
+    _check_listen(host, port)
+    if not source.validate_store(path, window=window):
+        from restorelens.analysis import empty_note
+
+        click.echo(empty_note(path, window), err=True)
     env = dict(os.environ)
     env[environment.DB_ENV] = path
     env[environment.MAX_UPLOAD_ENV] = str(max_upload_bytes)

@@ -1,5 +1,6 @@
 """How a missing label reads on the pages: a null traffic class, engine, workload or lending policy
-is named, never shown as "None" (a null policy outside lending is ``NO_GATE``, the analysis's)."""
+is named, never shown as "None" (a null policy outside lending is ``NO_GATE``, the analysis's);
+any other missing value, in a table or a picker, reads ``MISSING``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import polars as pl
 from restorelens.analysis.report import with_no_gate
 
 __all__ = [
+    "MISSING",
     "NO_CLASS",
     "NO_ENGINE",
     "NO_WORKLOAD",
     "UNNAMED_POLICY",
+    "shown",
     "with_arm_labels",
     "with_unnamed_policy",
 ]
+
+#: A missing value (a censored episode's readiness, a run without a seed) in every table and
+#: picker: Streamlit would print "None".
+MISSING = "—"
 
 #: How a request without a traffic class reads: a user's app whose class attribute is not mapped
 #: (``restorelens dashboard --label traffic_class=ATTR``).
@@ -26,6 +33,11 @@ NO_ENGINE = "unnamed engine"
 NO_WORKLOAD = "no workload"
 #: A lending episode's null policy: its gate named none (it is at a gate, so never "no gate").
 UNNAMED_POLICY = "policy not named"
+
+
+def shown(value: object) -> str:
+    """``value`` as a picker's label shows it: ``MISSING`` for None."""
+    return MISSING if value is None else str(value)
 
 
 def with_arm_labels(frame: pl.DataFrame) -> pl.DataFrame:

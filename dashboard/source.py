@@ -85,25 +85,30 @@ def store_stamp(path: str | os.PathLike[str]) -> tuple[int, ...]:
 
 
 def validate_store(path: str | os.PathLike[str], *, timeout_s: float = READ_LOCK_TIMEOUT_S,
-                   window: Window = Window()) -> None:
-    """A one-line ``InputError`` unless ``path`` is a DuckDB file holding ``otel_traces``, or a
-    ClickHouse / chDB source (``--source``) whose ``otel_traces`` can be read (for ``window``)."""
+                   window: Window = Window()) -> bool:
+    """Whether ``path`` holds spans (in ``window``); a one-line ``InputError`` unless it is a DuckDB
+    file holding ``otel_traces``, or a ClickHouse / chDB source (``--source``) whose
+    ``otel_traces`` can be read (for ``window``)."""
     if is_warehouse(path):
         from restorelens.analysis import open_analysis
         from restorelens.sources import parse_source
 
         with open_analysis(parse_source(str(path)), window=window) as analysis:
             analysis.probe()
-        return
+            return bool(analysis.holds_spans())
+    from restorelens.analysis import window_filter
+
     con = open_read_only(path, timeout_s=timeout_s)
     try:
         tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
+        if TABLE not in tables:
+            raise InputError(str(path), f"not a restorelens span store (no {TABLE} table)")
+        where, parameters = window_filter(window, dialect="duckdb", table=TABLE)
+        return bool(con.execute(f"select exists (select 1 from {TABLE} where {where})", parameters).fetchall()[0][0])
     except duckdb.Error as exc:
         raise InputError(str(path), f"cannot read the store: {str(exc).splitlines()[0]}") from None
     finally:
         con.close()
-    if TABLE not in tables:
-        raise InputError(str(path), f"not a restorelens span store (no {TABLE} table)")
 
 
 def load_into_store(files: list[Path], db_path: Path, *, shown_as: str | None = None,

@@ -30,11 +30,13 @@ from restorelens.dashboard import (
     timelines,
     uploads,
 )
+from restorelens.dashboard.labels import MISSING
 from restorelens.dashboard.segments import SEGMENTS
 from restorelens.errors import InputError, RestorelensError
 
 __all__ = ["NO_SCRAPES", "current_store", "engine_pressure", "guarded", "limits_in_use", "pick", "plain",
-           "schedule_caption", "settings", "settings_sidebar", "show_figure", "source_picker", "stamp", "time_bars"]
+           "schedule_caption", "settings", "settings_sidebar", "show_figure", "source_picker", "stamp", "table",
+           "time_bars"]
 
 T = TypeVar("T")
 
@@ -299,6 +301,11 @@ def show_figure(figure: go.Figure, key: str, file_stem: str) -> None:
         "Download chart as HTML", data=lambda: figure.to_html(include_plotlyjs=True, full_html=True),
         file_name=f"{file_stem}.html", mime="text/html", key=f"{key}-html", on_click="ignore",
     )
+
+
+def table(frame: Any) -> None:
+    """A table on a page: no index, a missing value shown as ``MISSING`` (Streamlit's: "None")."""
+    st.dataframe(frame, hide_index=True, placeholder=MISSING)
 
 
 def pick(param: str, values: Sequence[str], labels: Sequence[str], label: str) -> str:

@@ -5,11 +5,12 @@ Exception tree::
     RestorelensError          exit code 1
     ├── SettingError          a setting (flag, env variable, TOML key) is invalid; names it
     └── InputError            an input file or value is malformed; names file:line when known
+        └── MissingInput      exit code 2: what a command must read does not exist (a usage error)
 """
 
 from __future__ import annotations
 
-__all__ = ["InputError", "RestorelensError", "SettingError", "first_line"]
+__all__ = ["InputError", "MissingInput", "RestorelensError", "SettingError", "first_line"]
 
 
 class RestorelensError(Exception):
@@ -34,6 +35,14 @@ class InputError(RestorelensError):
         self.where = where
         self.problem = problem
         super().__init__(f"{where}: {problem}" if where else problem)
+
+
+class MissingInput(InputError):
+    """What a command must read (a span store, a chDB folder) does not exist: the command line
+    names the wrong place, a usage error, so it exits 2 as click's own usage errors do, from every
+    command (a script tells it from a store that was read and found wanting)."""
+
+    exit_code = 2
 
 
 def first_line(exc: BaseException) -> str:

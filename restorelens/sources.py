@@ -47,7 +47,8 @@ class Source:
     def describe(self) -> str:
         if self.kind == "clickhouse":
             scheme = "clickhouses" if self.secure else "clickhouse"
-            return f"{scheme}://{self.user}@{self.host}:{self.port}/{self.database}"
+            host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address, as a URL holds it
+            return f"{scheme}://{self.user}@{host}:{self.port}/{self.database}"
         return self.path if self.kind == "duckdb" else f"chdb:{self.path}"
 
 
@@ -68,10 +69,16 @@ def parse_source(text: str, setting: str = "--source") -> Source:
         return Source("duckdb", path=text)
     if scheme not in _SCHEMES:
         raise SettingError(setting, f"unknown scheme {scheme}://; use a DuckDB path, chdb:PATH or clickhouse://")
-    parts = urlsplit(text)
+    try:
+        # urlsplit refuses an unbalanced "[" (or a bracketed host that is not an IPv6 address)
+        parts = urlsplit(text)
+        host = parts.hostname
+    except ValueError as exc:
+        raise SettingError(setting, f"is not a URL ({exc}): clickhouse://USER@HOST:PORT/DATABASE, "
+                                    "an IPv6 host in brackets") from None
     if parts.password is not None:
         raise SettingError(setting, f"put no password in the URL: set {PASSWORD_ENV} instead")
-    if not parts.hostname:
+    if not host:
         raise SettingError(setting, "needs a host: clickhouse://USER@HOST:PORT/DATABASE")
     database = unquote(parts.path.strip("/")) or "default"
     if not _NAME.match(database):
@@ -80,7 +87,7 @@ def parse_source(text: str, setting: str = "--source") -> Source:
         port = parts.port or (8443 if scheme == "clickhouses" else 8123)
     except ValueError:
         raise SettingError(setting, "the port is not a number from 1 to 65535") from None
-    return Source("clickhouse", host=parts.hostname, port=port, user=unquote(parts.username or "default"),
+    return Source("clickhouse", host=host, port=port, user=unquote(parts.username or "default"),
                   database=database, secure=scheme == "clickhouses")
 
 

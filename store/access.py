@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 
 from restorelens.store.schema import TABLE, create_schema
-from restorelens.errors import InputError, RestorelensError, first_line
+from restorelens.errors import InputError, MissingInput, RestorelensError, first_line
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -223,5 +223,5 @@ def open_read_only(
     ``otel_traces`` is an InputError naming it.
     """
     if not Path(path).is_file():
-        raise InputError(str(path), "no such span store (run `restorelens collect` or `restorelens load` first)")
+        raise MissingInput(str(path), "no such span store (run `restorelens collect` or `restorelens load` first)")
     return connect(path, read_only=True, timeout_s=timeout_s)

@@ -179,7 +179,11 @@ class ClickHouseAnalysis(Analysis):
         """Every ``rl_*`` macro call replaced by its ClickHouse body (nothing is created on the server)."""
         return inline_macros(sql, self._macros) if any(m in sql for m in MACROS) else sql
 
-    def _has_spans(self, span_name: str) -> bool:
+    def holds_spans(self) -> bool:
+        """Whether the window holds any span at all."""
+        return self._has_spans(None)
+
+    def _has_spans(self, span_name: str | None) -> bool:
         text, values = self._with("select count() > 0 as present from (select 1 from otel_traces limit 1)", {}, set(),
                                   span_name=span_name)
         try:

@@ -4,6 +4,7 @@ data folder) or a ClickHouse server's HTTP interface, both read only, both answe
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import uuid
@@ -14,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from restorelens.analysis.clickhouse import dialect
-from restorelens.errors import InputError, first_line
+from restorelens.errors import InputError, MissingInput, first_line
 from restorelens.sources import Source, password
 
 __all__ = ["SESSION_TIMEOUT_S", "Chdb", "Server", "connect", "error_code", "param_type"]
@@ -40,13 +41,23 @@ def param_type(value: Any) -> str:
 _SETTINGS = ", ".join(f"{name} = {value}" for name, value in dialect.SETTINGS.items())
 
 
+#: What chDB makes in the data folder it opens, whatever it is asked to do: its temporary files'
+#: folder (clickhouse-local fixes it at ``PATH/tmp``, with no setting to move it) and the folder
+#: of the temporary tables the analysis keeps. Removed at close when chDB made them (empty by then).
+_CHDB_SCRATCH = ("tmp", "data/_temporary_and_external_tables")
+
+
 class Chdb:
-    """The embedded engine on a data folder."""
+    """The embedded engine on a data folder, which reading leaves as it found it: chDB cannot open
+    a folder without making ``_CHDB_SCRATCH`` (and its lock file ``status``, removed at shutdown),
+    so ``close`` removes the folders it made once the engine is shut down."""
 
     def __init__(self, path: str) -> None:
         from chdb import session
 
         self.name = f"chdb:{path}"
+        self._folder = Path(path)
+        self._made = [name for name in _CHDB_SCRATCH if not (self._folder / name).exists()]
         self._session = session.Session(path)
 
     def frame(self, sql: str, parameters: Mapping[str, Any]) -> pl.DataFrame:
@@ -61,6 +72,11 @@ class Chdb:
 
     def close(self) -> None:
         self._session.close()
+        if (self._folder / "status").exists():
+            return  # another session of this process still runs the engine on the folder
+        for name in self._made:
+            with contextlib.suppress(OSError):  # not empty, or gone: then it is not ours to remove
+                (self._folder / name).rmdir()
 
 
 class Server:
@@ -92,7 +108,7 @@ def connect(source: Source) -> Any:
     """The client for a chdb or clickhouse ``source``; an unreachable one is a one-line ``InputError``."""
     if source.kind == "chdb" and not Path(source.path).is_dir():
         # chDB would make the folder: reading must not create anything
-        raise InputError(source.describe(), "no such chDB data folder")
+        raise MissingInput(source.describe(), "no such chDB data folder")
     try:
         return Chdb(source.path) if source.kind == "chdb" else Server(source)
     except ImportError as exc:

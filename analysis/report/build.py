@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from restorelens.analysis.study import STUDY_ARMS
 from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
 
-__all__ = ["ENGINE_METRICS", "LENDING_METRICS", "REQUEST_METRICS", "WAKE_METRICS", "build_report"]
+__all__ = ["ENGINE_METRICS", "LENDING_METRICS", "REQUEST_METRICS", "WAKE_METRICS", "arm_order", "build_report"]
 
 LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
 WAKE_METRICS = ("retry_after_s", "hint_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
@@ -34,7 +35,7 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
         },
         schema={"episodes": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
     )
-    paired = analysis.paired_differences()
+    paired = _later_minus_earlier(analysis.paired_differences())
     medians = (
         paired.group_by("workload", "policy", "baseline")
         .agg(
@@ -64,3 +65,22 @@ def _median(column: str, percentile: str) -> pl.Expr:
     if percentile == "linear":
         return pl.col(column).median()
     return nearest_rank_expr(pl.col(column).drop_nulls(), 0.5).alias(column)  # the 3rd of 5 seeds
+
+
+def arm_order(arms: list[str | None]) -> list[str | None]:
+    """``arms`` in the order paired differences subtract them: no gate (null) first, then the
+    study's arms as ``STUDY_ARMS`` lists them (fcfs, priority, static, lend), then any other by name."""
+    def key(arm: str | None) -> tuple[int, int, str]:
+        if arm is None:
+            return (0, 0, "")
+        return (1, STUDY_ARMS.index(arm), "") if arm in STUDY_ARMS else (2, 0, arm)
+    return sorted(set(arms), key=key)
+
+
+def _later_minus_earlier(paired: pl.DataFrame) -> pl.DataFrame:
+    """One direction per pair of arms: the later arm (``arm_order``) minus the earlier one, e.g.
+    lend - static, never also static - lend (the same number, negated)."""
+    order = arm_order([*paired["policy"].to_list(), *paired["baseline"].to_list()])
+    rank = {arm: index for index, arm in enumerate(order)}
+    keep = [rank[policy] > rank[baseline] for policy, baseline in zip(paired["policy"], paired["baseline"])]
+    return paired.filter(pl.Series(keep, dtype=pl.Boolean))

@@ -9,6 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from restorelens.analysis.views import STATISTICS
+
 __all__ = ["NO_GATE", "render", "with_no_gate"]
 
 #: How a null policy reads in the text formats: the request passed no gate.
@@ -23,11 +25,18 @@ _TITLES = {
     "lending_episodes": "Lending episodes: grant restored, borrowed work drained, engine scheduled (s)",
     "wake_episodes": "Wake episodes per hint mode and wake path: hint, ready, observed, overshoot, engine scheduled (s)",
     "requests": "Requests: client-observed latency (s)",
-    "engine": "Engine: queue, schedule delay after the attempt started (point, lower and upper bound), "
-              "TTFT, prefill, decode (s)",
+    "engine": "Engine: queue, schedule delay after the attempt started (with its lower and upper bound "
+              "where they differ from it), TTFT, prefill, decode (s)",
     "policy_summary": "Policy summary: goodput per policy x workload x seed (req/s)",
-    "paired_differences": "Paired differences: policy - baseline, median over seeds (req/s)",
+    "paired_differences": "Paired differences: policy - baseline, each arm minus every earlier one (no gate, fcfs, "
+                          "priority, static, lend, then others by name), median over seeds (req/s)",
 }
+#: Columns that name a row rather than measure it: a table too wide for the terminal repeats them
+#: in each of the parts its other columns are split into.
+_KEYS = ("episodes", "policy", "workload", "seed", "baseline", "engine", "traffic_class", "hint_mode", "wake_path",
+         "metric")
+#: What rich adds to a column's text: one space each side and the rule on its right.
+_COLUMN_FRAME = 3
 
 
 def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
@@ -38,10 +47,10 @@ def render(sections: dict[str, pl.DataFrame], fmt: str) -> str:
         # one CSV block per section, each preceded by a `# section` line and separated by a blank line
         return "\n".join(f"# {name}\n{frame.write_csv()}" for name, frame in sections.items())
     if fmt == "markdown":
-        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(_no_gate(name, frame))}\n"
+        return "\n".join(f"## {_TITLES.get(name, name)}\n\n{_markdown(_shown(name, frame))}\n"
                          for name, frame in sections.items())
     if fmt == "table":
-        return _rich({name: _no_gate(name, frame) for name, frame in sections.items()})
+        return _rich({name: _shown(name, frame) for name, frame in sections.items()})
     raise ValueError(f"unknown format {fmt!r}")
 
 
@@ -52,8 +61,36 @@ def with_no_gate(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(name).fill_null(NO_GATE) for name in columns) if columns else frame
 
 
-def _no_gate(section: str, frame: pl.DataFrame) -> pl.DataFrame:
-    return with_no_gate(frame) if section in _ARM_SECTIONS else frame
+def _shown(section: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """What the text formats show of a section (JSON and CSV keep every row, nulls as null)."""
+    if section in _ARM_SECTIONS:
+        frame = with_no_gate(frame)
+    if section == "engine" and not frame.is_empty():
+        frame = _bounds_where_they_differ(frame, ["engine", "traffic_class"])
+    return frame
+
+
+#: Interval metrics whose bounds equal their point when the spans pin it down: the bounds' rows
+#: are then the point's row again, so they are shown only where they differ from it.
+_BOUNDED = {"schedule_delay_s": ("schedule_delay_lower_s", "schedule_delay_upper_s")}
+#: Statistics this close are the same: a bound and its point come from the engine's float
+#: attributes and the spans' nanosecond times by different sums, which round apart by < 1 µs.
+_SAME_S = 1e-6
+
+
+def _bounds_where_they_differ(stats: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """``stats`` (``percentiles_of``'s rows) without a bound's row that repeats its point's."""
+    for point, bounds in _BOUNDED.items():
+        points = stats.filter(pl.col("metric") == point).select(
+            *by, *(pl.col(name).alias(f"point_{name}") for name in ("count", *STATISTICS)))
+        same = pl.all_horizontal(
+            pl.col("count") == pl.col("point_count"),
+            *(((pl.col(name) - pl.col(f"point_{name}")).abs() <= _SAME_S)
+              | (pl.col(name).is_null() & pl.col(f"point_{name}").is_null()) for name in STATISTICS))
+        repeated = pl.col("metric").is_in(bounds) & same.fill_null(False)
+        stats = (stats.join(points, on=by, how="left", nulls_equal=True, maintain_order="left")
+                 .filter(~repeated).select(stats.columns))
+    return stats
 
 
 def _cell(value: Any) -> str:
@@ -74,19 +111,52 @@ def _markdown(frame: pl.DataFrame) -> str:
 
 def _rich(sections: dict[str, pl.DataFrame]) -> str:
     from rich.console import Console
-    from rich.table import Table
 
     buffer = io.StringIO()
     width = shutil.get_terminal_size((160, 24)).columns
     console = Console(file=buffer, width=width, force_terminal=False)
     for name, frame in sections.items():
-        table = Table(title=_TITLES.get(name, name), title_justify="left")
-        for column in frame.columns:
-            numeric = frame.schema[column].is_numeric()
-            table.add_column(column, justify="right" if numeric else "left", overflow="fold")
-        for row in frame.iter_rows():
-            table.add_row(*(_cell(value) for value in row))
+        title = _TITLES.get(name, name)
         if frame.is_empty():
-            table.caption = "no data"
-        console.print(table)
+            console.print(f"{title}: none", highlight=False, soft_wrap=True)
+            continue
+        parts = _parts(frame, width)
+        for index, columns in enumerate(parts):
+            shown = title if len(parts) == 1 else f"{title}, part {index + 1} of {len(parts)}"
+            console.print(_table(frame.select(columns), shown))
     return buffer.getvalue()
+
+
+def _table(frame: pl.DataFrame, title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for column in frame.columns:
+        numeric = frame.schema[column].is_numeric()
+        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
+    for row in frame.iter_rows():
+        table.add_row(*(_cell(value) for value in row))
+    return table
+
+
+def _parts(frame: pl.DataFrame, width: int) -> list[list[str]]:
+    """The columns of each table ``frame`` is printed as: all of them when they fit ``width``
+    whole (no header or value cut), else the row's names (``_KEYS``) and as many further columns
+    as fit, part after part, so no header is cut mid-word."""
+    def needed(column: str) -> int:
+        cells = [len(_cell(value)) for value in frame[column]]
+        return max([len(column), *cells]) + _COLUMN_FRAME
+
+    keys = [column for column in frame.columns if column in _KEYS]
+    budget = width - 1 - sum(needed(column) for column in keys)
+    parts: list[list[str]] = []
+    current: list[str] = []
+    used = 0
+    for column in (column for column in frame.columns if column not in _KEYS):
+        if current and used + needed(column) > budget:
+            parts.append(current)
+            current, used = [], 0
+        current.append(column)
+        used += needed(column)
+    parts.append(current)
+    return [keys + part for part in parts]

@@ -62,8 +62,8 @@ group_names = [name.replace("_", " ") for name in summary.groups]
 st.subheader(f"Per {' × '.join(group_names)}")
 ui.show_figure(figures.engine_distributions(summary.curves, titles, group_names), "engine-distributions",
                "engine-distributions")
-st.dataframe(summary.statistics, hide_index=True)
+ui.table(summary.statistics)
 
 st.subheader("Longest schedule delays")
 st.caption("Open one in the Trace explorer by its trace id.")
-st.dataframe(summary.slowest, hide_index=True)
+ui.table(summary.slowest)

@@ -4,7 +4,7 @@ import polars as pl
 import streamlit as st
 
 from restorelens.dashboard import queries, timelines, ui
-from restorelens.dashboard.labels import UNNAMED_POLICY, with_unnamed_policy
+from restorelens.dashboard.labels import UNNAMED_POLICY, shown, with_unnamed_policy
 from restorelens.dashboard.segments import time_segments
 
 st.title("Lending episodes")
@@ -20,8 +20,9 @@ st.subheader("Where the time went")
 ui.time_bars(time_segments(episodes, "lending"), episodes.height, "lending", "lending-bars")
 
 st.subheader("One episode")
-labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or UNNAMED_POLICY} · run {row['run_id']} · "
-          f"seed {row['seed']}" + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
+labels = [f"{row['t0']:%H:%M:%S.%f} · {row['policy'] or UNNAMED_POLICY} · run {shown(row['run_id'])} · "
+          f"seed {shown(row['seed'])}" + (" · censored" if row["censored"] else "")
+          for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.lending_detail, path, stamp, span_id)
 episode = detail.episode
@@ -33,5 +34,4 @@ ui.show_figure(timelines.lending_timeline(detail), "lending-timeline", "lending-
 ui.engine_pressure(path, stamp, episode, detail.events, "lending-pressure")
 
 st.subheader("All lending episodes")
-shown = with_unnamed_policy(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id")))
-st.dataframe(shown, hide_index=True)
+ui.table(with_unnamed_policy(episodes.drop(pl.selectors.ends_with("_id") - pl.selectors.by_name("run_id"))))

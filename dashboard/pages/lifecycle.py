@@ -25,4 +25,4 @@ if lifecycle.carries_memory(drawn):
 else:
     st.caption("No memory chart: no `modelclaim.state` span in this store carries `modelclaim.gpu_bytes` or "
                "`modelclaim.host_ram_bytes` (the gate's lifecycle adds them when it accounts the models' memory).")
-st.dataframe(intervals, hide_index=True)
+ui.table(intervals)

@@ -44,7 +44,7 @@ else:
     st.success("Every limit holds: " + ui.plain(", ".join(result.limits)) if result.limits else "No limits configured.")
 if not result.breaches.is_empty():
     st.caption("Episodes and requests whose own value is over a limit (open them on their page):")
-    st.dataframe(result.breaches, hide_index=True)
+    ui.table(result.breaches)
 if nothing and not include_requests:
     st.stop()
 
@@ -55,8 +55,8 @@ for kind, total, segments, curves, titles, group, known, stats in episodes:
     ui.show_figure(figures.engine_distributions(curves, titles, (group,), known=known, what="episodes"),
                    f"overview-{kind}-ecdf", f"overview-{kind}-ecdf")
     st.caption(f"Percentiles: {settings.method}.")
-    st.dataframe(stats, hide_index=True)
+    ui.table(stats)
 if include_requests:
     st.subheader("Requests by class and policy")
     st.caption(f"Percentiles: {settings.method}.")
-    st.dataframe(result.request_stats, hide_index=True)
+    ui.table(result.request_stats)

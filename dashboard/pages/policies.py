@@ -31,18 +31,17 @@ ui.show_figure(frontier.frontier_figure(page), "frontier", "policy-frontier")
 if not page.dominance.is_empty():
     st.caption("Arms beyond the study's: does each one's median point dominate every study arm's "
                "(both goodputs at least the best of fcfs, priority, static and lend)?")
-    st.dataframe(page.dominance, hide_index=True)
+    ui.table(page.dominance)
 
 st.subheader("The study's gates")
 st.caption("Each gate is a paired difference per seed (same workload and seed), and holds when its nearest-rank "
            "median over the seeds reaches the threshold. n/a: one of the two arms was not played.")
 ui.show_figure(frontier.gates_figure(page), "gates", "policy-gates")
-st.dataframe(page.gates.select("scenario", "gate", "label", pl.col("per_seed").alias("per seed"),
-                               pl.col("median_rps").alias("median (req/s)"), pl.col("verdict").alias("holds?")),
-             hide_index=True)
+ui.table(page.gates.select("scenario", "gate", "label", pl.col("per_seed").alias("per seed"),
+                           pl.col("median_rps").alias("median (req/s)"), pl.col("verdict").alias("holds?")))
 
 st.subheader("Interactive TTFT p95 in the contention window")
 ui.show_figure(frontier.ttft_figure(page, slo), "ttft", "policy-ttft")
 
 st.subheader("Runs")
-st.dataframe(page.runs, hide_index=True)
+ui.table(page.runs)

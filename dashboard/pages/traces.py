@@ -16,7 +16,7 @@ wanted = st.query_params.get("trace") or st.query_params.get("request") or ""
 query = st.text_input("Request id or trace id", value=wanted, key="trace-search").strip()
 if not query:
     st.info("Enter a request id (restore.request_id) or a trace id; the slowest requests are listed below.")
-    st.dataframe(with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings().selection)), hide_index=True)
+    ui.table(with_no_gate(ui.guarded(queries.recent_requests, path, stamp, 50, ui.settings().selection)))
     st.stop()
 
 trace_ids = ui.guarded(queries.traces_for_request, path, stamp, query)
@@ -60,4 +60,4 @@ if not links.is_empty() or not linking.is_empty():
     st.caption(ui.plain(f"Span links of {' and '.join(LINKING_SPANS)} spans, both ways: open a trace id to "
                         "see its waterfall."))
 
-st.dataframe(with_status(spans).drop("attributes"), hide_index=True)
+ui.table(with_status(spans).drop("attributes"))

@@ -3,6 +3,7 @@
 import streamlit as st
 
 from restorelens.dashboard import queries, timelines, ui
+from restorelens.dashboard.labels import shown
 from restorelens.dashboard.segments import time_segments
 
 st.title("Wake episodes")
@@ -18,7 +19,8 @@ st.subheader("Where the time went")
 ui.time_bars(time_segments(episodes, "wake"), episodes.height, "wake", "wake-bars")
 
 st.subheader("One episode")
-labels = [f"{row['t0']:%H:%M:%S} · {row['model']} · {row['wake_path']} · hint {row['retry_after_s']} s"
+labels = [f"{row['t0']:%H:%M:%S} · {shown(row['model'])} · {shown(row['wake_path'])} · "
+          f"hint {shown(row['retry_after_s'])} s"
           + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.wake_detail, path, stamp, span_id)
@@ -32,4 +34,4 @@ ui.engine_pressure(path, stamp, episode, detail.events, "wake-pressure")
 
 st.subheader("Hint vs actual readiness")
 ui.show_figure(timelines.hint_scatter(episodes), "hint-scatter", "wake-hint-vs-ready")
-st.dataframe(episodes, hide_index=True)
+ui.table(episodes)

@@ -132,8 +132,41 @@ def test_report_rejects_an_slo_that_is_not_a_duration(store: Path, option: str, 
 
 def test_report_on_a_missing_store_is_one_line(tmp_path: Path) -> None:
     result = invoke("report", "--db", str(tmp_path / "nope.duckdb"))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.output.strip().startswith("Error:") and len(result.output.strip().splitlines()) == 1
+
+
+_READERS = (["report"], ["check", "--max", "drain_s.max=1"], ["dashboard"])
+
+
+@pytest.mark.parametrize(("command", "where"), [
+    *((command, "--db") for command in _READERS), *((command, "--source chdb:") for command in _READERS),
+    (["export", "--format", "parquet", "out.parquet"], "--db"),
+])
+def test_a_missing_store_exits_2_from_every_command(tmp_path: Path, command: list[str], where: str) -> None:
+    """A usage error, as click's own: a script tells a wrong path from a store found wanting (1)."""
+    option, _, prefix = where.partition(" ")
+    result = invoke(*command, option, f"{prefix}{tmp_path / 'absent'}")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error:") and ("no such span store" in line or "no such chDB data folder" in line)
+    assert not (tmp_path / "absent").exists()
+
+
+def test_report_and_check_on_an_empty_store_say_so_in_one_line(tmp_path: Path) -> None:
+    store = empty_store(tmp_path)
+    result = invoke("report", "--db", str(store), "--format", "json")
+    assert result.exit_code == 0, result.output
+    note = (f"note: {store} holds no spans: every figure is empty (record some with `restorelens collect` or "
+            "`restorelens load`)")
+    assert result.output.splitlines()[0] == note
+    assert invoke("check", "--db", str(store), "--max", "drain_s.max=1").output.splitlines()[0] == note
+    full = tmp_path / "spans.duckdb"
+    build_store(full)
+    assert "holds no spans" not in invoke("report", "--db", str(full), "--format", "json").output
+    outside = invoke("report", "--db", str(full), "--format", "json", "--since", "2030-01-01T00:00:00Z")
+    assert outside.output.splitlines()[0] == (f"note: {full} holds no spans in the window (spans from "
+                                              "2030-01-01T00:00:00Z on): every figure is empty")
 
 
 def test_report_and_check_on_a_file_that_is_not_a_store_is_one_line(tmp_path: Path) -> None:
@@ -169,7 +202,7 @@ def test_check_fails_on_an_empty_store_naming_each_limit_it_could_not_check(tmp_
     assert "2 of 2 limits had nothing to check (--allow-empty accepts that):" in result.output
     assert "wake.overshoot_s.p95: no values in 0 wake episodes" in result.output
     assert "wake.censored.count: no values in 0 wake episodes" in result.output
-    assert "hold" not in result.output
+    assert "hold" not in result.output.replace("holds no spans", "")
 
 
 def test_check_fails_when_the_episodes_hold_no_value_of_the_metric(tmp_path: Path) -> None:
@@ -280,3 +313,13 @@ def test_a_bad_window_is_one_line_for_report_and_check(store: Path, window: list
         assert result.exit_code == exit_code
         (line,) = result.output.strip().splitlines()
         assert line.startswith(f"Error: {message}")
+
+
+@pytest.mark.parametrize("url", ["clickhouse://u@[::1:1/db", "clickhouse://u@[not-an-address]:1/db"])
+def test_a_malformed_clickhouse_url_is_one_line_naming_the_option_for_report_and_export(store: Path,
+                                                                                       url: str) -> None:
+    for args, option in ((["report", "--source", url], "--source"), (["export", "--db", str(store), "--to", url], "--to")):
+        result = invoke(*args)
+        assert result.exit_code == 1, result.output
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith(f"Error: setting {option}: is not a URL"), line

@@ -30,6 +30,8 @@ def test_a_source_is_read_from_its_text(text: str, expected: Source) -> None:
     ("clickhouse:///otel", "needs a host"),
     ("clickhouse://ch/otel;drop", "not a plain ClickHouse name"),
     ("clickhouse://ch:99999/otel", "port"),
+    ("clickhouse://u@[::1:1/db", "is not a URL"),  # an unbalanced "[": urlsplit's ValueError
+    ("clickhouse://u@[not-an-address]:1/db", "is not a URL"),
 ])
 def test_a_bad_source_is_one_line_naming_the_option(text: str, message: str) -> None:
     with pytest.raises(SettingError, match="--source") as raised:
@@ -40,6 +42,7 @@ def test_a_bad_source_is_one_line_naming_the_option(text: str, message: str) -> 
 def test_a_source_names_itself_without_a_password() -> None:
     assert parse_source("clickhouse://reader@ch:9000/otel").describe() == "clickhouse://reader@ch:9000/otel"
     assert parse_source("chdb:/d").describe() == "chdb:/d"
+    assert parse_source("clickhouse://reader@[::1]:9000/otel").describe() == "clickhouse://reader@[::1]:9000/otel"
 
 
 def test_times_are_iso_8601_and_naive_ones_utc() -> None:

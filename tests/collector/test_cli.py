@@ -82,7 +82,7 @@ def test_export_refuses_to_replace_a_file_unless_forced(tmp_path: Path, fmt: str
 
 def test_export_of_a_missing_store_is_a_one_line_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "x.duckdb"), "--format", "parquet", "o"])
-    assert result.exit_code == 1 and "no such span store" in result.output
+    assert result.exit_code == 2 and "no such span store" in result.output  # a usage error, from every command
 
 
 def test_load_into_a_file_that_is_no_span_store_is_a_one_line_error(foreign_stores: dict[Path, str]) -> None:

@@ -29,7 +29,7 @@ def handed_over(monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[list[str],
 
 def test_a_missing_store_is_one_line(tmp_path: Path) -> None:
     result = invoke("--db", str(tmp_path / "absent.duckdb"))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as from every command
     assert result.output.strip().splitlines() == [f"Error: {tmp_path / 'absent.duckdb'}: no such span store "
                                                   "(run `restorelens collect` or `restorelens load` first)"]
 
@@ -244,3 +244,40 @@ def test_the_app_checks_the_window_it_is_handed(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SettingError, match=WINDOW_ENV) as raised:
         configured_window()
     assert problem in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_an_empty_store_says_so_in_one_line_before_the_banner(empty_store_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = empty_store_path
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: None)
+    result = invoke("--db", str(empty))
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[0] == (f"note: {empty.resolve()} holds no spans: every figure is empty (record some with "
+                        "`restorelens collect` or `restorelens load`)")
+    assert lines[1].startswith("restorelens dashboard: http://")
+
+
+def test_a_store_with_spans_has_no_note(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: None)
+    result = invoke("--db", str(store_path))
+    assert result.exit_code == 0 and "holds no spans" not in result.output
+
+
+def test_a_busy_port_is_one_line_before_any_banner(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As from every other server: Streamlit's own "Port N is not available" came after the banner."""
+    from restorelens.serving import bind_socket
+
+    handed: list = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: handed.append(argv))
+    with bind_socket("127.0.0.1", 0) as busy:
+        port = busy.getsockname()[1]
+        result = invoke("--db", str(store_path), "--port", str(port))
+    assert (result.exit_code, result.output) == (
+        1, f"Error: setting --port: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+    assert handed == []  # Streamlit never started
+
+
+def test_streamlit_shows_no_developer_toolbar(store_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    argv, _ = handed_over(monkeypatch, "--db", str(store_path))
+    assert argv[argv.index("--client.toolbarMode") + 1] == "viewer"  # no Deploy button, rerun or clear cache

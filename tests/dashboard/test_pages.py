@@ -17,6 +17,7 @@ from restorelens.analysis import Analysis, percentiles_of
 from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 from restorelens.collector import load_paths
 from restorelens.dashboard import environment, figures, source, ui
+from restorelens.dashboard.labels import MISSING
 from restorelens.gate.modelclaim.phases import PHASES
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
@@ -430,3 +431,30 @@ def test_without_scrapes_an_episode_page_says_how_to_record_them(on_store: Path,
     assert [i.value for i in app.info] == [ui.NO_SCRAPES]
     assert "restorelens collect --scrape URL" in seen(ui.NO_SCRAPES)
     assert len(specs(app)) == (2 if page == "lending" else 3)
+
+
+@pytest.mark.parametrize("page", ["overview", "lending", "wakes", "engine", "policies", "lifecycle", "traces"])
+def test_a_missing_value_reads_as_a_dash_never_none(on_store: Path, page: str) -> None:
+    app = run_page(page)
+    tables = app.dataframe
+    assert all(table.proto.placeholder == MISSING for table in tables)  # Streamlit's own: "None"
+    for picker in app.selectbox:
+        assert not [option for option in picker.options if "None" in option], picker.label
+
+
+def test_an_episode_without_run_or_seed_is_picked_by_a_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+    from builders import Traces
+
+    from restorelens.dashboard.labels import shown
+
+    assert (shown(None), shown(3), shown("lend")) == (MISSING, "3", "lend")
+    traces = Traces()  # a gate's restore that no run labelled: no run id, no seed
+    traces.gate_restore(60.0, 64.5, link=None, policy="lend", grant_restored_s=61.0, drained_s=64.5)
+    path = tmp_path / "unlabelled.duckdb"
+    con = duckdb.connect(str(path))
+    traces.store(con)
+    con.close()
+    monkeypatch.setenv(environment.DB_ENV, str(path))
+    (option,) = run_page("lending").selectbox[0].options
+    assert f"run {MISSING} · seed {MISSING}" in option and "None" not in option

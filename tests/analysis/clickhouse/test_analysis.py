@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -120,12 +121,31 @@ def test_reading_leaves_nothing_behind(stores: tuple[Path, str]) -> None:
     assert objects() == before
 
 
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+def test_a_report_leaves_the_chdb_folder_as_it_found_it(stores: tuple[Path, str], tmp_path: Path) -> None:
+    """chDB makes PATH/tmp and PATH/data/_temporary_and_external_tables whatever it reads; a folder
+    that holds neither (the export made them: chDB too) holds neither after a report."""
+    folder = tmp_path / "spans"
+    shutil.copytree(stores[1].removeprefix("chdb:"), folder, symlinks=True)
+    for scratch in (folder / "tmp", folder / "data" / "_temporary_and_external_tables"):
+        if scratch.exists():
+            scratch.rmdir()
+    before = _listing(folder)
+    result = CliRunner().invoke(main, ["report", "--source", f"chdb:{folder}", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    assert _listing(folder) == before
+
+
 def test_a_store_without_otel_traces_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = CliRunner().invoke(main, ["report", "--source", f"chdb:{tmp_path / 'empty'}"])
     assert result.exit_code != 0
     message = result.output.strip()
     assert message.startswith(f"Error: chdb:{tmp_path / 'empty'}") and "\n" not in message and "otel_traces" in message
+    assert _listing(tmp_path / "empty") == []  # nothing made, not even chDB's temporary folder
 
 
 def test_a_missing_chdb_folder_is_refused_not_made(tmp_path: Path) -> None:
