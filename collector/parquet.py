@@ -27,6 +27,7 @@ __all__ = [
     "PARQUET_BATCH_BYTES",
     "PARQUET_BATCH_ROWS",
     "PARQUET_EXPANSION",
+    "PARQUET_MAX_GROUP_ROWS",
     "PARQUET_MAX_VALUE_BYTES",
     "PARQUET_MIN_DECODED_BYTES",
     "ParquetProblem",
@@ -41,6 +42,9 @@ class ParquetProblem(ValueError):
 
 #: Rows per Arrow batch read from Parquet (strings still dictionary-encoded: a few bytes a row).
 PARQUET_BATCH_ROWS = 65_536
+#: Rows a row group may hold: the loader reads a group at a time, its strings dictionary-encoded
+#: (pyarrow's own writer puts at most this many in a group by default, DuckDB 122,880).
+PARQUET_MAX_GROUP_ROWS = 1 << 20
 #: A batch's strings are decoded at most this many bytes at a time (fewer rows when they are long):
 #: a dictionary-encoded file stores a long value once, however many rows repeat it.
 PARQUET_BATCH_BYTES = 64 * 1024 * 1024
@@ -219,7 +223,7 @@ def read_parquet_tables(
         encoded = pq.ParquetFile(path, metadata=parquet.metadata, read_dictionary=dictionary_leaves(parquet.schema))
         total = parquet.metadata.num_rows
         done = reported = decoded = 0
-        for batch in encoded.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=ARROW_SCHEMA.names):
+        for batch in _encoded_batches(encoded, ARROW_SCHEMA.names):
             sizes = decoded_sizes(batch)
             _check_sizes(sizes, done, decoded, allowed_bytes)
             decoded += int(sizes.per_row.sum())
@@ -237,6 +241,22 @@ def read_parquet_tables(
                 yield table.cast(ARROW_SCHEMA), reasons
     except (pa.ArrowException, OSError) as exc:
         raise ParquetProblem(f"cannot read it as Parquet: {exc}") from None
+
+
+def _encoded_batches(encoded: Any, columns: list[str]) -> Iterator[Any]:
+    """The file's rows as record batches of at most ``PARQUET_BATCH_ROWS``, strings dictionary-encoded.
+
+    Read a row group at a time: pyarrow's batch reader cannot hand out a nested column (a map's keys,
+    an event's names) dictionary-encoded in a batch that crosses row groups ("Nested data conversions
+    not implemented for chunked array outputs", on the files ``restorelens export`` writes past one
+    122,880-row group); its row-group reader can. A group's rows cost a few bytes each so read.
+    """
+    for group in range(encoded.num_row_groups):
+        rows = encoded.metadata.row_group(group).num_rows
+        if rows > PARQUET_MAX_GROUP_ROWS:
+            raise ParquetProblem(f"row group {group} holds {rows} rows, more than the {PARQUET_MAX_GROUP_ROWS} "
+                                 "a group may hold here (write it with smaller row groups)")
+        yield from encoded.read_row_group(group, columns=columns).to_batches(max_chunksize=PARQUET_BATCH_ROWS)
 
 
 def _check_sizes(sizes: DecodedSizes, done: int, decoded: int, allowed_bytes: int) -> None:

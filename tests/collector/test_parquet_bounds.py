@@ -100,3 +100,45 @@ def test_long_rows_are_decoded_a_bounded_slice_at_a_time_and_all_load(
                             "from otel_traces").fetchone()
     assert names == [row["SpanName"] for row in rows]
     assert attrs == (sum((i % 7) * 50 for i in range(500)), sum(i % 3 for i in range(500)))
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
+
+
+def _duckdb_written(tmp_path: Path, copies: int) -> tuple[Path, int]:
+    """The sample traces ``copies`` times over (new ids each time), written by DuckDB's Parquet writer
+    as ``restorelens export`` writes it: nested attributes dictionary-encoded, 122,880-row groups."""
+    import duckdb
+
+    db = tmp_path / "samples.duckdb"
+    load_paths([SAMPLES], db)
+    out = tmp_path / "copies.parquet"
+    with duckdb.connect(str(db)) as con:
+        con.execute(f"""COPY (SELECT o.* REPLACE (substr(md5(o.TraceId || c.n::VARCHAR), 1, 32) AS TraceId,
+                                                  substr(md5(o.SpanId || c.n::VARCHAR), 1, 16) AS SpanId)
+                              FROM otel_traces o, range({copies}) c(n))
+                        TO '{out}' (FORMAT parquet, COMPRESSION zstd)""")
+        spans = con.execute("SELECT count(*) FROM otel_traces").fetchone()[0] * copies
+    return out, spans
+
+
+def test_a_file_duckdb_wrote_past_one_batch_loads_whole(tmp_path: Path) -> None:
+    # A batch across two row groups cannot carry nested columns dictionary-encoded (pyarrow's
+    # "Nested data conversions not implemented for chunked array outputs"): read by row group.
+    path, spans = _duckdb_written(tmp_path, copies=140)
+    metadata = pq.ParquetFile(path).metadata
+    assert metadata.num_row_groups > 1 and metadata.num_rows == spans > parquet.PARQUET_BATCH_ROWS
+    summary = load_paths([path], tmp_path / "loaded.duckdb")
+    assert (summary.loaded, summary.rejected, summary.malformed) == (spans, 0, 0)
+    with open_read_only(tmp_path / "loaded.duckdb") as con:
+        with_attributes = con.execute("SELECT count(*) FROM otel_traces WHERE cardinality(SpanAttributes) > 0")
+        assert with_attributes.fetchone()[0] > 0
+
+
+def test_a_row_group_past_the_bound_refuses_the_file_in_one_line(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = _duckdb_written(tmp_path, copies=2)
+    monkeypatch.setattr(parquet, "PARQUET_MAX_GROUP_ROWS", 100)
+    summary = load_paths([path], tmp_path / "loaded.duckdb")
+    assert summary.loaded == 0
+    assert any("row group 0 holds" in line and "more than the 100" in line for line in summary.errors)
