@@ -148,19 +148,12 @@ def collect(
             "a larger scrape could never be stored",
         )
 
-    import errno
-
     from restorelens.collector.receiver import TRACES_PATH, create_receiver_app
-    from restorelens.serving import ServingLimits, bind_socket, serve
+    from restorelens.serving import ServingLimits, listen_on, serve
 
     # Bound here rather than by uvicorn so that port 0 shows the real port, and a busy port or a foreign
     # address is a one-line error before the store file is created.
-    try:
-        sock = bind_socket(host, port)
-    except OSError as exc:
-        setting = "--port" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
-        raise SettingError(setting, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    with sock:
+    with listen_on(host, port) as sock:
         app = create_receiver_app(
             db,
             token=token,

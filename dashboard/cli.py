@@ -38,17 +38,9 @@ def _check_listen(host: str, port: int) -> None:
     """Bind (host, port) once and let go: Streamlit binds it later, in the process the command
     becomes, and would say "Port N is not available" after the banner; a busy port or a bad host
     is one line here instead, as from every other server."""
-    import socket
+    from restorelens.serving import listen_on
 
-    from restorelens.errors import SettingError
-    from restorelens.serving import bind_socket
-
-    try:
-        bind_socket(host, port, listen=False).close()
-    except socket.gaierror as exc:
-        raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
-    except OSError as exc:
-        raise SettingError("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    listen_on(host, port, listen=False).close()
 
 
 @click.command("dashboard")

@@ -91,27 +91,12 @@ def _as_dict(settings: GateSettings) -> dict[str, Any]:
     return {k: (dict(v) if hasattr(v, "items") else v) for k, v in asdict(settings).items()}
 
 
-def _listen(host: str, port: int):  # -> socket.socket
-    """Bind before anything else starts, so a busy port or bad host is one line and no banner."""
-    import socket
-
-    from restorelens.serving import bind_socket
-
-    try:
-        return bind_socket(host, port)  # listening already: the banner may be read and acted on at once
-    except socket.gaierror as exc:
-        raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
-    except (OSError, OverflowError) as exc:
-        problem = getattr(exc, "strerror", None) or exc
-        raise SettingError("--port", f"cannot listen on {host}:{port}: {problem}") from None
-
-
 def _serve(settings: GateSettings, otlp_endpoint: str | None, trace_file: str | None) -> None:
     from restorelens.gate.app import create_gate_app
-    from restorelens.serving import ServingLimits, serve
+    from restorelens.serving import ServingLimits, listen_on, serve
     from restorelens.telemetry import build_tracer_provider
 
-    sock = _listen(settings.host, settings.port)
+    sock = listen_on(settings.host, settings.port)  # listening already: the banner may be read and acted on at once
     provider = None
     try:
         if settings.tracing:

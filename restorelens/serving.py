@@ -19,6 +19,7 @@ Binding the socket ourselves (port 0 by default) makes free-port selection race-
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import signal
 import socket
@@ -32,6 +33,7 @@ from typing import Any
 
 import uvicorn
 
+from restorelens.errors import SettingError
 from restorelens.http_protocol import (
     DEFAULT_MAX_HEADER_BYTES, BoundedHttpToolsProtocol, ConnectionBook, HeadLimit, client_connection_bound,
 )
@@ -39,7 +41,7 @@ from restorelens.settings import DEFAULT_DRAIN_TIMEOUT_S, DEFAULT_HEAD_TIMEOUT_S
 
 __all__ = [
     "DEFAULT_DRAIN_TIMEOUT_S", "DEFAULT_HEAD_TIMEOUT_S", "DEFAULT_MAX_HEADER_BYTES", "HeadLimit", "ServerThread",
-    "ServingLimits", "bind_socket", "serve", "uvicorn_config",
+    "ServingLimits", "bind_socket", "listen_on", "serve", "uvicorn_config",
 ]
 
 DEFAULT_HOST = "127.0.0.1"
@@ -108,6 +110,19 @@ def bind_socket(host: str = DEFAULT_HOST, port: int = 0, *, listen: bool = True)
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def listen_on(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """``bind_socket``, with a failure as the one line every server command gives: the host when it
+    does not resolve or is no address of this machine, else the port (busy, privileged, out of range)."""
+    try:
+        return bind_socket(host, port, listen=listen)
+    except socket.gaierror as exc:
+        raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
+    except (OSError, OverflowError) as exc:
+        setting = "--host" if getattr(exc, "errno", None) == errno.EADDRNOTAVAIL else "--port"
+        problem = getattr(exc, "strerror", None) or exc
+        raise SettingError(setting, f"cannot listen on {host}:{port}: {problem}") from None
 
 
 def serve(app: Any, sock: socket.socket, *, ready: str | None = None, limits: ServingLimits | None = None) -> None:

@@ -79,10 +79,7 @@ def _header_safe(value: str) -> bool:
 
 def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_mode, api_key, seed,  # noqa: ANN001
            otlp_endpoint, trace_file, service_name) -> None:  # noqa: ANN001
-    import socket
-
-    from restorelens.errors import SettingError
-    from restorelens.serving import bind_socket, serve
+    from restorelens.serving import listen_on, serve
     from restorelens.sim.app import create_app
     from restorelens.telemetry import build_tracer_provider
 
@@ -94,12 +91,7 @@ def _serve(config, host, port, model_name, time_scale, enable_sleep_mode, start_
     try:
         app = create_app(config, model_name=model_name, tracer_provider=provider, time_scale=time_scale,
                          enable_sleep_mode=enable_sleep_mode, start_mode=start_mode, api_key=api_key, seed=seed)
-        try:
-            sock = bind_socket(host, port)
-        except socket.gaierror as exc:
-            raise SettingError("--host", f"cannot listen on {host!r}: {exc.strerror or exc}") from None
-        except OSError as exc:
-            raise SettingError("--port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        sock = listen_on(host, port)
         bound_port = sock.getsockname()[1]
         serve(app, sock, ready=f"restorelens sim: model {model_name!r} on http://{host}:{bound_port} "
                                f"(max_num_seqs {config.max_num_seqs}, {config.num_blocks} KV blocks)")

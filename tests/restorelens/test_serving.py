@@ -252,3 +252,19 @@ def test_sigterm_the_moment_the_start_line_appears_still_ends_in_an_orderly_exit
         gate.send_signal(signal.SIGTERM)
         _, errors = gate.communicate(timeout=60)
         assert gate.returncode == 0, errors
+
+
+def test_listen_on_names_the_port_when_it_is_busy_and_the_host_when_it_is_not_ours() -> None:
+    from restorelens.errors import SettingError
+    from restorelens.serving import bind_socket, listen_on
+
+    with bind_socket("127.0.0.1", 0) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(SettingError, match=r"--port.*cannot listen on 127\.0\.0\.1:\d+"):
+            listen_on("127.0.0.1", port)
+    with pytest.raises(SettingError, match="--host"):
+        listen_on("192.0.2.1", 0)  # TEST-NET-1: an address of no machine of ours
+    with pytest.raises(SettingError, match="--host"):
+        listen_on("no-such-host.invalid", 0)
+    with listen_on("127.0.0.1", 0, listen=False) as free:
+        assert free.getsockname()[1] > 0
