@@ -26,12 +26,17 @@ class CorruptBody(Exception):
 
 
 class BodyDecoder:
-    """Identity: collect bytes up to the limit."""
+    """Identity: collect bytes up to the limit.
+
+    ``take()`` hands over what has been decoded so far, for a reader that reads as the body
+    arrives; ``finish()`` the rest (all of it, when nothing was taken).
+    """
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit_bytes = limit_bytes
         self._received = 0
-        self._out = bytearray()
+        self._produced = 0
+        self._out: list[bytes] = []  # pieces, joined once: growing one buffer copied it again and again
 
     def feed(self, chunk: bytes) -> None:
         self._received += len(chunk)
@@ -40,15 +45,22 @@ class BodyDecoder:
         self._decode(chunk)
 
     def _decode(self, chunk: bytes) -> None:
-        self._out += chunk
+        self._out.append(chunk)
 
     def _emit(self, data: bytes) -> None:
-        self._out += data
-        if len(self._out) > self.limit_bytes:
+        self._produced += len(data)
+        if self._produced > self.limit_bytes:
             raise BodyTooLarge(f"decompressed request body exceeds {self.limit_bytes} bytes")
+        self._out.append(data)
+
+    def take(self) -> bytes:
+        """The bytes decoded since the last ``take``."""
+        out = b"".join(self._out)
+        self._out.clear()
+        return out
 
     def finish(self) -> bytes:
-        return bytes(self._out)
+        return self.take()
 
 
 class _ZlibDecoder(BodyDecoder):
@@ -67,7 +79,7 @@ class _ZlibDecoder(BodyDecoder):
                     self._pending = data
                     return
                 self._inflater = zlib.decompressobj(self._wbits if self._wbits is not None else _deflate_wbits(data))
-            room = self.limit_bytes - len(self._out) + 1
+            room = self.limit_bytes - self._produced + 1
             try:
                 self._emit(self._inflater.decompress(data, room))
             except zlib.error as exc:

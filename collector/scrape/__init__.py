@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "ENGINE_METRICS_SCHEMA": "engine_metrics",
     "KEPT_METRICS": "engine_metrics",
     "KeptRead": "exposition",
+    "KeptReader": "exposition",
     "MAX_LABELS": "exposition",
     "ExpositionError": "exposition",
     "MetricsSink": "scraper",

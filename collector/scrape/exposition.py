@@ -14,7 +14,7 @@ import re
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
-__all__ = ["MAX_LABELS", "ExpositionError", "KeptRead", "Sample", "parse_exposition", "read_kept"]
+__all__ = ["MAX_LABELS", "ExpositionError", "KeptRead", "KeptReader", "Sample", "parse_exposition", "read_kept"]
 
 class ExpositionError(ValueError):
     """The body is not the text exposition format; names the line."""
@@ -239,6 +239,90 @@ def _lines_starting(text: str, prefixes: Collection[str], lo: int, hi: int) -> l
     return sorted(starts)
 
 
+class KeptReader:
+    """``read_kept`` fed an answer a piece at a time, as it arrives (sans-I/O).
+
+    ``feed`` each piece of text, then ``finish``. Complete lines are read as soon as they are in;
+    once ``capped`` is set the reader has what it will keep, and the caller may stop receiving:
+    the rest of the answer is neither read nor checked, so a flood of kept series costs the first
+    ``max_series`` lines, not the answer's size. The first sample line must be complete before any
+    line is read (the sniff of ``read_kept``), so up to ``SNIFF_CHARS`` are held first.
+    """
+
+    def __init__(self, keep: Collection[str], max_series: int) -> None:
+        self._keep = keep
+        self._prefixes = list(keep)
+        self._quoted = [f'{{"{name}"' for name in keep]
+        self._max_series = max_series
+        self._read = 0
+        self._pending: list[str] = []  # text after the last whole line
+        self._pending_chars = 0
+        self._lines_before = 0  # lines already read past: an error names its line in the answer
+        self._sniffed = False
+        self.samples: list[Sample] = []
+        self.capped = False
+
+    def feed(self, text: str) -> None:
+        if self.capped or not text:
+            return
+        self._pending.append(text)
+        self._pending_chars += len(text)
+        # nothing new to read until a line ends; the sniff waits for its window (joining on every
+        # small piece before it would copy the window once per piece)
+        if "\n" not in text or (not self._sniffed and self._pending_chars < SNIFF_CHARS):
+            return
+        held = "".join(self._pending)
+        if not self._sniffed and not self._sniff(held, final=False):
+            self._pending = [held]
+            return
+        cut = held.rfind("\n") + 1
+        self._pending = [held[cut:]]
+        self._pending_chars = len(held) - cut
+        self._read_lines(held[:cut])
+
+    def finish(self) -> KeptRead:
+        """What was read; the text not yet read (a last line without a line end) is read first."""
+        if not self.capped:
+            held = "".join(self._pending)
+            self._pending, self._pending_chars = [], 0
+            if not self._sniffed:
+                self._sniff(held, final=True)
+            self._read_lines(held)
+        return KeptRead(self.samples, self.capped)
+
+    def _sniff(self, text: str, *, final: bool) -> bool:
+        """Whether the answer's first sample line (within ``SNIFF_CHARS``) could be checked yet;
+        raises ExpositionError when it is no sample line."""
+        first = _COMMENTS_AND_BLANKS.match(text, 0, SNIFF_CHARS).end()  # type: ignore[union-attr]
+        if first < SNIFF_CHARS:
+            if not final and text.find("\n", first) < 0:
+                return False  # that line is not all in yet
+            if _line_at(text, first).lstrip(" \t")[:1] not in ("", "#"):
+                _sample_at(text, first)  # a comment cut by the window's end is no sample line
+        self._sniffed = True
+        return True
+
+    def _read_lines(self, text: str) -> None:
+        """Read the kept lines of ``text``, which begins a line and ends one (or the answer)."""
+        if text[:2] == '{"' or '\n{"' in text:  # quoted names: looked for from the first piece that has some
+            self._prefixes += self._quoted
+            self._quoted = []
+        for lo in range(0, len(text), WINDOW_CHARS):
+            for start in _lines_starting(text, self._prefixes, lo, lo + WINDOW_CHARS):
+                if self._read == self._max_series:
+                    self.capped = True
+                    self._pending, self._pending_chars = [], 0
+                    return
+                self._read += 1
+                try:
+                    sample = _sample(_line_at(text, start), 0)
+                except ExpositionError as exc:  # the line's number, counted only for a line that fails
+                    raise ExpositionError(self._lines_before + text.count("\n", 0, start) + 1, exc.problem) from None
+                if sample.name in self._keep:
+                    self.samples.append(sample)
+        self._lines_before += text.count("\n")
+
+
 def read_kept(text: str, keep: Collection[str], max_series: int) -> KeptRead:
     """The samples of the metrics in ``keep`` of a Prometheus text exposition, in order, reading
     at most ``max_series`` lines.
@@ -250,22 +334,8 @@ def read_kept(text: str, keep: Collection[str], max_series: int) -> KeptRead:
     nothing but a search of the text, and a broken one does not fail the answer; an answer whose
     first sample line (within ``SNIFF_CHARS``) is not one fails, so a page that is not the format
     fails whole. A kept sample on a line indented with blanks (allowed, written by no exporter) is
-    not read.
+    not read. :class:`KeptReader` reads the same, a piece at a time.
     """
-    first = _COMMENTS_AND_BLANKS.match(text, 0, SNIFF_CHARS).end()  # type: ignore[union-attr]
-    if first < SNIFF_CHARS and _line_at(text, first).lstrip(" \t")[:1] not in ("", "#"):
-        _sample_at(text, first)  # a comment cut by the window's end is no sample line
-    prefixes = list(keep)
-    if text.startswith('{"') or '\n{"' in text:  # quoted names: looked for only in an answer that has some
-        prefixes += [f'{{"{name}"' for name in keep]
-    samples: list[Sample] = []
-    read = 0
-    for lo in range(0, len(text), WINDOW_CHARS):
-        for start in _lines_starting(text, prefixes, lo, lo + WINDOW_CHARS):
-            if read == max_series:
-                return KeptRead(samples, capped=True)
-            read += 1
-            sample = _sample_at(text, start)
-            if sample.name in keep:
-                samples.append(sample)
-    return KeptRead(samples, capped=False)
+    reader = KeptReader(keep, max_series)
+    reader.feed(text)
+    return reader.finish()

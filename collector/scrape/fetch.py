@@ -4,6 +4,7 @@ within a deadline and a size bound."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -13,7 +14,7 @@ import httpx
 
 from restorelens.collector.http_body import BodyTooLarge, CorruptBody, UnsupportedEncoding, body_decoder
 from restorelens.collector.scrape.engine_metrics import KEPT_METRICS, kept_samples
-from restorelens.collector.scrape.exposition import ExpositionError, Sample, read_kept
+from restorelens.collector.scrape.exposition import ExpositionError, KeptReader, Sample
 
 __all__ = ["Scraped", "ScrapeFailed", "scrape_once", "target_problem"]
 
@@ -75,6 +76,37 @@ class Scraped(NamedTuple):
 _REQUEST_HEADERS = {"Accept": "text/plain;version=0.0.4;q=1.0, */*;q=0.1", "Accept-Encoding": "identity"}
 
 
+class _AnswerReader:
+    """An answer's bytes, as they arrive, read into kept samples: UTF-8, then ``KeptReader``.
+    Raises ScrapeFailed naming the byte or line that is wrong."""
+
+    def __init__(self, max_series: int) -> None:
+        self._text = codecs.getincrementaldecoder("utf-8")()
+        self._kept = KeptReader(KEPT_METRICS, max_series)
+        self._fed_bytes = 0
+
+    @property
+    def capped(self) -> bool:
+        return self._kept.capped
+
+    def feed(self, data: bytes, *, final: bool = False) -> None:
+        held = len(self._text.getstate()[0])  # a character cut by the previous piece's end
+        try:
+            text = self._text.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise ScrapeFailed(f"answer is not UTF-8 (byte {self._fed_bytes - held + exc.start})") from None
+        self._fed_bytes += len(data)
+        try:
+            self._kept.feed(text)
+            if final:
+                self._kept.finish()
+        except ExpositionError as exc:
+            raise ScrapeFailed(f"not the Prometheus text format: {exc}") from None
+
+    def samples(self) -> list[Sample]:
+        return self._kept.samples
+
+
 async def scrape_once(
     client: httpx.AsyncClient,
     url: str,
@@ -87,10 +119,13 @@ async def scrape_once(
     """GET ``url`` once: when its answer arrived (on ``clock_ns``), and its kept samples, of at most
     ``max_series`` series read (``read_kept``).
 
-    Raises ScrapeFailed for anything but a 200 with a whole, parsable body of at most
-    ``max_scrape_bytes`` (decompressed) within ``timeout_s``, counted over the whole exchange.
+    The answer is read as it arrives, and the exchange ends once ``max_series`` series are read:
+    the rest of a flood is not received. Raises ScrapeFailed for anything but a 200 with a body
+    that parses up to there, of at most ``max_scrape_bytes`` (decompressed) received, within
+    ``timeout_s``, counted over the whole exchange.
     """
     answered_ns: int | None = None
+    reader = _AnswerReader(max_series)
     try:
         # httpx's timeouts bound each read, so a head trickling in a byte at a time would never
         # time out; cancelling the whole exchange at the deadline does not depend on the reads
@@ -107,7 +142,11 @@ async def scrape_once(
                 decoder = body_decoder(answer.headers.get("content-encoding", ""), max_scrape_bytes)
                 async for chunk in answer.aiter_raw():
                     decoder.feed(chunk)
-                body = decoder.finish()
+                    reader.feed(decoder.take())
+                    if reader.capped:
+                        break  # leaving the block closes the connection, the rest unread
+                else:
+                    reader.feed(decoder.finish(), final=True)
     except (TimeoutError, httpx.TimeoutException):
         what = "no answer" if answered_ns is None else "answer not complete"
         raise ScrapeFailed(f"{what} within {timeout_s:g} s") from None
@@ -118,12 +157,4 @@ async def scrape_once(
     except (UnsupportedEncoding, CorruptBody) as exc:
         raise ScrapeFailed(str(exc)) from None
     assert answered_ns is not None
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScrapeFailed(f"answer is not UTF-8 (byte {exc.start})") from None
-    try:
-        read = read_kept(text, KEPT_METRICS, max_series)
-    except ExpositionError as exc:
-        raise ScrapeFailed(f"not the Prometheus text format: {exc}") from None
-    return Scraped(answered_ns, kept_samples(read.samples), read.capped)
+    return Scraped(answered_ns, kept_samples(reader.samples()), reader.capped)

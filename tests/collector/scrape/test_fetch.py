@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from metrics_servers import METRICS, ListSink, TricklingHead, engine_app
+from metrics_servers import METRICS, PATIENCE_S, ListSink, TricklingHead, engine_app
 from starlette.responses import Response, StreamingResponse
 
 from restorelens.collector.scrape import Scraped, ScrapeFailed, Scraper, scrape_once, target_problem
@@ -37,6 +38,38 @@ async def _never_answers() -> Response:
 
 FLOOD_SERIES = 500
 
+
+class EndlessFlood:
+    """An answer of kept series that never ends, counting the pieces the server got to send."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.ended = threading.Event()
+
+    def __call__(self) -> Response:
+        async def body():  # noqa: ANN202
+            try:
+                while True:
+                    yield "".join(f'vllm:num_requests_running{{n="{self.sent}_{i}"}} 1\n' for i in range(1000)).encode()
+                    self.sent += 1
+                    await asyncio.sleep(0)
+            finally:
+                self.ended.set()
+
+        return StreamingResponse(body(), media_type="text/plain")
+
+
+ENDLESS = EndlessFlood()
+
+
+# ~70 kB of valid lines, a two-byte character cut between two pieces, then a byte no UTF-8 has
+SPLIT_HEAD = b"# pad\n" * 11_000 + b'vllm:num_requests_running{n="\xc3'
+SPLIT_TAIL = b'\xa9"} 1\nx\xff\n'
+
+
+def _split_character() -> Response:
+    return StreamingResponse(iter([SPLIT_HEAD, SPLIT_TAIL]), media_type="text/plain")
+
 ANSWERS: dict[str, Callable[[], Any]] = {
     "/ok": lambda: Response(METRICS, media_type="text/plain; version=0.0.4"),
     "/gzip": lambda: Response(gzip.compress(METRICS), headers={"content-encoding": "gzip"}),
@@ -50,6 +83,8 @@ ANSWERS: dict[str, Callable[[], Any]] = {
     "/garbage": lambda: Response(b"<html>not metrics</html>\n"),
     "/brotli": lambda: Response(METRICS, headers={"content-encoding": "br"}),
     "/slow": _never_answers,
+    "/endless": ENDLESS,
+    "/split-character": _split_character,
     "/flood": lambda: Response("".join(f'vllm:num_requests_running{{n="{i}"}} {i}\n' for i in range(FLOOD_SERIES))),
 }
 
@@ -85,6 +120,15 @@ def test_a_scrape_reads_at_most_max_series_and_says_it_was_cut(engine: ServerThr
     assert not _scrape(engine.url + "/flood", max_series=FLOOD_SERIES).capped
 
 
+def test_a_flood_is_received_only_up_to_the_cap(engine: ServerThread) -> None:
+    """An answer without end, under no size limit: the scrape ends at its cap, not at its deadline,
+    and the engine is cut off (it sent a few of its pieces, each 1,000 series)."""
+    scraped = _scrape(engine.url + "/endless", max_scrape_bytes=2**40, timeout_s=20.0)
+    assert scraped.capped and len(scraped.samples) == 1000
+    assert ENDLESS.ended.wait(PATIENCE_S), "the engine was never cut off"
+    assert ENDLESS.sent < 1000  # what the loopback's buffers hold (~100 here), not 20 s of sending
+
+
 @pytest.mark.parametrize(
     ("path", "reason"),
     [
@@ -102,6 +146,13 @@ def test_a_failed_scrape_says_why(engine: ServerThread, path: str, reason: str) 
     with pytest.raises(ScrapeFailed) as caught:
         _scrape(engine.url + path, max_scrape_bytes=10_000)
     assert str(caught.value).startswith(reason)
+
+
+def test_a_byte_that_is_no_utf8_is_named_by_its_place_in_the_answer_across_pieces(engine: ServerThread) -> None:
+    with pytest.raises(ScrapeFailed) as caught:
+        _scrape(engine.url + "/split-character")
+    bad_at = len(SPLIT_HEAD) + SPLIT_TAIL.index(b"\xff")
+    assert str(caught.value) == f"answer is not UTF-8 (byte {bad_at})"
 
 
 @pytest.mark.parametrize("path", ["/slow", "/dribble"])

