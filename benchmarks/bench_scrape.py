@@ -3,33 +3,44 @@
 Run: ``.venv/bin/python -m benchmarks bench_scrape`` (20 s a side) or
 ``.venv/bin/python -m benchmarks.bench_scrape --seconds 60 --series 141593``.
 
-The target (issue #38, item 4): an engine whose ``/metrics`` answers ``--series`` distinct
-``vllm:num_requests_running`` series (the issue's 141,593, about 7 MB, under ``--max-scrape-bytes``)
-to every scrape. The same receiver (``create_receiver_app`` under uvicorn in its own process) runs
-two ways, one after the other, each on a fresh store:
+The target (issue #38, item 4): span export latency within 2x of an idle collector's while an
+engine whose ``/metrics`` is hostile is scraped. Two hostile engines, each answering ``--series``
+distinct series (the issue's 141,593, about 7 MB, under ``--max-scrape-bytes``) to every scrape:
 
-- **anchor, idle**: no ``--scrape`` target;
-- **restorelens, hostile target**: that engine scraped every 0.25 s (the default), with the default
-  ``--max-series-per-scrape``.
+- **kept**: all of ``vllm:num_requests_running``, the issue's flood (cut at
+  ``--max-series-per-scrape``; the scrape stops receiving there);
+- **other**: the same bytes of a metric the collector does not keep, so every scrape receives
+  and searches the whole answer (the most a target can cost under ``--max-scrape-bytes``).
 
-On each, after a warm-up of two scrape intervals, the OpenTelemetry SDK's ``OTLPSpanExporter``
-(protobuf) exports a batch of ``--batch`` spans every 50 ms from one thread for ``--seconds``
-(a batch that comes late is sent at once). Printed per side: export latency p50/p99 (encode +
-answer), failed exports, spans stored, the receiver's CPU (all its threads, from start to store
-closed) per second, and the ``engine_metrics`` rows it wrote; then the hostile side against the
-idle one, p99 and CPU. The engine runs in a process of its own, so serving its answer costs the
-receiver nothing but the machine's share (2 cores here, shared: compare within a run).
+The same receiver (``create_receiver_app`` under uvicorn in its own process) runs three ways, one
+after the other, each on a fresh store: **the anchor, idle** (no ``--scrape`` target), then
+scraping each hostile engine every 0.25 s (the default), with the default
+``--max-series-per-scrape``.
+
+On each, one export that is not measured opens the store, then after two scrape intervals the
+OpenTelemetry SDK's ``OTLPSpanExporter`` (protobuf) exports a batch of ``--batch`` spans every
+50 ms from one thread for ``--seconds`` (a batch that comes late is sent at once). The warm-up
+puts the anchor's store on the same clock as a scraping one (whose first scrape opens it): the
+writer lets the file go for readers every 5 s under steady load (``max_hold_s``), each time
+stalling the exports that wait on it, and a store opened by the first measured export would
+shift those stalls out of the anchor's window. Printed per side: export latency p50/p95/p99/max
+(encode + answer), failed exports, spans stored, the receiver's CPU (all its threads, from start
+to store closed) per second, and the ``engine_metrics`` rows it wrote; then each hostile side
+against the idle one. The engines run in processes of their own, so serving their answers costs
+the receiver nothing but the machine's share (2 cores here, shared: compare within a run).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +49,8 @@ from benchmarks.ratios import versus
 #: The children run from here, so that they import this folder's `benchmarks.memory`.
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_SERIES = 141_593
+#: The hostile engines: each answers --series series of one metric, kept by the collector or not.
+HOSTILE = {"kept": "vllm:num_requests_running", "other": "vllm:not_kept_by_the_collector"}
 SEND_EVERY_S = 0.05
 
 _ENGINE = textwrap.dedent(
@@ -47,8 +60,8 @@ _ENGINE = textwrap.dedent(
     from starlette.responses import Response
     from starlette.routing import Route
     from restorelens.serving import ServerThread
-    series = int(sys.argv[1])
-    body = "".join(f'vllm:num_requests_running{{engine="0",s="{i}"}} 1\\n' for i in range(series)).encode()
+    series, name = int(sys.argv[1]), sys.argv[2]
+    body = "".join(f'{name}{{engine="0",s="{i}"}} 1\\n' for i in range(series)).encode()
     async def metrics(request):
         return Response(body, media_type="text/plain; version=0.0.4")
     server = ServerThread(Starlette(routes=[Route("/metrics", metrics)])).start()
@@ -102,7 +115,7 @@ def _batches(count: int, size: int) -> list[list[object]]:
     return [spans[i:i + size] for i in range(0, len(spans), size)]
 
 
-def _side(batches: list[list[object]], db: Path, targets: list[str]) -> dict[str, Any]:
+def _side(warm_up: list[object], batches: list[list[object]], db: Path, targets: list[str]) -> dict[str, Any]:
     """Export ``batches`` on the 50-ms cadence to a fresh receiver scraping ``targets``."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
@@ -113,10 +126,10 @@ def _side(batches: list[list[object]], db: Path, targets: list[str]) -> dict[str
                           stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip() + "/v1/traces"
-        time.sleep(0.5)  # two scrape intervals: the scraper is at work before the first export
         exporter = OTLPSpanExporter(endpoint=url)  # the SDK's own 10-s timeout: a late answer is a lost batch
+        failures = exporter.export(warm_up) is not SpanExportResult.SUCCESS  # opens the store, as a scrape does
+        time.sleep(0.5)  # two scrape intervals: the scraper is at work before the first export
         latencies: list[float] = []
-        failures = 0
         next_s = time.perf_counter()
         for batch in batches:
             next_s = max(next_s + SEND_EVERY_S, time.perf_counter())
@@ -131,11 +144,15 @@ def _side(batches: list[list[object]], db: Path, targets: list[str]) -> dict[str
         proc.wait(timeout=60)
     latencies.sort()
     return {**stats, "failures": failures, "p50_ms": latencies[len(latencies) // 2] * 1000,
-            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000}
+            "p95_ms": latencies[int(len(latencies) * 0.95)] * 1000,
+            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+            "max_ms": latencies[-1] * 1000}
 
 
 def _describe(name: str, found: dict[str, Any], sent: int) -> None:
-    print(f"  {name}: export p50 {found['p50_ms']:.1f} ms  p99 {found['p99_ms']:.1f} ms   failed exports "
+    print(f"  {name}: export p50 {found['p50_ms']:.1f} ms  p95 {found['p95_ms']:.1f} ms  p99 {found['p99_ms']:.1f} ms  "
+          f"max {found['max_ms']:.1f} ms"
+          f"   failed exports "
           f"{found['failures']}   spans stored {found['spans']:,} of {sent:,}   receiver CPU "
           f"{found['cpu_s'] / found['wall_s']:.2f} s/s ({found['cpu_s']:.1f} s in {found['wall_s']:.1f} s), peak RSS "
           f"{found['peak_mib']:.0f} MiB   engine_metrics rows {found['rows']:,} from {found['scrapes_stored']} scrapes")
@@ -152,27 +169,43 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(sys.argv[1:] if argv is None and __name__ == "__main__" else argv or [])
     if not args.seconds > 0 or args.batch < 1 or args.series < 1:
         parser.error("--seconds must be > 0, --batch and --series at least 1")
-    batches = _batches(max(1, int(args.seconds / SEND_EVERY_S)), args.batch)
-    sent = sum(len(b) for b in batches)
-    with tempfile.TemporaryDirectory(prefix="bench-scrape-") as tmp, \
-            subprocess.Popen([sys.executable, "-c", _ENGINE, str(args.series)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, cwd=ROOT) as engine:
+    batches = _batches(max(1, int(args.seconds / SEND_EVERY_S)) + 1, args.batch)
+    warm_up, batches = batches[0], batches[1:]
+    sent = sum(len(b) for b in batches) + len(warm_up)  # the warm-up's spans are stored too
+    with tempfile.TemporaryDirectory(prefix="bench-scrape-") as tmp, contextlib.ExitStack() as engines:
+        targets = {shape: engines.enter_context(_engine(args.series, name)) for shape, name in HOSTILE.items()}
+        size = targets["kept"][1]
+        print(f"span exports of {args.batch} spans every {SEND_EVERY_S * 1000:.0f} ms for {args.seconds:g} s "
+              f"({len(batches)} exports) from the OTel SDK; each hostile engine answers {args.series:,} series "
+              f"({size / 2**20:.1f} MiB) to each scrape, every 0.25 s; load average {_load_average()} before")
+        idle = _side(warm_up, batches, Path(tmp) / "idle.duckdb", [])
+        _describe("anchor, idle collector", idle, sent)
+        found = {}
+        for shape, (target, _) in targets.items():
+            found[shape] = _side(warm_up, batches, Path(tmp) / f"{shape}.duckdb", [target])
+            _describe(f"restorelens, scraping the hostile engine ({shape}: {HOSTILE[shape]})", found[shape], sent)
+    for shape, hostile in found.items():
+        print(f"  restorelens ({shape}) vs anchor: {versus(idle['p99_ms'], hostile['p99_ms'])} p99 export latency, "
+              f"{versus(idle['p50_ms'], hostile['p50_ms'])} p50, {versus(idle['p95_ms'], hostile['p95_ms'])} p95, "
+              f"{versus(idle['max_ms'], hostile['max_ms'])} max, "
+              f"{versus(idle['cpu_s'] / idle['wall_s'], hostile['cpu_s'] / hostile['wall_s'], better='less', worse='more')}"
+              " receiver CPU per second")
+    print(f"  load average {_load_average()} after")
+
+
+@contextlib.contextmanager
+def _engine(series: int, name: str) -> Iterator[tuple[str, int]]:
+    """A hostile engine in its own process: its /metrics URL and its answer's size in bytes."""
+    with subprocess.Popen([sys.executable, "-c", _ENGINE, str(series), name], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, cwd=ROOT) as engine:
         assert engine.stdout is not None and engine.stdin is not None
         target, size = engine.stdout.readline().split()
-        print(f"span exports of {args.batch} spans every {SEND_EVERY_S * 1000:.0f} ms for {args.seconds:g} s "
-              f"({len(batches)} exports) from the OTel SDK; the hostile engine answers {args.series:,} series "
-              f"({int(size) / 2**20:.1f} MiB) to each scrape, every 0.25 s; load average {_load_average()} before")
-        idle = _side(batches, Path(tmp) / "idle.duckdb", [])
-        _describe("anchor, idle collector", idle, sent)
-        hostile = _side(batches, Path(tmp) / "hostile.duckdb", [target])
-        _describe("restorelens, scraping the hostile engine", hostile, sent)
-        engine.stdin.write("\n")
-        engine.stdin.flush()
-        engine.wait(timeout=60)
-    print(f"  restorelens vs anchor: {versus(idle['p99_ms'], hostile['p99_ms'])} p99 export latency, "
-          f"{versus(idle['p50_ms'], hostile['p50_ms'])} p50, "
-          f"{versus(idle['cpu_s'] / idle['wall_s'], hostile['cpu_s'] / hostile['wall_s'], better='less', worse='more')}"
-          f" receiver CPU per second; load average {_load_average()} after")
+        try:
+            yield target, int(size)
+        finally:
+            engine.stdin.write("\n")
+            engine.stdin.flush()
+            engine.wait(timeout=60)
 
 
 if __name__ == "__main__":
