@@ -205,40 +205,40 @@ def experiment(scenarios: tuple[str, ...], replay_db: str | None, replay_runs: t
                     {replay.name: replay.scenario() for replay in replays},
                     parse_queue(queue_s) if queue_s is not None else (), cycles)
     out = Path(out_dir)
-    prepare(out, {**matrix.settings(), "live": live, "time_scale": time_scale if live else None}, resume=resume)
-    for replay in replays:
-        click.echo(replay.describe(), err=True)
-    kept = sum(path.exists() for path in run_files(matrix, out / "runs")) if resume else 0
-    if kept:
-        click.echo(f"resuming {out}: {kept} of {len(matrix)} runs already played", err=True)
-    console = Console(stderr=True)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=True, disable=not sys.stderr.isatty())
-    try:
-        with progress:
-            task = progress.add_task("runs", total=len(matrix))
-            files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers, resume=resume,
-                         on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
-        db, spans = build_store(files, out)
-    except KeyboardInterrupt:
-        played = sum(path.exists() for path in run_files(matrix, out / "runs"))
-        click.echo(f"interrupted: {out} holds {played} of {len(matrix)} runs, each whole; --resume finishes them",
-                   err=True)
-        click.get_current_context().exit(130)
-    with Analysis.open(db) as analysis:
-        table = _score(analysis, matrix)
-    if matrix.kind == "modelclaim":
-        summary = {**table.to_json(), "cycles": matrix.scenario(next(matrix.cells())).cycles}
-    else:
-        summary = {**table.to_json(), "restore_budget_s": restore_budget_s,
-                   "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
-    if replay_db:
-        summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
-    write_whole(out / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
-    markdown = table.to_markdown()
-    write_whole(out / SUMMARY_MD, markdown)
-    click.echo(markdown, nl=False)
-    click.echo(f"{len(matrix)} runs, {spans} spans: {db}, {out / SUMMARY_JSON}, {out / SUMMARY_MD}", err=True)
+    with prepare(out, {**matrix.settings(), "live": live, "time_scale": time_scale if live else None}, resume=resume):
+        for replay in replays:
+            click.echo(replay.describe(), err=True)
+        kept = sum(path.exists() for path in run_files(matrix, out / "runs")) if resume else 0
+        if kept:
+            click.echo(f"resuming {out}: {kept} of {len(matrix)} runs already played", err=True)
+        console = Console(stderr=True)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=console, transient=True, disable=not sys.stderr.isatty())
+        try:
+            with progress:
+                task = progress.add_task("runs", total=len(matrix))
+                files = play(matrix, out / "runs", live=live, time_scale=time_scale, workers=workers, resume=resume,
+                             on_done=lambda cell: progress.update(task, advance=1, description=cell.run_id))
+            db, spans = build_store(files, out)
+        except KeyboardInterrupt:
+            played = sum(path.exists() for path in run_files(matrix, out / "runs"))
+            click.echo(f"interrupted: {out} holds {played} of {len(matrix)} runs, each whole; --resume finishes them",
+                       err=True)
+            click.get_current_context().exit(130)
+        with Analysis.open(db) as analysis:
+            table = _score(analysis, matrix)
+        if matrix.kind == "modelclaim":
+            summary = {**table.to_json(), "cycles": matrix.scenario(next(matrix.cells())).cycles}
+        else:
+            summary = {**table.to_json(), "restore_budget_s": restore_budget_s,
+                       "queue_s": dict(matrix.queue_s) if matrix.queue_s else None}
+        if replay_db:
+            summary["replay"] = {"store": str(replay_db), "runs": [replay.to_json() for replay in replays]}
+        write_whole(out / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
+        markdown = table.to_markdown()
+        write_whole(out / SUMMARY_MD, markdown)
+        click.echo(markdown, nl=False)
+        click.echo(f"{len(matrix)} runs, {spans} spans: {db}, {out / SUMMARY_JSON}, {out / SUMMARY_MD}", err=True)
 
 
 def _score(analysis: Any, matrix: Any) -> Any:

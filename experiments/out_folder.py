@@ -6,22 +6,25 @@ played with. A folder holding any of them is an earlier experiment's: refused, s
 runs never mix, unless ``--resume`` is given and the settings are the same (then the runs whose
 files exist are kept, the others played, the store and the summaries built anew). Every file is
 written under a hidden partial name next to it and renamed when complete, so an interrupted
-experiment leaves whole runs and no half-built store or summary.
+experiment leaves whole runs and no half-built store or summary. While an experiment writes the
+folder it holds a lock there (``flock`` on ``DIR/.experiment.lock``): a second experiment given
+the same folder, resuming or not, is refused at once rather than playing the same runs into it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from restorelens.errors import InputError, RestorelensError, SettingError
 
-__all__ = ["MANIFEST", "STORE", "SUMMARY_JSON", "SUMMARY_MD", "build_store", "earlier_files", "partial_file",
-           "prepare", "write_whole"]
+__all__ = ["LOCK", "MANIFEST", "STORE", "SUMMARY_JSON", "SUMMARY_MD", "build_store", "earlier_files",
+           "partial_file", "prepare", "write_whole"]
 
 #: The settings the folder's runs were played with (``prepare``).
 MANIFEST = "experiment.json"
@@ -29,6 +32,9 @@ STORE = "spans.duckdb"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
 RUNS = "runs"
+#: Held (``flock``) by the experiment writing the folder; kept afterwards: removing it could let a
+#: second experiment lock a new file while the first still holds the old one.
+LOCK = ".experiment.lock"
 
 
 def partial_file(path: Path) -> Path:
@@ -48,22 +54,39 @@ def earlier_files(out: Path) -> list[str]:
     return found
 
 
-def prepare(out: Path, settings: dict[str, Any], *, resume: bool) -> None:
-    """Check that ``out`` may take this experiment and record its ``settings`` there: a
-    ``SettingError`` naming --out when it holds an earlier experiment's files and ``resume`` is
-    off, naming --resume when that experiment was played with other settings."""
+@contextlib.contextmanager
+def prepare(out: Path, settings: dict[str, Any], *, resume: bool) -> Iterator[None]:
+    """Hold ``out`` for this experiment while the block runs, having checked that it may take it
+    and recorded its ``settings`` there: a ``SettingError`` naming --out when another experiment
+    is writing it, or it holds an earlier experiment's files and ``resume`` is off; naming
+    --resume when that experiment was played with other settings."""
     settings = json.loads(json.dumps(settings))  # as they read back from the file
-    found = earlier_files(out) if out.is_dir() else []
-    if found and not resume:
-        raise SettingError("--out", f"{out} holds an earlier experiment's files ({', '.join(found)}): give a new "
-                                    "folder, or --resume to finish that experiment")
-    if found:
-        _check_same(out, settings)
     try:
         out.mkdir(parents=True, exist_ok=True)
+        lock = open(out / LOCK, "a+", encoding="utf-8")  # noqa: SIM115 -- held until the block ends
     except OSError as exc:
         raise InputError(str(out), f"cannot make the output folder: {exc.strerror or exc}") from None
-    write_whole(out / MANIFEST, json.dumps({"settings": settings}, indent=2) + "\n")
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "unknown"
+            raise SettingError("--out", f"{out} is being written by another experiment (pid {holder}): wait for it "
+                                        "to end, or give a new folder") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        # checked under the lock: two experiments starting on one new folder both saw it empty
+        found = earlier_files(out)
+        if found and not resume:
+            raise SettingError("--out", f"{out} holds an earlier experiment's files ({', '.join(found)}): give a "
+                                        "new folder, or --resume to finish that experiment")
+        if found:
+            _check_same(out, settings)
+        write_whole(out / MANIFEST, json.dumps({"settings": settings}, indent=2) + "\n")
+        yield
 
 
 def _check_same(out: Path, settings: dict[str, Any]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,6 +109,48 @@ def test_resume_into_a_new_folder_is_a_new_experiment(tmp_path: Path) -> None:
     assert len(json.loads((tmp_path / "new" / "summary.json").read_text())["runs"]) == 2
 
 
+HOLD = """
+import fcntl, sys
+lock = open(sys.argv[1], "a+")
+fcntl.flock(lock, fcntl.LOCK_EX)
+lock.seek(0); lock.truncate(); lock.write("%d" % __import__("os").getpid()); lock.flush()
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_folder_another_experiment_is_writing_is_refused_at_once(earlier: Path, resume: bool) -> None:
+    for name in ("spans.duckdb", "summary.json", "summary.md"):
+        (earlier / name).unlink()
+    (earlier / "runs" / "moflux-balanced-lend-s2.jsonl").unlink()  # that experiment is still playing it
+    runs, manifest = _files(earlier), (earlier / "experiment.json").read_bytes()
+    with subprocess.Popen([sys.executable, "-c", HOLD, str(earlier / ".experiment.lock")],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as holder:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = _experiment(earlier, *(["--resume"] if resume else []))
+        holder.communicate("")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    [line] = result.output.strip().splitlines()
+    assert "--out" in line and f"being written by another experiment (pid {holder.pid})" in line
+    assert _files(earlier) == runs and (earlier / "experiment.json").read_bytes() == manifest
+    assert not (earlier / "spans.duckdb").exists()
+
+
+def test_two_experiments_given_one_folder_at_once_never_double_a_figure(first: tuple[Path, Result],
+                                                                       tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    argv = [sys.executable, "-m", "restorelens", *ARGS, "--out", str(out), "--resume"]
+    both = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [(proc.communicate()[0], proc.returncode) for proc in both]
+    # each finished the experiment (the other had let go) or was refused while the other held it
+    for output, code in outputs:
+        assert (code == 0 and f"4 runs, {_spans(first[1])} spans" in output) or (
+            code != 0 and "being written by another experiment" in output and "Traceback" not in output), output
+    assert any(code == 0 for _, code in outputs)
+    assert json.loads((out / "summary.json").read_text()) == json.loads((first[0] / "summary.json").read_text())
+
+
 def test_a_run_played_again_replaces_its_file_whole(tmp_path: Path) -> None:
     matrix = Matrix(("moflux-fixed-burst",), ("lend",), (1,))
     [path] = play(matrix, tmp_path, workers=1)
@@ -147,6 +191,6 @@ def test_ctrl_c_while_the_store_is_built_leaves_no_store(tmp_path: Path, monkeyp
     result = CliRunner().invoke(cli, ["experiment", "moflux-fixed-burst", "--arms", "lend", "--seeds", "1",
                                       "--workers", "1", "--out", str(out)])
     assert result.exit_code == 130, result.output
-    assert {p.name for p in out.iterdir()} <= {"experiment.json", "runs"}  # neither the store nor a part of it
+    assert {p.name for p in out.iterdir()} <= {"experiment.json", ".experiment.lock", "runs"}  # neither the store nor a part of it
     assert [p.name for p in (out / "runs").iterdir()] == ["moflux-fixed-burst-lend-s1.jsonl"]
     assert f"interrupted: {out} holds 1 of 1 runs" in result.output and "Traceback" not in result.output

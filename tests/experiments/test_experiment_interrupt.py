@@ -99,7 +99,7 @@ def test_sigint_stops_the_runs_exits_130_and_leaves_only_whole_runs(tmp_path: Pa
     assert sorted(p.name for p in (out / "runs").iterdir()) == [p.name for p in runs]
     # every run file there is the whole run: as many spans as the same run played to its end
     assert {path.name: _span_count(path) for path in runs} == _played_again(runs, tmp_path / "again")
-    assert {p.name for p in out.iterdir()} <= {"experiment.json", "runs"}  # no store, no summary
+    assert {p.name for p in out.iterdir()} <= {"experiment.json", ".experiment.lock", "runs"}  # no store, no summary
 
     again = CliRunner().invoke(cli, ["experiment", *MATRIX, "--out", str(out)])
     assert again.exit_code == 1 and "earlier experiment's files" in again.output
