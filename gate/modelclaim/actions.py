@@ -12,7 +12,7 @@ with the core's ``now_s`` so virtual runs record virtual times.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from opentelemetry.trace import SpanContext
@@ -39,6 +39,10 @@ class StartEngine:
     instance_id: int
     pod: str
     gpus: tuple[int, ...]
+    #: The ``modelclaim.wake`` span this start belongs to, when a listener minted one
+    #: (``new_wake_context``): the backend hands it to the engine so its startup spans join the
+    #: wake's trace. Not part of the action's identity.
+    trace: SpanContext | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,8 @@ class WakeRecord:
     neighbour: str | None = None
     triggers: tuple[SpanContext, ...] = ()
     error: str = ""
+    #: The identity the wake's span must take (minted before the engine was started with it).
+    context: SpanContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,4 +143,6 @@ class LifecycleListener(Protocol):
 
     def on_wake_finished(self, record: WakeRecord) -> None: ...
 
-    # Optional: ``on_served_after_wake(self, served: ServedAfterWake) -> None`` (called when present).
+    # Optional: ``on_served_after_wake(self, served: ServedAfterWake) -> None`` (called when present),
+    # and ``new_wake_context(self) -> SpanContext | None``: the identity a wake's span will take, asked
+    # for when the wake starts an engine, so the engine can be told its trace before the span exists.

@@ -64,6 +64,8 @@ class WakeInProgress:
     #: for make-room): what a wake's duration is predicted and learnt from, so that time spent
     #: waiting for room, out a restart's backoff or on an attach does not count as the wake.
     path_started_s: float | None = None
+    #: The wake span's identity, minted when the wake first started an engine (``WakeRecord.context``).
+    context: SpanContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +200,7 @@ class ClaimState:
             neighbour=",".join(wake.neighbours) or None,
             triggers=tuple(wake.triggers),
             error=error,
+            context=wake.context,
         )
         for listener in listeners:
             listener.on_wake_finished(record)

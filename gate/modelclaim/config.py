@@ -22,6 +22,7 @@ Example::
     engine_url = "http://127.0.0.1:8001"          # attach to a running engine (vLLM sleep API)
     readiness = "auto"                            # what says it serves (restorelens/readiness.py)
     # or: command = ["python", "-m", "restorelens", "sim", "--port", "{port}"]   (process backend)
+    #     engine_tracing = "auto"                 # give a started engine the wake's trace: auto | env | off
 
 Errors raise ``SettingError`` naming the key path (``modelclaim.claims[0].perGPU.kvFloor``): unknown
 keys, wrong types, unparsable quantities, and every value that would only fail once the gate runs
@@ -49,6 +50,7 @@ from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend
 from restorelens.gate.modelclaim.calibration_file import read_calibration_text
 from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.engine_tracing import AUTO, ENGINE_TRACING_MODES
 from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
@@ -67,7 +69,8 @@ TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_
 POD_KEYS = {"name", "node", "gpus"}
 #: ``simulated`` is known so that it is refused with its reason, not as a typo (``_backend``).
 CLAIM_KEYS = {"model", "perGPU", "weights", "sleeping_footprint", "tensor_parallel", "pods", "engine_args",
-              "engine_url", "engine_urls", "command", "env", "simulated", "readiness"}
+              "engine_url", "engine_urls", "command", "env", "simulated", "readiness",
+              "engine_tracing"}
 PER_GPU_KEYS = {"maximumFootprint", "kvFloor"}
 RETRY_KEYS = {"not_ready_s", "waiting_for_room_s", "moving_s"}
 #: What ``EngineCommand.render`` fills into a ``command`` item.
@@ -208,7 +211,8 @@ def _claim(raw: Any, where: str, pod_names: set[str]) -> ClaimSpec:
 
 
 def _backend(
-    raw: Mapping[str, Any], spec: ClaimSpec, pods: Sequence[str], where: str, options: dict[str, Any]
+    raw: Mapping[str, Any], spec: ClaimSpec, pods: Sequence[str], where: str, options: dict[str, Any],
+    otlp_traces_endpoint: str | None = None,
 ) -> EngineBackend:
     """The claim's backend; ``pods`` are the pod names declared."""
     if "simulated" in raw:
@@ -221,8 +225,9 @@ def _backend(
     if len(kinds) != 1:
         raise SettingError(where, "give exactly one of engine_url, engine_urls, command")
     kind = kinds[0]
-    if "env" in raw and kind != "command":
-        raise SettingError(f"{where}.env", "only a started engine (command) takes an environment")
+    for key in ("env", "engine_tracing"):
+        if key in raw and kind != "command":
+            raise SettingError(f"{where}.{key}", "only a started engine (command) takes this")
     if "readiness" in raw:
         options = {**options, "readiness": parse_readiness(raw["readiness"], f"{where}.readiness")}
     if kind == "engine_url":
@@ -248,7 +253,12 @@ def _backend(
         raise SettingError(f"{where}.command", "has no {port}: the engine must listen on the port the lifecycle "
                                                "picks (e.g. \"--port\", \"{port}\")")
     env = _env(raw.get("env", {}), f"{where}.env")
-    return ProcessBackend({spec.model: EngineCommand(argv, env, spec.engine_args)}, **options)
+    tracing = raw.get("engine_tracing", AUTO)
+    if tracing not in ENGINE_TRACING_MODES:
+        raise SettingError(f"{where}.engine_tracing", f"must be one of {', '.join(ENGINE_TRACING_MODES)}, "
+                                                      f"got {tracing!r}")
+    options = {**options, "otlp_traces_endpoint": otlp_traces_endpoint}
+    return ProcessBackend({spec.model: EngineCommand(argv, env, spec.engine_args, tracing)}, **options)
 
 
 def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapping[str, Any]]]:
@@ -292,7 +302,7 @@ def build_router(
     admin_token: str | None = None,
 ) -> ModelClaimRouter:
     """A live ``ModelClaimRouter`` from the ``[modelclaim]`` table; call ``start()`` in the app lifespan."""
-    core, backends, health_interval_s = _parse(table, clock)
+    core, backends, health_interval_s = _parse(table, clock, traces_endpoint(tracer_provider))
     return ModelClaimRouter(
         core, BackendByModel(backends), clock=clock, tracer_provider=tracer_provider, admin_token=admin_token,
         health_interval_s=health_interval_s, calibration_path=_calibration_path(table),
@@ -322,7 +332,17 @@ def load_calibration(core: ModelClaimCore, path: Path) -> None:
         core.calibration.load_json(text, str(path))
 
 
-def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCore, dict[str, EngineBackend], float]:
+def traces_endpoint(tracer_provider: TracerProvider | None) -> str | None:
+    """The OTLP/HTTP traces URL the provider exports to (None for a file, memory or no exporter)."""
+    exporter = getattr(tracer_provider, "restorelens_exporter", None)
+    while exporter is not None and not isinstance(getattr(exporter, "endpoint", None), str):
+        exporter = getattr(exporter, "inner", None)  # a counting or shared wrapper
+    return exporter.endpoint if exporter is not None else None
+
+
+def _parse(
+    table: Mapping[str, Any], clock: Clock | None, otlp_traces_endpoint: str | None = None,
+) -> tuple[ModelClaimCore, dict[str, EngineBackend], float]:
     core, raw_claims = build_core(table)
     path = _calibration_path(table)
     if path is not None:
@@ -334,5 +354,6 @@ def _parse(table: Mapping[str, Any], clock: Clock | None) -> tuple[ModelClaimCor
     health_interval_s = _number(table.get("health_interval_s", 2.0), f"{ROOT}.health_interval_s", minimum=0.01)
     backends = {}
     for i, (model, raw) in enumerate(raw_claims.items()):
-        backends[model] = _backend(raw, core.claims_view()[model].spec, list(core.pods), f"{ROOT}.claims[{i}]", options)
+        backends[model] = _backend(raw, core.claims_view()[model].spec, list(core.pods), f"{ROOT}.claims[{i}]", options,
+                                   otlp_traces_endpoint)
     return core, backends, health_interval_s

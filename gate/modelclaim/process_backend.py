@@ -14,7 +14,9 @@ started is stopped by ``stop``/``close``: SIGTERM to its process group, then SIG
 pipe into a ring that keeps only its last ``stderr_tail_bytes`` (engines log for their whole life;
 only the end explains a failure). The port is picked by binding and closing a socket, so another
 program can take it before the engine binds: a start whose engine exits saying the address is in
-use is retried once on a new port.
+use is retried once on a new port. Each engine is started in the trace of the wake that wanted it
+(``engine_tracing``: its ``TRACEPARENT`` and where to export), so its own startup spans join the
+wake's trace.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from restorelens.clock import Clock
 from restorelens.gate.modelclaim.actions import StartEngine, StopEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.gate.modelclaim.engine_tracing import AUTO, EngineTracing
 from restorelens.gate.modelclaim.vllm_backend import (
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_START_TIMEOUT_S,
@@ -59,6 +62,8 @@ class EngineCommand:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     engine_args: Mapping[str, str] = field(default_factory=dict)
+    #: The claim's ``engine_tracing`` mode (``engine_tracing.ENGINE_TRACING_MODES``).
+    tracing: str = AUTO
 
     def render(self, *, host: str, port: int, model: str) -> list[str]:
         argv = [arg.format(host=host, port=port, model=model) for arg in self.argv]
@@ -146,10 +151,13 @@ class ProcessBackend(VllmSleepBackend):
         stop_timeout_s: float = 10.0,
         stderr_tail_bytes: int = DEFAULT_STDERR_TAIL_BYTES,
         readiness: ReadinessCheck | None = None,
+        otlp_traces_endpoint: str | None = None,
     ) -> None:
         super().__init__({}, clock=clock, poll_interval_s=poll_interval_s, start_timeout_s=start_timeout_s,
                          readiness=readiness)
         self.commands = dict(commands)
+        #: Where the gate exports its spans (OTLP/HTTP, ``…/v1/traces``): the engines it starts export there too.
+        self.otlp_traces_endpoint = otlp_traces_endpoint
         self.stop_timeout_s = stop_timeout_s
         self.stderr_tail_bytes = stderr_tail_bytes
         self._processes: dict[tuple[str, int], _Process] = {}
@@ -171,7 +179,10 @@ class ProcessBackend(VllmSleepBackend):
         for attempt in (1, 2):
             port = _free_port()
             url = f"http://{LOOPBACK}:{port}"
-            proc = await self._spawn(key, command, command.render(host=LOOPBACK, port=port, model=action.model))
+            tracing = EngineTracing(command.tracing, self.otlp_traces_endpoint)
+            argv, trace_env = tracing.apply(command.render(host=LOOPBACK, port=port, model=action.model),
+                                            command.env, action.trace)
+            proc = await self._spawn(key, argv, {**command.env, **trace_env})
             self._instances[key] = url
             try:
                 ready_at_s = await self._started(url, action.model, proc)
@@ -199,11 +210,11 @@ class ProcessBackend(VllmSleepBackend):
                                                when="after the start", still_running=running)
         return ready_at_s
 
-    async def _spawn(self, key: tuple[str, int], command: EngineCommand, argv: list[str]) -> asyncio.subprocess.Process:
+    async def _spawn(self, key: tuple[str, int], argv: list[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                env={**os.environ, **command.env},
+                env={**os.environ, **env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,

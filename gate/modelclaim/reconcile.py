@@ -169,7 +169,9 @@ def _start_instance(
     claim.wake = wake
     wake.path, wake.pod = path, pod
     wake.room_found_s = wake.wake_called_s = wake.path_started_s = now_s
-    actions.append(StartEngine(model, inst.id, pod, tuple(s.index for s in gpus)))
+    if wake.context is None:
+        wake.context = state.new_wake_context()
+    actions.append(StartEngine(model, inst.id, pod, tuple(s.index for s in gpus), trace=wake.context))
     reason = REASON_MOVING if path == "move" else REASON_ENGINE_STARTING
     claim.set_state(LOADING, reason, now_s, state.listeners, pod=pod)
 

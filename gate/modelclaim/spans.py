@@ -9,6 +9,11 @@ A lifecycle listener: the core hands it finished intervals and wakes, stamped wi
 ``ready.observed`` (when the lifecycle began routing) as events, and a link to the request that
 triggered it. A wake that did not end ready has status ERROR with the reason as description.
 
+A wake that starts an engine needs its span's identity before the span exists (it is made when the
+wake ends): ``new_wake_context`` mints one from the provider's own id generator, the start hands it
+to the engine (``TRACEPARENT``) so the engine's startup spans are children of the wake's span, and
+``on_wake_finished`` gives the span exactly that trace and span id.
+
 Given the core (``core=``), each ``modelclaim.state`` also carries the memory the model's engine
 holds in that state, as the lifecycle accounts it from the declared figures: GPU bytes
 (``perGPU`` on each of its GPUs while it loads, runs or wakes, and while asleep with the wake
@@ -22,7 +27,8 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from restorelens.clock import to_ns
 from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
@@ -50,12 +56,45 @@ __all__ = ["TRACER_NAME", "ModelClaimSpans"]
 TRACER_NAME = "restorelens.gate.modelclaim"
 
 
+class _PresetIds(IdGenerator):
+    """The provider's ids, except for the next span when one was preset (a minted wake identity)."""
+
+    def __init__(self, inner: IdGenerator) -> None:
+        self.inner = inner
+        self.preset: SpanContext | None = None
+
+    def generate_trace_id(self) -> int:
+        return self.preset.trace_id if self.preset is not None else self.inner.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        # The SDK asks for the span id last (after the trace id of a root): the preset is spent here.
+        preset, self.preset = self.preset, None
+        return preset.span_id if preset is not None else self.inner.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        return self.inner.is_trace_id_random()
+
+
 class ModelClaimSpans:
     """Turns the core's finished intervals and wakes into spans on ``tracer_provider``."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None, *, core: Any = None) -> None:
         self._tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
         self.core = core
+        # Only the SDK's tracer takes ids from a generator; without one no identity can be preset,
+        # and a started engine is simply not told a trace.
+        inner = getattr(self._tracer, "id_generator", None)
+        self._ids = _PresetIds(inner) if isinstance(inner, IdGenerator) else None
+        if self._ids is not None:
+            self._tracer.id_generator = self._ids  # type: ignore[attr-defined]
+
+    def new_wake_context(self) -> SpanContext | None:
+        """A fresh identity for a wake's span (a root: its own trace), from the provider's generator."""
+        if self._ids is None:
+            return None
+        inner = self._ids.inner
+        return SpanContext(inner.generate_trace_id(), inner.generate_span_id(), is_remote=False,
+                           trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
     def held_bytes(self, interval: StateInterval) -> tuple[int, int] | None:
         """(GPU bytes, host RAM bytes) the model holds in ``interval``; None without the core."""
@@ -101,6 +140,8 @@ class ModelClaimSpans:
             attributes[ATTR_MODELCLAIM_FROM_POD] = record.from_pod
         if record.neighbour:
             attributes[ATTR_MODELCLAIM_NEIGHBOUR] = record.neighbour
+        if record.context is not None and self._ids is not None:
+            self._ids.preset = record.context
         span = self._tracer.start_span(
             SPAN_MODELCLAIM_WAKE,
             context=trace.set_span_in_context(trace.INVALID_SPAN),
@@ -109,6 +150,8 @@ class ModelClaimSpans:
             links=[Link(ctx) for ctx in record.triggers if ctx.is_valid],
             start_time=to_ns(record.requested_s),
         )
+        if self._ids is not None:
+            self._ids.preset = None  # a tracer that made no span (disabled) must not pass it on
         for name, at_s in (
             (EVENT_ROOM_FOUND, record.room_found_s),
             (EVENT_ENGINE_WAKE_CALLED, record.wake_called_s),

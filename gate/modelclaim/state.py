@@ -11,6 +11,8 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from opentelemetry.trace import SpanContext
+
 from restorelens.gate.modelclaim.actions import LifecycleListener
 from restorelens.gate.modelclaim.claim import ClaimState
 from restorelens.gate.modelclaim.placement import ClaimSpec, MemoryLedger, Pod
@@ -37,6 +39,13 @@ class LifecycleState:
         if spec.pods is None:
             return list(self.pods.values())
         return [self.pods[name] for name in spec.pods if name in self.pods]
+
+    def new_wake_context(self) -> SpanContext | None:
+        """The identity a wake's span will take, from the first listener that mints one (the spans)."""
+        for listener in self.listeners:
+            if (mint := getattr(listener, "new_wake_context", None)) is not None and (context := mint()) is not None:
+                return context
+        return None
 
     def new_instance_id(self) -> int:
         """An id never given before, so a report about an earlier instance is recognisably stale."""

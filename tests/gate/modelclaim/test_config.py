@@ -68,6 +68,21 @@ def test_builds_a_router_with_a_backend_per_claim() -> None:
     assert core.pods["pod-1"].gpu_memory_bytes == (24 * GIB, 24 * GIB)
     core.start(0.0)
     assert (core.status("no-pergpu").phase, core.status("no-pergpu").reason) == ("Pending", "InvalidPerGPU")
+    assert (command.tracing, backends["started"].otlp_traces_endpoint) == ("auto", None)
+
+
+def test_started_engines_export_where_the_gate_does() -> None:
+    from restorelens.telemetry import build_tracer_provider
+
+    table = tomllib.loads(EXAMPLE)["modelclaim"]
+    table["claims"][1]["engine_tracing"] = "env"
+    provider = build_tracer_provider("gate", "otlp", endpoint="http://127.0.0.1:4318/v1/traces")
+    try:
+        backend = build_router(table, tracer_provider=provider).backend.backends["started"]  # type: ignore[attr-defined]
+    finally:
+        provider.shutdown()
+    assert backend.otlp_traces_endpoint == "http://127.0.0.1:4318/v1/traces"
+    assert backend.commands["started"].tracing == "env"
 
 
 @pytest.mark.parametrize(
@@ -118,6 +133,10 @@ RUN_TIME_FAILURES = [
      "modelclaim.claims[1].command", "has no {port}"),
     (lambda t: t["claims"][1].update(env={"BAD=NAME": "1"}), "modelclaim.claims[1].env.BAD=NAME", "not an environment"),
     (lambda t: t["claims"][0].update(env={"A": "1"}), "modelclaim.claims[0].env", "only a started engine"),
+    (lambda t: t["claims"][0].update(engine_tracing="auto"), "modelclaim.claims[0].engine_tracing",
+     "only a started engine"),
+    (lambda t: t["claims"][1].update(engine_tracing="yes"), "modelclaim.claims[1].engine_tracing",
+     "must be one of auto, env, off"),
     # An engine URL that is no URL kept the claim Loading for the whole start timeout (600 s).
     (lambda t: t["claims"][0].update(engine_url="not a url at all"), "modelclaim.claims[0].engine_url", "not an http(s) URL"),
     (lambda t: t["claims"][0].update(engine_url="http://127.0.0.1:99999"), "modelclaim.claims[0].engine_url", "1-65535"),

@@ -7,6 +7,7 @@ demand (log a lot, never become healthy, lose their port once), which no real en
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -14,17 +15,21 @@ from typing import Any
 
 import pytest
 
+from opentelemetry.trace import SpanContext, TraceFlags
+
 from restorelens.gate.modelclaim.actions import StartEngine
 from restorelens.gate.modelclaim.process_backend import EngineCommand, ProcessBackend, StderrTail
 from restorelens.gate.modelclaim.vllm_backend import EngineOperationError
 from restorelens.readiness import ReadinessCheck
 
 ENGINE = r"""
-import http.server, os, sys, time
+import http.server, json, os, sys, time
 from pathlib import Path
 
 port, mode, state = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 (state / "pid").write_text(str(os.getpid()))
+told = {k: v for k, v in os.environ.items() if k.startswith(("TRACE", "OTEL_"))}
+(state / "told.json").write_text(json.dumps({"argv": sys.argv[4:], "env": told}))
 starts = int((state / "starts").read_text()) + 1 if (state / "starts").exists() else 1
 (state / "starts").write_text(str(starts))
 if mode == "chatty":
@@ -60,10 +65,12 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 
 
-def _backend(tmp_path: Path, mode: str, **options: Any) -> ProcessBackend:
+def _backend(tmp_path: Path, mode: str, *, tracing: str = "auto", env: dict[str, str] | None = None,
+             **options: Any) -> ProcessBackend:
     script = tmp_path / "engine.py"
     script.write_text(ENGINE)
-    command = EngineCommand((sys.executable, "-u", str(script), "{port}", mode, str(tmp_path)))
+    command = EngineCommand((sys.executable, "-u", str(script), "{port}", mode, str(tmp_path)), env or {},
+                            tracing=tracing)
     return ProcessBackend({"m": command}, poll_interval_s=0.05, **options)
 
 
@@ -173,3 +180,32 @@ def test_a_started_engine_must_also_pass_the_claims_check(tmp_path: Path) -> Non
             await backend.close()
 
     asyncio.run(scenario())
+
+
+WAKE = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, is_remote=False,
+                   trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+@pytest.mark.parametrize("tracing", ["auto", "env", "off"])
+def test_a_started_engine_is_told_the_trace_of_its_wake(tmp_path: Path, tracing: str) -> None:
+    """The engine process's own environment holds the wake's TRACEPARENT and the gate's endpoint
+    (not vLLM or the simulator, so ``auto`` adds no flag); a claim's own env value is kept."""
+    endpoint = "http://127.0.0.1:4318/v1/traces"
+
+    async def scenario() -> dict[str, Any]:
+        backend = _backend(tmp_path, "ok", tracing=tracing, env={"OTEL_SERVICE_NAME": "engine-m"},
+                           start_timeout_s=120, otlp_traces_endpoint=endpoint)
+        try:
+            await backend.start(StartEngine("m", 1, "pod-1", (0,), trace=WAKE), 0.0)
+        finally:
+            await backend.close()
+        return json.loads((tmp_path / "told.json").read_text())
+
+    told = asyncio.run(scenario())
+    expected = {"OTEL_SERVICE_NAME": "engine-m"}
+    if tracing != "off":
+        expected |= {"TRACEPARENT": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint}
+    inherited = {k for k in os.environ if k.startswith(("TRACE", "OTEL_"))}
+    assert {k: v for k, v in told["env"].items() if k not in inherited or k in expected} == expected
+    assert told["argv"] == []

@@ -103,3 +103,26 @@ def test_metrics_expose_phases_wakes_durations_and_memory(tracer_provider) -> No
     assert value("restorelens_modelclaim_gpu_memory_bytes", {"pod": "p1", "gpu": "0", "kind": "capacity"}) == 24 * GIB
     assert value("restorelens_modelclaim_host_memory_bytes", {"node": "p1", "kind": "accounted"}) == 8 * GIB
     assert "restorelens_modelclaim_host_ram_refusals_total 0.0" in generate_latest(registry).decode()
+
+
+def test_a_started_engine_is_given_the_identity_its_wake_span_takes(tracer_provider, span_exporter: InMemorySpanExporter) -> None:  # noqa: ANN001
+    """The wake span is made when the wake ends; the engine it started was told its trace at the start."""
+    life, _ = run_make_room(tracer_provider)
+    starts = [action for _, action in life.performed if type(action).__name__ == "StartEngine"]
+    wakes = [s for s in span_exporter.get_finished_spans() if s.name == SPAN_MODELCLAIM_WAKE]
+    started = [w for w in wakes if w.attributes[ATTR_MODELCLAIM_WAKE_PATH] == "cold-start"]
+    assert [(a.trace.trace_id, a.trace.span_id) for a in starts] == [
+        (w.context.trace_id, w.context.span_id) for w in started]
+    assert all(w.parent is None for w in wakes)
+    # Each wake is its own trace, the in-place one (no start, nothing minted) included.
+    assert len({w.context.trace_id for w in wakes}) == len(wakes) == 3
+    # Spans made after a minted one take fresh ids again.
+    others = [s for s in span_exporter.get_finished_spans() if s.name == SPAN_MODELCLAIM_STATE]
+    assert not {s.context.span_id for s in others} & {w.context.span_id for w in wakes}
+
+
+def test_without_spans_no_identity_is_minted() -> None:
+    core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("a", 12 * GIB, 4 * GIB)], PoolPolicy(sleep_after_s=60))
+    life = VirtualLifecycle(core, InProcessBackend(lambda model, pod: FixedLatencyEngine(30.0, 4.0, 0.5)))
+    life.start(T0)
+    assert [action.trace for _, action in life.performed] == [None]
