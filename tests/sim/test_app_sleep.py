@@ -162,3 +162,25 @@ def test_sleep_abort_fails_in_flight_requests_with_503(serve_asgi: Serve) -> Non
         assert client.post("/sleep", params={"level": 1, "mode": "abort"}).status_code == 200
         worker.join(timeout=10)
     assert results[0].status_code == 503 and "aborted" in results[0].json()["error"]["message"]
+
+
+def test_a_stream_sent_while_asleep_starts_after_the_wake(serve_asgi: Serve) -> None:
+    server = serve_asgi(create_app(CONFIG, enable_sleep_mode=True, start_mode="asleep"))
+    lines: list[str] = []
+
+    def stream() -> None:
+        body = {"prompt": "hello", "max_tokens": 3, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as answer:
+            lines.extend(line for line in answer.iter_lines() if line)
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for _ in range(500):  # bounded: wait until the engine counts the request as waiting
+            if WAITING_ONE in client.get("/metrics").text:
+                break
+            time.sleep(0.01)
+        assert WAITING_ONE in client.get("/metrics").text and not lines
+        assert client.post("/wake_up").json()["status"] == "awake"
+    sender.join(timeout=30)
+    assert len(lines) == 5 and lines[-1] == "data: [DONE]"  # three tokens, the finish chunk, [DONE]
