@@ -2,7 +2,7 @@
 
 The sans-I/O ``EngineCore`` (scheduler with KV blocks, latency model, sleep/wake lifecycle) runs
 in virtual time or behind the live Starlette shell ``create_app``; both emit vLLM's ``llm_request``
-span through ``emit_llm_request_span``.
+span through ``emit_llm_request_span`` and its cold-start spans through ``emit_startup_spans``.
 
 Names are imported lazily (PEP 562) so that ``restorelens --help`` and virtual-time runs do not
 pay for Starlette and OpenTelemetry.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from restorelens.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
+    "ASLEEP_REQUEST_MODES": "config",
     "DEFAULT_MAX_BODY_BYTES": "app",
     "EngineConfig": "config",
     "EngineCore": "core",
@@ -31,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "WAKE_TAGS": "lifecycle",
     "create_app": "app",
     "emit_llm_request_span": "tracing",
+    "emit_startup_spans": "tracing",
     "get_preset": "config",
 }
 

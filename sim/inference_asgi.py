@@ -91,9 +91,9 @@ class InferenceHandler:
                 emit_tokens=parsed.stream,
             )
             try:
-                in_flight = self.sim.engine.submit(
-                    sim_request, parent_context=_PROPAGATOR.extract(carrier), span_params=parsed.span_params()
-                )
+                # Without a traceparent header vLLM parents the span to the process's own trace.
+                parent = _PROPAGATOR.extract(carrier) if carrier else self.sim.environment_context
+                in_flight = self.sim.engine.submit(sim_request, parent_context=parent, span_params=parsed.span_params())
             except RequestRejectedError as exc:
                 await reply(400, _dump(error_body(400, str(exc), param=exc.param)))
                 return

@@ -50,6 +50,12 @@ class Lifecycle:
         return self.state == READY
 
     @property
+    def holds_requests(self) -> bool:
+        """A request arriving now can wait for the wake: the process is up and serving HTTP (vLLM
+        queues it), unlike during a cold start, when nothing listens yet."""
+        return self.state in (DRAINING, FALLING_ASLEEP, ASLEEP, WAKING)
+
+    @property
     def schedules(self) -> bool:
         return self.state in (READY, DRAINING)
 

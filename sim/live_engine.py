@@ -21,7 +21,7 @@ from restorelens.clock import Clock
 from restorelens.sim.core import EngineCore
 from restorelens.sim.metrics import EngineMetrics
 from restorelens.sim.records import EngineStateEvent, Event, FinishedEvent, RequestRecord, SimRequest, TokenEvent
-from restorelens.sim.tracing import emit_llm_request_span
+from restorelens.sim.tracing import emit_llm_request_span, emit_startup_spans
 
 __all__ = ["InFlight", "LiveEngine"]
 
@@ -50,6 +50,10 @@ class LiveEngine:
         self._state_waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
         self._wakeup: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        #: (process start, parent context) of a cold start in progress: its spans are emitted,
+        #: and flushed, the moment the engine is ready.
+        self.cold_start: tuple[float, Context | None] | None = None
+        self.flush: Callable[[], object] | None = None
 
     # --- lifecycle of the task ----------------------------------------------------------------
 
@@ -138,7 +142,9 @@ class LiveEngine:
             elif isinstance(event, FinishedEvent):
                 self._finished(event.record)
             elif isinstance(event, EngineStateEvent):
-                pass  # state waiters below re-check the core itself
+                # State waiters below re-check the core itself.
+                if event.state == "ready" and self.cold_start is not None:
+                    self._cold_start_done()
         if self._state_waiters:
             still_waiting = []
             for condition, future in self._state_waiters:
@@ -149,6 +155,18 @@ class LiveEngine:
                 else:
                     still_waiting.append((condition, future))
             self._state_waiters = still_waiting
+
+    def _cold_start_done(self) -> None:
+        assert self.cold_start is not None
+        started_s, parent_context = self.cold_start
+        self.cold_start = None
+        if self.tracer is None:
+            return
+        emit_startup_spans(self.tracer, self.core.config, started_s, parent_context)
+        if self.flush is not None:
+            # Export now, not at the next batch, so a collector sees the start as soon as it ends;
+            # off the loop, since an exporter may block on the network.
+            asyncio.get_running_loop().run_in_executor(None, self.flush)
 
     def _finished(self, record: RequestRecord) -> None:
         in_flight = self._in_flight.pop(record.request_id, None)

@@ -82,6 +82,9 @@ class Scheduler:
         self.running: list[TrackedRequest] = []
         self._waiting: list[tuple[int, float, int, TrackedRequest]] = []
         self._num_waiting = 0
+        #: Requests that arrived while the engine slept, in arrival order: waiting, but not
+        #: schedulable until ``release_held`` (the wake).
+        self.held: list[TrackedRequest] = []
         self._order = 0
         self._by_priority = config.scheduling_policy == "priority"
         self.num_preemptions_total = 0
@@ -90,7 +93,7 @@ class Scheduler:
 
     @property
     def num_waiting(self) -> int:
-        return self._num_waiting
+        return self._num_waiting + len(self.held)
 
     @property
     def num_running(self) -> int:
@@ -98,17 +101,28 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
+        """Work a step could do now (held requests wait for the wake and do not count)."""
         return bool(self.running) or self._num_waiting > 0
 
     @property
     def kv_usage(self) -> float:
         return 1.0 - self.free_blocks / self.config.num_blocks
 
-    def add(self, request: SimRequest, arrival_s: float) -> TrackedRequest:
+    def add(self, request: SimRequest, arrival_s: float, *, hold: bool = False) -> TrackedRequest:
         tracked = TrackedRequest(request, arrival_s, self._order)
         self._order += 1
-        self._push_waiting(tracked)
+        if hold:
+            self.held.append(tracked)
+        else:
+            self._push_waiting(tracked)
         return tracked
+
+    def release_held(self) -> None:
+        """The engine woke: held requests join the waiting queue with their arrival times, so
+        FCFS or priority order treats them as if they had queued from the start."""
+        for tracked in self.held:
+            self._push_waiting(tracked)
+        self.held.clear()
 
     def _push_waiting(self, tracked: TrackedRequest) -> None:
         priority = tracked.request.priority if self._by_priority else 0
@@ -128,6 +142,8 @@ class Scheduler:
         """Drop a request (finished or aborted) and free its blocks."""
         if tracked in self.running:
             self.running.remove(tracked)
+        elif tracked in self.held:
+            self.held.remove(tracked)
         elif not tracked.removed:
             self._num_waiting -= 1  # lazily popped from the heap later
         tracked.removed = True

@@ -20,6 +20,7 @@ from restorelens.sim.core import EngineCore
 from restorelens.sim.json_responses import json_response
 from restorelens.sim.live_engine import LiveEngine
 from restorelens.sim.metrics import EngineMetrics
+from restorelens.sim.tracing import environment_trace_context
 
 __all__ = ["SimState"]
 
@@ -47,6 +48,9 @@ class SimState:
         self.bearer = None if api_key is None else f"Bearer {api_key}".encode("latin-1")
         self.request_ids = random.Random()  # request ids; its own generator so a seeded global one cannot repeat them
         self.created = int(time.time())
+        #: The trace this process was started in (TRACEPARENT/TRACESTATE), as vLLM reads it: its
+        #: startup spans, and requests without a traceparent header, join it.
+        self.environment_context = environment_trace_context()
         clock = WallClock()
         now_s = clock.now_s()
         if start_mode == "asleep":
@@ -61,6 +65,9 @@ class SimState:
         self.core = core
         self.engine_metrics = EngineMetrics(core, model_name)
         self.engine = LiveEngine(core, clock=clock, tracer=self.tracer, metrics=self.engine_metrics, model_name=model_name)
+        if start_mode == "cold":
+            self.engine.cold_start = (now_s, self.environment_context)
+            self.engine.flush = tracer_provider.force_flush if tracer_provider is not None else None
         self.clock = clock
 
     @contextlib.asynccontextmanager

@@ -1,18 +1,26 @@
-"""vLLM's ``llm_request`` span, emitted from a finished request's record with explicit timestamps.
+"""vLLM's spans, emitted with explicit timestamps so live and virtual-time runs make the same ones.
 
-vLLM V1 creates the span once a request finishes (``OutputProcessor.do_tracing``): kind SERVER,
-start = arrival, child of the incoming W3C trace context, and these attributes. The live app and
-virtual-time runs both call ``emit_llm_request_span`` so their spans are identical in shape.
-No prompt or completion text ever goes on the span.
+``llm_request``: vLLM V1 creates it once a request finishes (``OutputProcessor.do_tracing``): kind
+SERVER, start = arrival, child of the incoming W3C trace context, and these attributes. No prompt
+or completion text ever goes on the span.
+
+Startup spans (``Overall Loading`` and the phases inside it): vLLM's ``@instrument`` decorator
+opens one INTERNAL span per instrumented start-up function, nested as the calls nest, under the
+W3C context of the process's ``TRACEPARENT``/``TRACESTATE`` environment (``_get_smart_context`` in
+vllm/tracing/otel.py). ``emit_startup_spans`` replays an ``EngineConfig``'s phases that way.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
+from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import Span, SpanKind, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from restorelens.clock import to_ns
 from restorelens.sim.records import RequestRecord
@@ -35,7 +43,12 @@ from restorelens.spans import (
     SPAN_LLM_REQUEST,
 )
 
-__all__ = ["REQUEST_PARAM_ATTRIBUTES", "emit_llm_request_span"]
+if TYPE_CHECKING:
+    from restorelens.sim.config import EngineConfig
+
+__all__ = ["REQUEST_PARAM_ATTRIBUTES", "emit_llm_request_span", "emit_startup_spans", "environment_trace_context"]
+
+_PROPAGATOR = TraceContextTextMapPropagator()
 
 #: Sampling parameters vLLM copies onto the span when the request has them.
 REQUEST_PARAM_ATTRIBUTES: dict[str, str] = {
@@ -98,3 +111,39 @@ def emit_llm_request_span(
         start_time=to_ns(record.arrival_s),
     )
     span.end(end_time=to_ns(record.finished_s))
+
+
+def environment_trace_context(environ: Mapping[str, str] | None = None) -> Context | None:
+    """The W3C context in ``TRACEPARENT``/``TRACESTATE`` (either case, as vLLM reads them); None
+    when there is no ``traceparent``."""
+    environ = os.environ if environ is None else environ
+    carrier = {}
+    for key in ("traceparent", "tracestate"):
+        value = environ.get(key, environ.get(key.upper()))
+        if value:
+            carrier[key] = value
+    if "traceparent" not in carrier:
+        return None
+    return _PROPAGATOR.extract(carrier)
+
+
+def emit_startup_spans(
+    tracer: Tracer, config: EngineConfig, started_s: float, parent_context: Context | None = None
+) -> None:
+    """Emit the cold start's spans of ``config.startup_phases`` for a process started at ``started_s``.
+
+    Each phase becomes an INTERNAL span from ``started_s + offset_s`` lasting ``duration_s``, child
+    of its parent phase's span; top-level phases are children of ``parent_context`` (the
+    environment's trace, see ``environment_trace_context``) or roots. No attributes: vLLM's only
+    ones (``code.function``, ``code.filepath``, ...) point into its own source.
+    """
+    opened: dict[str, Span] = {}
+    ends: list[tuple[Span, float]] = []
+    for name, parent, offset_s, duration_s in config.startup_phases:
+        context = trace.set_span_in_context(opened[parent]) if parent else parent_context
+        span = tracer.start_span(name, context=context, kind=SpanKind.INTERNAL,
+                                 start_time=to_ns(started_s + offset_s))
+        opened[name] = span
+        ends.append((span, started_s + offset_s + duration_s))
+    for span, end_s in reversed(ends):  # children end before their parents, as they would live
+        span.end(end_time=to_ns(end_s))

@@ -30,13 +30,14 @@ from restorelens.readiness import (
 )
 from restorelens.serving import ServerThread
 from restorelens.sim.app import create_app
+from restorelens.sim.config import get_preset
 
 AUTO, HEALTH, COMPLETION = ReadinessCheck("auto"), ReadinessCheck("health"), ReadinessCheck("completion")
 
 
-def ask(url: str, check: ReadinessCheck, model: str | None = "m") -> ReadinessAnswer:
+def ask(url: str, check: ReadinessCheck, model: str | None = "m", timeout_s: float = 10.0) -> ReadinessAnswer:
     async def go() -> ReadinessAnswer:
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
             return await check_ready(client, url, check, model=model)
 
     return asyncio.run(go())
@@ -44,8 +45,9 @@ def ask(url: str, check: ReadinessCheck, model: str | None = "m") -> ReadinessAn
 
 @pytest.fixture
 def sim(serve_asgi: Callable[..., ServerThread]) -> Callable[..., str]:
-    def start(start_mode: str = "ready", *, sleep_api: bool = True) -> str:
-        return serve_asgi(create_app("tiny-cpu", model_name="m", enable_sleep_mode=sleep_api, start_mode=start_mode)).url
+    def start(start_mode: str = "ready", *, sleep_api: bool = True, asleep_requests: str = "hold") -> str:
+        config = get_preset("tiny-cpu").replace(asleep_requests=asleep_requests)
+        return serve_asgi(create_app(config, model_name="m", enable_sleep_mode=sleep_api, start_mode=start_mode)).url
 
     return start
 
@@ -67,9 +69,12 @@ def test_auto_without_a_sleep_api_falls_back_to_health_and_says_the_sleep_state_
 
 
 def test_a_completion_check_needs_the_engine_to_serve(sim) -> None:  # noqa: ANN001
-    asleep, awake = sim("asleep"), sim("ready")
-    assert ask(asleep, COMPLETION) == ReadinessAnswer(NOT_READY, "POST /v1/completions answered 503")
+    refusing, awake = sim("asleep", asleep_requests="refuse"), sim("ready")
+    assert ask(refusing, COMPLETION) == ReadinessAnswer(NOT_READY, "POST /v1/completions answered 503")
     assert ask(awake, COMPLETION) == ReadinessAnswer(READY, "POST /v1/completions answered 200")
+    # A sleeping vLLM holds the completion until someone wakes it: no answer, so not ready.
+    held = ask(sim("asleep"), COMPLETION, timeout_s=0.5)
+    assert (held.state, held.detail) == (NOT_READY, "POST /v1/completions: ReadTimeout")
     with pytest.raises(ValueError, match="needs the model name"):
         ask(awake, COMPLETION, model=None)
 

@@ -1,4 +1,4 @@
-"""vLLM's sleep API on the live shell: sleep -> refused -> wake_up -> served after the modelled wake time."""
+"""vLLM's sleep API on the live shell: sleep -> held (or refused) -> wake_up -> served after the modelled wake time."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from restorelens.sim import EngineConfig, create_app
 from restorelens.spans import (
     ATTR_ENGINE_SLEEP_LEVEL,
     ATTR_ENGINE_WAKE_TAGS,
+    ATTR_LATENCY_TIME_IN_QUEUE,
     SPAN_ENGINE_SLEEP,
     SPAN_ENGINE_WAKE_UP,
     SPAN_LLM_REQUEST,
@@ -32,16 +33,48 @@ CONFIG = EngineConfig(
     cold_start_s=0.3,
 )
 WAKE_S = 0.3
+REFUSE = CONFIG.replace(asleep_requests="refuse")
+WAITING_ONE = 'vllm:num_requests_waiting{engine="0",model_name="tiny"} 1.0'
 
 
 def complete(url: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json={"prompt": "hello", "max_tokens": 2})
 
 
-def test_sleep_refuses_inference_until_wake_up_and_then_serves_after_the_wake_time(
+def test_a_request_sent_while_asleep_waits_and_is_served_after_wake_up(
     serve_asgi: Serve, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    server = serve_asgi(create_app(CONFIG, tracer_provider=tracer_provider, enable_sleep_mode=True))
+    server = serve_asgi(create_app(CONFIG, tracer_provider=tracer_provider, enable_sleep_mode=True, start_mode="asleep"))
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        results: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: results.append(complete(server.url)))
+        sender.start()
+        for _ in range(500):  # bounded: wait until the engine counts the request as waiting
+            if WAITING_ONE in client.get("/metrics").text:
+                break
+            time.sleep(0.01)
+        assert WAITING_ONE in client.get("/metrics").text
+        assert client.get("/health").status_code == 200
+        # Weights alone leave the engine asleep (the KV cache is still discarded): still held.
+        assert client.post("/wake_up", params={"tags": "weights"}).json()["status"] == "sleeping"
+        assert WAITING_ONE in client.get("/metrics").text and not results
+        assert client.post("/wake_up", params={"tags": "kv_cache"}).json()["status"] == "awake"
+        sender.join(timeout=30)
+    assert results[0].status_code == 200 and results[0].json()["usage"]["completion_tokens"] == 2
+    spans = span_exporter.get_finished_spans()
+    last_wake = [s for s in spans if s.name == SPAN_ENGINE_WAKE_UP][-1]
+    (served,) = [s for s in spans if s.name == SPAN_LLM_REQUEST]
+    # It arrived while asleep, and its queue time runs until the engine scheduled it, once the
+    # KV cache's modelled 0.05 s restore was over.
+    assert served.start_time < last_wake.start_time
+    queued_s = dict(served.attributes or {})[ATTR_LATENCY_TIME_IN_QUEUE]
+    assert served.start_time + to_ns(queued_s) >= last_wake.start_time + to_ns(CONFIG.kv_cache_realloc_s) - 1000
+
+
+def test_refuse_option_answers_503_until_wake_up_and_then_serves_after_the_wake_time(
+    serve_asgi: Serve, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+) -> None:
+    server = serve_asgi(create_app(REFUSE, tracer_provider=tracer_provider, enable_sleep_mode=True))
     url = server.url
     assert httpx.get(f"{url}/is_sleeping").json() == {"is_sleeping": False}
     assert complete(url).status_code == 200
@@ -77,7 +110,7 @@ def test_sleep_refuses_inference_until_wake_up_and_then_serves_after_the_wake_ti
 
 
 def test_full_wake_up_takes_the_modelled_time(serve_asgi: Serve, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter) -> None:
-    server = serve_asgi(create_app(CONFIG, tracer_provider=tracer_provider, enable_sleep_mode=True, start_mode="asleep"))
+    server = serve_asgi(create_app(REFUSE, tracer_provider=tracer_provider, enable_sleep_mode=True, start_mode="asleep"))
     assert httpx.get(f"{server.url}/is_sleeping").json() == {"is_sleeping": True}
     assert complete(server.url).status_code == 503
     assert httpx.post(f"{server.url}/wake_up").json()["status"] == "awake"
@@ -129,3 +162,25 @@ def test_sleep_abort_fails_in_flight_requests_with_503(serve_asgi: Serve) -> Non
         assert client.post("/sleep", params={"level": 1, "mode": "abort"}).status_code == 200
         worker.join(timeout=10)
     assert results[0].status_code == 503 and "aborted" in results[0].json()["error"]["message"]
+
+
+def test_a_stream_sent_while_asleep_starts_after_the_wake(serve_asgi: Serve) -> None:
+    server = serve_asgi(create_app(CONFIG, enable_sleep_mode=True, start_mode="asleep"))
+    lines: list[str] = []
+
+    def stream() -> None:
+        body = {"prompt": "hello", "max_tokens": 3, "stream": True}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as answer:
+            lines.extend(line for line in answer.iter_lines() if line)
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        for _ in range(500):  # bounded: wait until the engine counts the request as waiting
+            if WAITING_ONE in client.get("/metrics").text:
+                break
+            time.sleep(0.01)
+        assert WAITING_ONE in client.get("/metrics").text and not lines
+        assert client.post("/wake_up").json()["status"] == "awake"
+    sender.join(timeout=30)
+    assert len(lines) == 5 and lines[-1] == "data: [DONE]"  # three tokens, the finish chunk, [DONE]

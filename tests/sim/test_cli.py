@@ -23,6 +23,16 @@ def test_check_prints_the_effective_settings() -> None:
     shown = json.loads(result.output)
     assert shown["num_blocks"] == 320 and shown["scheduling_policy"] == "priority"
     assert shown["cold_start_s"] == 2.0  # 20 s at time scale 10
+    assert shown["asleep_requests"] == "hold"
+    assert shown["startup_phases"][0] == ["Overall Loading", "", 0.6, 1.3]  # 6 s and 13 s at time scale 10
+
+
+def test_asleep_requests_can_be_refused() -> None:
+    result = CliRunner().invoke(cli, ["sim", "--asleep-requests", "refuse", "--check"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["asleep_requests"] == "refuse"
+    wrong = CliRunner().invoke(cli, ["sim", "--asleep-requests", "queue", "--check"])
+    assert wrong.exit_code == 2 and "--asleep-requests" in wrong.output
 
 
 def test_unknown_preset_is_one_line_naming_the_valid_ones() -> None:

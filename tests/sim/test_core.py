@@ -22,6 +22,8 @@ CONFIG = EngineConfig(
     kv_cache_realloc_s=0.25,
     cold_start_s=30.0,
 )
+#: The option for gateways that want to see the sleep; holding requests is tested in test_core_hold.py.
+REFUSE = CONFIG.replace(asleep_requests="refuse")
 
 
 def drain(core: EngineCore, until_s: float | None = None) -> list[object]:
@@ -34,8 +36,8 @@ def drain(core: EngineCore, until_s: float | None = None) -> list[object]:
     raise AssertionError("the core did not become idle")
 
 
-def test_sleep_refuses_requests_until_the_modelled_wake_time() -> None:
-    core = EngineCore(CONFIG)
+def test_refuse_option_refuses_requests_until_the_modelled_wake_time() -> None:
+    core = EngineCore(REFUSE)
     asleep_at = core.sleep(1, 10.0)
     assert asleep_at == pytest.approx(10.0 + 2.0)  # 2 GB offloaded at 1 GB/s
     assert core.is_sleeping and core.host_ram_bytes == 2_000_000_000 and core.device_weight_bytes == 0
@@ -93,7 +95,7 @@ def test_sleep_abort_ends_in_flight_requests() -> None:
 
 
 def test_sleep_wait_drains_then_sleeps() -> None:
-    core = EngineCore(CONFIG)
+    core = EngineCore(REFUSE)
     core.add_request(SimRequest("a", 10, 5), 0.0)
     assert core.sleep(1, 0.001, mode="wait") is None
     assert core.state == "draining" and not core.is_sleeping
