@@ -52,7 +52,9 @@ from restorelens.loadgen.retry import make_policy
 from restorelens.serving import ServerThread, bind_socket
 from restorelens.store import open_read_only
 
-from tests.analysis.vllm_cold_start import ENGINE_TRACEPARENT, HEADED_TRACEPARENT, assert_cold_start
+from tests.analysis.vllm_cold_start import (
+    ENGINE_TRACEPARENT, HEADED_TRACEPARENT, START_SPAN_NAMES, START_SPAN_PARENTS, assert_cold_start,
+)  # fmt: skip
 
 from .conftest import SPAN_ARRIVAL_TIMEOUT_S, start_vllm, stop_process, vllm_argv, vllm_env, wait_for_spans
 from .otlp_relay import OtlpRelay, write_length_prefixed
@@ -85,14 +87,17 @@ def _completion(url: str, headers: dict[str, str] | None = None) -> httpx.Respon
     return httpx.post(f"{url}/v1/completions", json=body, headers=headers or {}, timeout=120)
 
 
-def _count_spans(store: Path, name: str) -> int:
+def _span_counts(store: Path) -> tuple[int, int]:
+    """(start-up spans, ``llm_request`` spans) in the store."""
     with open_read_only(store) as con:
-        return con.execute('select count(*) from otel_traces where "SpanName" = $name', {"name": name}).fetchone()[0]
+        names = [name for (name,) in con.execute('select "SpanName" from otel_traces').fetchall()]
+    return sum(name in START_SPAN_NAMES for name in names), names.count(spans.SPAN_LLM_REQUEST)
 
 
 def _record(relay: OtlpRelay, folder: Path) -> tuple[Path, Path]:
-    """Save what the relay holds and load it with the project's loader, until the start-up spans and
-    both requests' ``llm_request`` spans are in (vLLM exports in batches, 5 s apart)."""
+    """Save what the relay holds and load it with the project's loader, until every start-up span and
+    both requests' ``llm_request`` spans are in: each vLLM process (API server, engine core, worker)
+    exports on its own, in batches 5 s apart."""
     deadline = time.monotonic() + SPAN_ARRIVAL_TIMEOUT_S
     attempt = 0
     while True:
@@ -101,9 +106,13 @@ def _record(relay: OtlpRelay, folder: Path) -> tuple[Path, Path]:
         write_length_prefixed(relay.snapshot(), recording)
         summary = load_paths([recording], store)
         assert summary.rejected == 0 and summary.malformed == 0, summary
-        if _count_spans(store, spans.SPAN_LLM_REQUEST) >= 2 and _count_spans(store, "Overall Loading") >= 1:
+        counts = _span_counts(store)
+        if counts == (len(START_SPAN_PARENTS), 2):
             return recording, store
-        assert time.monotonic() < deadline, f"vLLM's spans did not all arrive within {SPAN_ARRIVAL_TIMEOUT_S} s"
+        assert time.monotonic() < deadline, (
+            f"within {SPAN_ARRIVAL_TIMEOUT_S} s vLLM exported {counts[0]} of {len(START_SPAN_PARENTS)} start-up "
+            f"spans and {counts[1]} of 2 llm_request spans"
+        )
         time.sleep(2)
 
 
@@ -293,6 +302,23 @@ def _wait_until_asleep(url: str, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
+def _wait_for_served_span(store: Path) -> None:
+    """Until vLLM's ``llm_request`` of the client's request is in. The store may also get a span of
+    an earlier test's request: vLLM exports in batches, 5 s apart, and the relay forwards them here."""
+    deadline = time.monotonic() + SPAN_ARRIVAL_TIMEOUT_S
+    while True:
+        with open_read_only(store) as con:
+            found = con.execute(
+                """select count(*) from otel_traces e join otel_traces c on c."TraceId" = e."TraceId"
+                   where e."SpanName" = $engine and c."SpanName" = $client""",
+                {"engine": spans.SPAN_LLM_REQUEST, "client": spans.SPAN_CLIENT_REQUEST},
+            ).fetchone()[0]
+        if found:
+            return
+        assert time.monotonic() < deadline, f"vLLM's span of the request did not arrive within {SPAN_ARRIVAL_TIMEOUT_S} s"
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("hint", ["retry-after", "hold"])
 def test_the_lifecycle_sleeps_real_vllm_when_idle_and_wakes_it_for_a_request(
     cold_vllm: ColdStart, collector: ServerThread, providers: Callable[[str], TracerProvider], store: Path,
@@ -321,7 +347,8 @@ def test_the_lifecycle_sleeps_real_vllm_when_idle_and_wakes_it_for_a_request(
             result = asyncio.run(drive(gate.url))
         gate_provider.force_flush()
         client_provider.force_flush()
-        assert wait_for_spans(store, spans.SPAN_LLM_REQUEST, 1) == 1
+        assert wait_for_spans(store, spans.SPAN_CLIENT_REQUEST, 1) == 1
+        _wait_for_served_span(store)
     finally:
         cold_vllm.relay.target = None
     assert result.statuses == ((200,) if hold else (503, 200))
