@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -108,15 +108,20 @@ def providers(collector: ServerThread) -> Iterator[Callable[[str], TracerProvide
         provider.shutdown()
 
 
-def start_vllm(live_python: str, model_dir: str, collector_url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_vllm(
+    live_python: str, model_dir: str, collector_url: str, log: Path, *, extra_args: Sequence[str] = (),
+    extra_env: Mapping[str, str] | None = None, poll_interval_s: float = 1.0,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start vLLM exporting its spans to ``collector_url``; return once ``/health`` answers 200."""
     sock = bind_socket()
     port = sock.getsockname()[1]
     sock.close()
     argv = vllm_argv(live_python, model_dir, host="127.0.0.1", port=str(port), served_name="tiny")
-    argv += ["--otlp-traces-endpoint", f"{collector_url}/v1/traces"]
+    argv += ["--otlp-traces-endpoint", f"{collector_url}/v1/traces", *extra_args]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True
+            argv, stdout=out, stderr=subprocess.STDOUT, env={**vllm_env(), **(extra_env or {})},
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + VLLM_START_TIMEOUT_S
@@ -130,7 +135,7 @@ def start_vllm(live_python: str, model_dir: str, collector_url: str, log: Path) 
                 return proc, url
         except httpx.HTTPError:
             pass
-        time.sleep(1)
+        time.sleep(poll_interval_s)
     stop_process(proc)
     pytest.fail(f"vLLM was not healthy within {VLLM_START_TIMEOUT_S} s; log: {log}", pytrace=False)
 
