@@ -148,3 +148,31 @@ def test_kinds_names_events_and_attribute_keys_are_all_in_the_span_contract() ->
 def test_the_checked_in_files_are_exactly_what_the_record_command_writes(tmp_path: Path) -> None:
     for path in record_samples(tmp_path):
         assert path.read_bytes() == (SAMPLES / path.name).read_bytes(), f"regenerate: {path.name} differs"
+
+
+@pytest.mark.parametrize("file_name", ["modelclaim-cold-start.jsonl", "modelclaim-move.jsonl"])
+def test_a_started_engines_own_startup_spans_are_children_of_its_wake(file_name: str) -> None:
+    """The virtual start gives the engine the wake span's identity, as a live start's TRACEPARENT
+    does: the simulator's vLLM-named startup spans sit under that wake span, from the moment the
+    engine was started, and no request span joins them."""
+    from restorelens.sim import get_preset
+
+    spans = [s for s in sample_spans() if s["_where"].startswith(file_name)]
+    by_id = {(s["traceId"], s["spanId"]): s for s in spans}
+    wakes = [s for s in spans if s["name"] == S.SPAN_MODELCLAIM_WAKE
+             and any(e["name"] == S.EVENT_ENGINE_WAKE_CALLED for e in s.get("events", []))]
+    phase_names = {name for name, *_ in get_preset("tiny-cpu").startup_phases} | {"Loading (GPU)", "Warmup (GPU)"}
+    started = [w for w in wakes if any(s.get("parentSpanId") == w["spanId"] for s in spans)]
+    assert started, "no wake holds an engine's startup spans"
+    for wake in started:
+        called_ns = next(int(e["timeUnixNano"]) for e in wake["events"] if e["name"] == S.EVENT_ENGINE_WAKE_CALLED)
+        top = [s for s in spans if s.get("parentSpanId") == wake["spanId"]]
+        assert [s["name"] for s in top] == ["Overall Loading"]
+        in_trace = [s for s in spans if s["traceId"] == wake["traceId"] and s is not wake]
+        assert {s["name"] for s in in_trace} <= phase_names
+        assert min(int(s["startTimeUnixNano"]) for s in in_trace) >= called_ns
+        for span in in_trace:  # every phase descends from the wake span
+            node = span
+            while node.get("parentSpanId") and node is not wake:
+                node = by_id[(node["traceId"], node["parentSpanId"])]
+            assert node is wake

@@ -96,7 +96,7 @@ class VirtualModelClaimRun(VirtualWire):
             self.core.calibration.load_json(learnt, "the previous cycle's calibration")
         self.core.listeners.append(WakeEnds(lambda record: self.wake_ended(record.model, record.end_s)))
         self.engines: dict[str, Any] = {}  # routed URL -> EngineCore
-        self.backend = InProcessBackend(self._new_engine)
+        self.backend = InProcessBackend(self._new_engine, on_started=self._started)
         self.lifecycle = VirtualLifecycle(self.core, self.backend, poll_interval_s=self.scenario.poll_interval_s)
         settings = GateSettings(policy="fcfs", modelclaim=self.table)
         # The lifecycle is the virtual one above, not the live router the table would start.
@@ -117,6 +117,18 @@ class VirtualModelClaimRun(VirtualWire):
         engine = EngineCore(get_preset(shape.preset), seed=self.seed, now_s=self.lifecycle.now_s)
         self.engines[self.backend.url_template.format(model=model, pod=pod)] = engine
         return engine
+
+    def _started(self, action: Any, engine: Any, now_s: float) -> None:
+        """The engine's own startup spans, in the wake's trace under its span, as a started vLLM
+        (or ``restorelens sim``) told the wake's ``TRACEPARENT`` exports them."""
+        if action.trace is None:
+            return  # no spans: nothing minted an identity for the wake
+        from opentelemetry.trace import NonRecordingSpan, set_span_in_context
+
+        from restorelens.sim import emit_startup_spans
+
+        parent = set_span_in_context(NonRecordingSpan(action.trace))
+        emit_startup_spans(self._engine_tracer, engine.config, now_s, parent_context=parent)
 
     # --- driving -------------------------------------------------------------------------------
 

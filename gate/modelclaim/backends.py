@@ -106,15 +106,20 @@ class InProcessBackend:
 
     ``perform_*`` are the synchronous calls a discrete-event loop uses; the async ``EngineBackend``
     methods wrap them so the live router can drive in-process engines too (e.g. in a demo).
+    ``on_started(action, engine, now_s)``, when given, is told of every start as it is made (a
+    virtual run emits the engine's own startup spans there, in the trace the action carries).
     """
 
     def __init__(
         self,
         engine_factory: Callable[[str, str], InProcessEngine] | None = None,
         url_template: str = "inproc://{model}@{pod}",
+        *,
+        on_started: Callable[[StartEngine, InProcessEngine, float], None] | None = None,
     ) -> None:
         self.engine_factory = engine_factory or (lambda model, pod: FixedLatencyEngine())
         self.url_template = url_template
+        self.on_started = on_started
         self.engines: dict[tuple[str, int], InProcessEngine] = {}
         self.stopped: set[tuple[str, int]] = set()
         self.crashed: set[tuple[str, int]] = set()
@@ -126,6 +131,8 @@ class InProcessBackend:
         engine = self.engine_factory(action.model, action.pod)
         self.engines[(action.model, action.instance_id)] = engine
         ready_at_s = engine.cold_start(now_s)
+        if self.on_started is not None:
+            self.on_started(action, engine, now_s)
         return EngineAnswer(ready_at_s, self.url_template.format(model=action.model, pod=action.pod))
 
     def perform_wake(self, action: WakeEngine, now_s: float) -> EngineAnswer:
