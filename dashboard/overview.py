@@ -89,7 +89,7 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         frames["engine"] = keep(analysis.engine_requests())
     if any(limit.view == PHASE_VIEW for limit in parsed):
         # the startup spans of the wakes kept (they carry no run label of their own)
-        frames[PHASE_VIEW] = analysis.wake_phases().filter(pl.col("wake_span_id").is_in(frames["wake"]["span_id"]))
+        frames[PHASE_VIEW] = analysis.wake_phases().filter(pl.col("wake_span_id").is_in(frames["wake"]["span_id"].to_list()))
     lending, wakes = frames["lending"], frames["wake"]
     rows = [("lending episodes", lending.height, int(lending["censored"].sum()), int(lending["clock_skew"].sum())),
             ("wake episodes", wakes.height, int(wakes["censored"].sum()), int(wakes["clock_skew"].sum()))]
@@ -115,7 +115,8 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),
         limited_rows={limit.view: frames[limit.view].height for limit in parsed},
         lending_segments=time_segments(lending, "lending"),
-        wake_segments=time_segments(wakes, "wake"),
+        wake_segments=time_segments(wakes, "wake", phases=frames[PHASE_VIEW] if PHASE_VIEW in frames
+                                    else analysis.wake_phases()),
         lending_curves=distribution_curves(named, ("policy",), LENDING_METRICS),
         wake_curves=distribution_curves(wakes, ("wake_path",), WAKE_METRICS),
     )
