@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from restorelens.analysis import Analysis, Limit, Slo, check, parse_limit, percentiles_of
-from restorelens.analysis.limits import PHASE_VIEW
+from restorelens.analysis import PHASE_VIEW, Analysis, Limit, Slo, check, parse_limit, percentiles_of
 from restorelens.analysis.report import with_no_gate
 from restorelens.dashboard.engine import distribution_curves
 from restorelens.dashboard.labels import NO_CLASS, with_unnamed_policy

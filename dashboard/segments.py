@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from restorelens.analysis.report.build import OUTSIDE_ENGINE_SPANS
+from restorelens.analysis.report import OUTSIDE_ENGINE_SPANS
 from restorelens.dashboard.episodes import LENDING_EVENTS
 from restorelens.dashboard.labels import UNNAMED_POLICY
 

@@ -64,13 +64,13 @@ pressure as (
 
 phases as (
 
-    -- per wake: the top-level spans' union (the sum of what each adds: seconds * 1e9 -> the
-    -- integer nanoseconds it was computed from, so the two stretches add up exactly)
+    -- per wake: the top-level spans' union, the sum of what each adds
     select
         trace_id,
         wake_span_id,
         count(*) as engine_spans,
         count(distinct start_index) as engine_starts,
+        -- seconds * 1e9 -> the integer nanoseconds each was computed from: the two stretches add up exactly
         sum(round(adds_s * 1e9)::bigint) filter (where depth = 0) as covered_ns,
         max(greatest(before_start_s, coalesce(after_ready_s, 0))) as engine_skew_s
 

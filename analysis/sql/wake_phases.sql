@@ -60,7 +60,8 @@ spans as (
         epoch_ns(otel_traces."Timestamp") + otel_traces."Duration"::bigint as end_ns
 
     from otel_traces
-    where rl_trace_key(otel_traces."TraceId") in (select trace_key from wakes)
+    -- by the stored text: a semi-join on the ids, with no key computed for the other spans
+    where otel_traces."TraceId" in (select trace_id from wakes)
 
 ),
 
@@ -114,6 +115,8 @@ tree as (
         and child.trace_key = tree.trace_key
         and child.wake_key = tree.wake_key
     where not child.inference
+        -- a bound no real startup nears (vLLM's is 6): ids reused within a trace cannot loop it
+        and tree.depth < 64
 
 ),
 
@@ -207,7 +210,7 @@ final as (
         service_name,
         depth,
         orphan,
-        -- all offsets and durations: nanosecond differences / 1e9 -> seconds, from process start
+        -- all durations (and offsets, from process start): nanosecond differences / 1e9 -> seconds
         (start_ns - process_start_ns) / 1e9 as start_s,
         (end_ns - process_start_ns) / 1e9 as end_s,
         (end_ns - start_ns) / 1e9 as duration_s,

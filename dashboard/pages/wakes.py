@@ -3,7 +3,7 @@
 import polars as pl
 import streamlit as st
 
-from restorelens.analysis.report.build import phase_statistics
+from restorelens.analysis.report import phase_statistics
 from restorelens.dashboard import queries, timelines, ui
 from restorelens.dashboard.labels import shown
 from restorelens.dashboard.segments import time_segments
