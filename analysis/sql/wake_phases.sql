@@ -1,4 +1,4 @@
--- Engine startup phases (docs/analysis.md, "Engine phases"): one row per span an engine exported
+-- Engine startup phases (docs/analysis.md, "Engine startup phases"): one row per span an engine exported
 -- while it started for a wake, nested as the spans nest. The lifecycle starts the engine with a
 -- TRACEPARENT naming the `modelclaim.wake` span, so the engine's startup spans are in the wake's
 -- trace. The rule that finds them, by trace and service, never by name:
