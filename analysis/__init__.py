@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "Limit": "limits",
     "PARAMETERISED": "layers",
     "PERCENTILE_METHODS": "views",
+    "PHASE_VIEW": "limits",
     "PUBLIC_VIEWS": "layers",
     "Query": "queries",
     "RUN_COLUMNS": "study",

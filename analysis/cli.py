@@ -150,7 +150,8 @@ def report(db_path: str | None, source_text: str | None, since: str | None, unti
 @click.option("--max", "maxima", multiple=True, metavar="METRIC.STAT=NUMBER", required=True,
               help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
                    "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests./engine. "
-                   "when a metric is in several views.")
+                   "when a metric is in several views. An engine startup phase by its span name in brackets: "
+                   "'wake.phase[Warmup (CPU)].p95=35' (quote it for the shell).")
 @click.option("--allow-empty", is_flag=True,
               help="Let a limit with nothing to check hold (no values of its metric, e.g. an empty store or "
                    "no such episodes). Without it, such a limit fails the check.")

@@ -62,7 +62,8 @@ DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
 VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "labelled_client_requests", "runs", "engine_pressure", "model_pressure",
-               "episode_pressure", "attempts", "requests", "engine_requests", "lending_episodes", "wake_episodes",
+               "episode_pressure", "attempts", "requests", "engine_requests", "lending_episodes", "wake_phases",
+               "wake_episodes",
                "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
@@ -85,12 +86,14 @@ DRIVING_SPANS = {
     "requests": SPAN_CLIENT_REQUEST,
     "engine_requests": SPAN_LLM_REQUEST,
     "lending_episodes": SPAN_GATE_RESTORE,
+    "wake_phases": SPAN_MODELCLAIM_WAKE,
     "wake_episodes": SPAN_MODELCLAIM_WAKE,
     "lifecycle_intervals": SPAN_MODELCLAIM_STATE,
 }
 
 #: Layers meant for users (the rest are internal building blocks).
-PUBLIC_VIEWS = ("requests", "attempts", "engine_requests", "lending_episodes", "wake_episodes", "lifecycle_intervals")
+PUBLIC_VIEWS = ("requests", "attempts", "engine_requests", "lending_episodes", "wake_episodes", "wake_phases",
+                "lifecycle_intervals")
 
 #: Queries with ``$name`` parameters, run when asked for.
 PARAMETERISED = ("policy_summary", "paired_differences", "trace_spans", "traces_for_request", "linked_from")

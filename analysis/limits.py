@@ -3,11 +3,17 @@
 A limit names a metric and a statistic: ``overshoot_s.p95=1.0`` or, when a column name exists in
 more than one view, ``lending.engine_schedule_s.p95=4``. ``count`` applies to the flags
 (``wake.censored.count=0``). Statistics are those of ``Analysis.percentiles`` plus ``min``/``mean``.
+
+An engine startup phase is named as its span is, inside brackets: ``wake.phase[Warmup (CPU)].p95=35``
+limits the duration of every span of that name (any depth) in the wakes' startup phases
+(``wake_phases``). The name is everything between ``phase[`` and the ``]`` before ``.STAT=``:
+spaces, dots, parentheses and ``=`` are part of it; a name holding ``]`` cannot be limited.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -29,14 +35,21 @@ __all__ = [
     "valid_names",
 ]
 
+#: The view of a phase limit (``wake.phase[NAME].STAT``) and the column it limits.
+PHASE_VIEW = "phase"
+PHASE_COLUMN = "duration_s"
+_PHASE = re.compile(r"^(?:wake\.)?phase\[(?P<name>[^\]]*)\]\.(?P<statistic>[^.=\s]*)\s*=(?P<number>.*)$", re.DOTALL)
+
 #: Short view names -> the Analysis method that returns the view.
-VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests", "engine": "engine_requests"}
+VIEWS = {"lending": "lending_episodes", "wake": "wake_episodes", "requests": "requests", "engine": "engine_requests",
+         PHASE_VIEW: "wake_phases"}
 
 #: Numeric columns a limit may name, per view.
 METRICS: dict[str, tuple[str, ...]] = {
     "lending": ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s", "borrowed_at_return"),
     "wake": ("retry_after_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
-             "engine_schedule_s", "total_s"),
+             "engine_schedule_s", "total_s", "engine_spans_s", "outside_engine_spans_s", "engine_spans_share",
+             "engine_skew_s"),
     "requests": ("ttft_s", "e2e_s", "attempts", "gate_wait_s", "engine_schedule_s"),
     "engine": ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
                "prefill_s", "decode_s"),
@@ -61,9 +74,13 @@ class Limit:
     column: str
     statistic: str
     maximum: float
+    #: The startup phase (span name) a ``wake.phase[NAME]`` limit names; None for a view's column.
+    phase: str | None = None
 
     @property
     def name(self) -> str:
+        if self.phase is not None:
+            return f"wake.phase[{self.phase}].{self.statistic}"
         return f"{self.view}.{self.column}.{self.statistic}"
 
 
@@ -84,6 +101,7 @@ def valid_names() -> list[str]:
     names = [f"{view}.{column}.{stat}" for view, columns in METRICS.items() for column in columns
              for stat in NUMERIC_STATISTICS]
     names += [f"{view}.{flag}.count" for view, flags in FLAGS.items() for flag in flags]
+    names += [f"wake.phase[NAME].{stat}" for stat in NUMERIC_STATISTICS]
     return names
 
 
@@ -111,17 +129,14 @@ def _metric_names() -> list[str]:
 
 def parse_limit(text: str, option: str = "--max") -> Limit:
     """``[view.]column.statistic=number`` -> Limit; errors name the option and the problem."""
+    phase = _PHASE.match(text.strip())
+    if phase:
+        return _phase_limit(text, phase, option)
     key, sep, number = text.partition("=")
     metric, dot, statistic = key.strip().rpartition(".")
     if not sep or not dot or not metric:
         raise SettingError(option, f"{text!r} is not METRIC.STAT=NUMBER (e.g. overshoot_s.p95=1.0)")
-    try:
-        maximum = float(number)
-    except ValueError:
-        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a number") from None
-    if not math.isfinite(maximum):
-        # nothing exceeds inf or nan: such a limit could never fail
-        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a finite number")
+    maximum = _maximum(text, number, option)
     view, column = _resolve(metric, option)
     allowed = ("count",) if column in FLAGS[view] else NUMERIC_STATISTICS
     if statistic not in allowed:
@@ -129,9 +144,32 @@ def parse_limit(text: str, option: str = "--max") -> Limit:
     return Limit(view=view, column=column, statistic=statistic, maximum=maximum)
 
 
+def _maximum(text: str, number: str, option: str) -> float:
+    try:
+        maximum = float(number)
+    except ValueError:
+        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a number") from None
+    if not math.isfinite(maximum):
+        # nothing exceeds inf or nan: such a limit could never fail
+        raise SettingError(option, f"{text!r}: {number.strip()!r} is not a finite number")
+    return maximum
+
+
+def _phase_limit(text: str, match: re.Match[str], option: str) -> Limit:
+    """``wake.phase[NAME].STAT=NUMBER`` -> the limit on that phase's span durations."""
+    name, statistic = match["name"], match["statistic"]
+    if not name.strip():
+        raise SettingError(option, f"{text!r}: name a phase inside the brackets, e.g. wake.phase[Warmup (CPU)].p95=35")
+    if statistic not in NUMERIC_STATISTICS:
+        raise SettingError(option, f"{text!r}: statistic {statistic!r} not one of {', '.join(NUMERIC_STATISTICS)}")
+    maximum = _maximum(text, match["number"], option)
+    return Limit(view=PHASE_VIEW, column=PHASE_COLUMN, statistic=statistic, maximum=maximum, phase=name)
+
+
 #: Short view names -> what one row is (singular, plural), for messages.
 _ROW_NOUNS = {"lending": ("lending episode", "lending episodes"), "wake": ("wake episode", "wake episodes"),
-             "requests": ("request", "requests"), "engine": ("engine request", "engine requests")}
+             "requests": ("request", "requests"), "engine": ("engine request", "engine requests"),
+             PHASE_VIEW: ("span of that phase", "spans of that phase")}
 
 
 @dataclass(frozen=True)
@@ -169,8 +207,11 @@ def evaluate(analysis: Analysis, limits: Iterable[Limit] | Mapping[str, float], 
     for limit in limits:
         if limit.view not in frames:
             frames[limit.view] = getattr(analysis, VIEWS[limit.view])()
-        value, count = statistic_of(frames[limit.view], limit.column, limit.statistic, percentile)
-        evaluations.append(Evaluation(limit=limit, value=value, count=count, rows=frames[limit.view].height))
+        frame = frames[limit.view]
+        if limit.phase is not None:
+            frame = frame.filter(pl.col("name") == limit.phase)
+        value, count = statistic_of(frame, limit.column, limit.statistic, percentile)
+        evaluations.append(Evaluation(limit=limit, value=value, count=count, rows=frame.height))
     return evaluations
 
 

@@ -268,6 +268,10 @@ class Analysis:
         """One row per wake episode (``modelclaim.wake``), censored ones included."""
         return self.view("wake_episodes").sort("t0", "span_id")
 
+    def wake_phases(self) -> pl.DataFrame:
+        """One row per engine startup span of a wake episode, in tree order per episode."""
+        return self.view("wake_phases").sort("trace_id", "wake_span_id", "start_index", "start_s", "depth", "span_id")
+
     def runs(self) -> pl.DataFrame:
         """One row per run id × scenario, workload, policy and seed its client requests carry."""
         return self.view("runs")

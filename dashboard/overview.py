@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from restorelens.analysis import Analysis, Limit, Slo, check, parse_limit, percentiles_of
+from restorelens.analysis import PHASE_VIEW, Analysis, Limit, Slo, check, parse_limit, percentiles_of
 from restorelens.analysis.report import with_no_gate
 from restorelens.dashboard.engine import distribution_curves
 from restorelens.dashboard.labels import NO_CLASS, with_unnamed_policy
@@ -86,6 +86,9 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         frames["requests"] = keep(analysis.requests())
     if any(limit.view == "engine" for limit in parsed):
         frames["engine"] = keep(analysis.engine_requests())
+    if any(limit.view == PHASE_VIEW for limit in parsed):
+        # the startup spans of the wakes kept (they carry no run label of their own)
+        frames[PHASE_VIEW] = analysis.wake_phases().filter(pl.col("wake_span_id").is_in(frames["wake"]["span_id"].to_list()))
     lending, wakes = frames["lending"], frames["wake"]
     rows = [("lending episodes", lending.height, int(lending["censored"].sum()), int(lending["clock_skew"].sum())),
             ("wake episodes", wakes.height, int(wakes["censored"].sum()), int(wakes["clock_skew"].sum()))]
@@ -111,7 +114,8 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),
         limited_rows={limit.view: frames[limit.view].height for limit in parsed},
         lending_segments=time_segments(lending, "lending"),
-        wake_segments=time_segments(wakes, "wake"),
+        wake_segments=time_segments(wakes, "wake", phases=frames[PHASE_VIEW] if PHASE_VIEW in frames
+                                    else analysis.wake_phases()),
         lending_curves=distribution_curves(named, ("policy",), LENDING_METRICS),
         wake_curves=distribution_curves(wakes, ("wake_path",), WAKE_METRICS),
     )
@@ -135,6 +139,9 @@ class _Frames:
     def engine_requests(self) -> pl.DataFrame:
         return self._frames["engine"]
 
+    def wake_phases(self) -> pl.DataFrame:
+        return self._frames[PHASE_VIEW]
+
 
 def limit_breaches(frames: dict[str, pl.DataFrame], limits: Sequence[Limit]) -> pl.DataFrame:
     """Each episode (or request) whose own value is over a limit's maximum, or whose flag is set."""
@@ -146,9 +153,13 @@ def limit_breaches(frames: dict[str, pl.DataFrame], limits: Sequence[Limit]) -> 
             continue
         column = pl.col(limit.column)
         hit = column.fill_null(False) if limit.statistic == "count" else column.cast(pl.Float64) > limit.maximum
-        time_column = next(name for name in ("t0", "start", "arrival") if name in frame.columns)
+        if limit.phase is not None:
+            hit = hit & (pl.col("name") == limit.phase)
+        # a startup span's start is seconds from its process start: its wake is what a page opens
+        time_column = next(name for name in ("t0", "start", "arrival", "start_s") if name in frame.columns)
         # the id a page opens it by: an episode's span, a request's id, an engine request's trace
-        id_column = {"requests": "request_id", "engine": "trace_id"}.get(limit.view, "span_id")
+        id_column = {"requests": "request_id", "engine": "trace_id", PHASE_VIEW: "wake_span_id"}.get(limit.view,
+                                                                                                   "span_id")
         for row in frame.filter(hit).iter_rows(named=True):
             value = float(row[limit.column]) if limit.statistic != "count" else 1.0
             rows.append((f"{limit.name}={limit.maximum:g}", limit.view, value, str(row[id_column]),

@@ -55,6 +55,8 @@ EVENTS: Mapping[str, str] = {
     "first token": GOOD,
     "first 503": BAD,
     "wake start": "#8c564b",
+    "process started": "#c7c7c7",
+    "outside the engine's spans": "#7f7f7f",
     "engine ready": "#17becf",
     "readiness observed": "#aec7e8",
     "retry": "#e377c2",

@@ -49,6 +49,7 @@ __all__ = [
     "uploaded_store",
     "wake_detail",
     "wake_episodes",
+    "wake_phases",
 ]
 
 #: No run filter: every row.
@@ -158,6 +159,15 @@ def wake_episodes(path: str, stamp: tuple[int, ...], selection: Selection = _ALL
     keep = _keep(path, stamp, selection)
     with store_reader(path).analysis() as analysis:
         return keep(analysis.wake_episodes())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def wake_phases(path: str, stamp: tuple[int, ...], selection: Selection = _ALL) -> pl.DataFrame:
+    """The engine startup spans of the wake episodes ``selection`` keeps (they carry no run label)."""
+    keep = _keep(path, stamp, selection)
+    with store_reader(path).analysis() as analysis:
+        kept = keep(analysis.wake_episodes())["span_id"]
+        return analysis.wake_phases().filter(pl.col("wake_span_id").is_in(kept.to_list()))
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

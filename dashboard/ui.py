@@ -31,7 +31,7 @@ from restorelens.dashboard import (
     uploads,
 )
 from restorelens.dashboard.labels import MISSING
-from restorelens.dashboard.segments import SEGMENTS
+from restorelens.dashboard.segments import PROCESS_STARTED, legend
 from restorelens.errors import InputError, RestorelensError
 
 __all__ = ["NO_SCRAPES", "current_store", "engine_pressure", "guarded", "limits_in_use", "pick", "plain",
@@ -287,10 +287,13 @@ def time_bars(segments: Any, total: int, kind: str, key: str) -> None:
     if segments.is_empty():
         return
     drawn = segments["episode"].n_unique()
-    show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], SEGMENTS[kind]), key, key)
+    show_figure(figures.time_bars(segments, figures.TIME_BAR_TITLES[kind], legend(segments, kind)), key, key)
     note = f"{drawn} of {total} episodes: the censored first, then the longest. " if drawn < total else ""
+    engine = (" A wake whose engine exported its startup spans splits the stretch to engine ready: process "
+              "started, each top-level startup phase (named as its span) and the time outside the engine's spans."
+              if PROCESS_STARTED in segments["event"].to_list() else "")
     st.caption(note + "Each stretch is named by the instant that ends it; hatched: censored (never completed); "
-               "red outline: clock skew between the spans.")
+               "red outline: clock skew between the spans." + engine)
 
 
 def show_figure(figure: go.Figure, key: str, file_stem: str) -> None:

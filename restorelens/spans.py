@@ -34,6 +34,21 @@ SPAN_LLM_REQUEST = "llm_request"
 SPAN_ENGINE_SLEEP = "POST /sleep"
 SPAN_ENGINE_WAKE_UP = "POST /wake_up"
 SPAN_ENGINE_IS_SLEEPING = "GET /is_sleeping"
+#: vLLM's startup spans, in its startup's trace (the wake's, through the TRACEPARENT the lifecycle
+#: starts it with); the simulator emits the same. The analysis finds startup spans by trace and
+#: service, never by these names (wake_phases.sql): any engine's startup spans are phases.
+SPAN_VLLM_OVERALL_LOADING = "Overall Loading"
+SPAN_VLLM_ASYNC_MP_CLIENT_INIT = "AsyncMPClient init"
+SPAN_VLLM_ENGINE_CORE_PROC_INIT = "EngineCoreProc init"
+SPAN_VLLM_EXECUTOR_INIT = "Executor init"
+SPAN_VLLM_WORKER_INIT = "Worker init"
+SPAN_VLLM_LOADING_CPU = "Loading (CPU)"
+SPAN_VLLM_LOAD_MODEL = "Load model"
+SPAN_VLLM_INITIALIZE_MODEL = "Initialize model"
+SPAN_VLLM_LOAD_WEIGHTS = "Load weights"
+SPAN_VLLM_PREPARE_MODEL = "Prepare model"
+SPAN_VLLM_WARMUP_CPU = "Warmup (CPU)"
+SPAN_VLLM_ALLOCATE_KV_CACHE = "Allocate KV cache"
 
 # --- attributes: restorelens's own ------------------------------------------------------------
 
@@ -115,6 +130,9 @@ ATTR_HTTP_FLAVOR_OLD = "http.flavor"
 ATTR_HTTP_RETRY_AFTER = "http.response.header.retry-after"
 ATTR_ERROR_TYPE = _error.ERROR_TYPE
 ATTR_GEN_AI_REQUEST_MODEL = _gen_ai.GEN_AI_REQUEST_MODEL
+#: A resource attribute: one engine process among its service's. The analysis tells two starts of
+#: one wake apart by it (wake_phases.sql); without it an engine's spans are one start.
+ATTR_SERVICE_INSTANCE_ID = "service.instance.id"
 
 # --- attributes: vLLM's llm_request span (spelled exactly as vLLM) --------------------------------
 
@@ -252,6 +270,7 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_RETRY_WAIT_S: DOUBLE,
     ATTR_ENGINE_SLEEP_LEVEL: INT,
     ATTR_ENGINE_WAKE_TAGS: STRING_ARRAY,
+    ATTR_SERVICE_INSTANCE_ID: STRING,
     ATTR_HTTP_STATUS_CODE: INT,
     ATTR_HTTP_RESEND_COUNT: INT,
     ATTR_HTTP_STATUS_CODE_OLD: INT,

@@ -1,7 +1,8 @@
 """The report: the numbers a user acts on, as named sections of polars DataFrames, and renderers.
 
 Sections (``SECTIONS``, in order): episode counts (how many, how many censored or clock-skewed),
-lending and wake episode statistics, request latencies, the engine's view of every request it
+lending and wake episode statistics, the engine's startup phases of the wakes (only when some
+engine exported startup spans), request latencies, the engine's view of every request it
 served (per engine x traffic class, gate or not), the policy summary and the paired differences
 (median over seeds). ``build.py`` computes them; ``formats.py`` writes them in one of ``FORMATS``.
 A null policy (a request that passed no gate and carries no arm label) reads "no gate" in the text
@@ -20,6 +21,7 @@ SECTIONS = (
     "episode_counts",
     "lending_episodes",
     "wake_episodes",
+    "wake_phases",
     "requests",
     "engine",
     "policy_summary",
@@ -34,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "NO_GATE": "formats",
     "REQUEST_METRICS": "build",
     "WAKE_METRICS": "build",
+    "OUTSIDE_ENGINE_SPANS": "build",
+    "phase_statistics": "build",
     "build_report": "build",
     "render": "formats",
     "with_no_gate": "formats",

@@ -8,12 +8,20 @@ import polars as pl
 from restorelens.analysis.study import STUDY_ARMS
 from restorelens.analysis.views import Analysis, nearest_rank_expr, percentiles_of
 
-__all__ = ["ENGINE_METRICS", "LENDING_METRICS", "REQUEST_METRICS", "WAKE_METRICS", "arm_order", "build_report"]
+__all__ = ["ENGINE_METRICS", "LENDING_METRICS", "OUTSIDE_ENGINE_SPANS", "PHASE_STATISTICS", "REQUEST_METRICS",
+           "WAKE_METRICS", "arm_order", "build_report", "phase_statistics"]
 
 LENDING_METRICS = ("grant_restore_s", "drain_s", "engine_schedule_s", "ttft_s")
 WAKE_METRICS = ("retry_after_s", "hint_s", "ready_s", "observed_s", "hint_error_s", "overshoot_s", "attempts",
                 "engine_schedule_s", "total_s")
 REQUEST_METRICS = ("ttft_s", "e2e_s", "attempts")
+#: The statistics of each engine startup phase (a phase's p90 or p99 over a few wakes says little).
+PHASE_STATISTICS = ("count", "p50", "p95", "max")
+#: The phase rows that are no span: the stretch no top-level span covers, the covered union and
+#: its share of process start -> engine ready (wake_episodes' columns of those names).
+OUTSIDE_ENGINE_SPANS = "outside the engine's spans"
+_EPISODE_ROWS = {OUTSIDE_ENGINE_SPANS: "outside_engine_spans_s", "engine spans (covered)": "engine_spans_s",
+                 "share covered": "engine_spans_share"}
 ENGINE_METRICS = ("queue_s", "schedule_delay_s", "schedule_delay_lower_s", "schedule_delay_upper_s", "ttft_s",
                   "prefill_s", "decode_s")
 
@@ -45,16 +53,45 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
         )
         .sort("workload", "policy", "baseline", nulls_last=True)
     )
-    return {
+    phases = analysis.wake_phases()
+    sections = {
         "episode_counts": counts,
         "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
         "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path"], method=percentile),
+        "wake_phases": phase_statistics(phases, wakes, percentile),
         "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
         "engine": percentiles_of(analysis.view("engine_requests", ["engine", "traffic_class", *ENGINE_METRICS]),
                                  ENGINE_METRICS, ["engine", "traffic_class"], method=percentile),
         "policy_summary": analysis.policy_summary(),
         "paired_differences": medians,
     }
+    if phases.is_empty():  # no engine exported startup spans: the report is as it was without them
+        del sections["wake_phases"]
+    return sections
+
+
+def phase_statistics(phases: pl.DataFrame, wakes: pl.DataFrame, percentile: str = "linear") -> pl.DataFrame:
+    """Per engine startup phase (span name, at the shallowest depth it has; in the order the phases
+    start): count,
+    p50, p95 and max of its duration (s); then the stretch outside the engine's spans, the covered
+    union (s) and the share covered, one value per wake episode with engine spans."""
+    schema = {"phase": pl.String, "depth": pl.Int64, **{name: pl.Float64 for name in PHASE_STATISTICS}}
+    schema["count"] = pl.Int64
+    if phases.is_empty():
+        return pl.DataFrame(schema=schema)
+    # one row per name, as a limit names a phase; its depth the shallowest it was found at
+    order = (phases.group_by("name").agg(pl.col("start_s").median().alias("_start"), pl.col("depth").min())
+             .sort("_start", "depth", "name"))
+    per_phase = percentiles_of(phases, ["duration_s"], ["name"], method=percentile)
+    per_phase = order.join(per_phase, on="name", how="left", maintain_order="left")
+    per_phase = per_phase.select(pl.col("name").alias("phase"), pl.col("depth").cast(pl.Int64),
+                                 *(pl.col(name) for name in PHASE_STATISTICS))
+    episode_rows = []
+    for label, column in _EPISODE_ROWS.items():
+        row = percentiles_of(wakes, [column], method=percentile).select(PHASE_STATISTICS)
+        episode_rows.append(row.with_columns(pl.lit(label).alias("phase"), pl.lit(None, pl.Int64).alias("depth")))
+    frames = [per_phase, *(row.select(per_phase.columns) for row in episode_rows)]
+    return pl.concat([frame.cast(schema) for frame in frames], how="vertical")
 
 
 def _stats(frame: pl.DataFrame, metrics: tuple[str, ...], by: str, percentile: str) -> pl.DataFrame:

@@ -14,6 +14,16 @@
 --   attempts          = attempts from the first 503 through the success (or the last one)
 --   engine_schedule_s = engine scheduled the successful attempt - the moment it was let through
 --   total_s           = first token of the successful attempt - t0
+--   process_started_s = the engine process started (`engine.wake_called`) - t0
+-- The engine's own startup spans (wake_phases) split process start -> engine ready in two:
+--   engine_spans_s         = the union of the top-level startup spans, clipped to that stretch
+--   outside_engine_spans_s = engine ready - process start - engine_spans_s (imports before the
+--                            first span, API bring-up after the last: one named stretch)
+--   engine_spans_share     = engine_spans_s / (engine ready - process start)
+--   engine_spans, engine_starts = startup spans (every depth) and engine processes they came from
+--   engine_skew_s          = the furthest any startup span reaches before process start or past
+--                            engine ready (clock skew between the engine and the lifecycle)
+-- All null when the wake has no engine spans (and the outside stretch when it never became ready).
 -- A wake that never became ready, or whose request was never served, is kept and censored.
 -- Gaps that causality says cannot be negative are listed when they are (clock skew). The
 -- engine's pressure at t0 is the last scrape at or before t0 of the engines serving the model
@@ -49,6 +59,23 @@ attempts as (
 pressure as (
 
     select * from episode_pressure
+
+),
+
+phases as (
+
+    -- per wake: the top-level spans' union, the sum of what each adds
+    select
+        trace_id,
+        wake_span_id,
+        count(*) as engine_spans,
+        count(distinct start_index) as engine_starts,
+        -- seconds * 1e9 -> the integer nanoseconds each was computed from: the two stretches add up exactly
+        sum(round(adds_s * 1e9)::bigint) filter (where depth = 0) as covered_ns,
+        max(greatest(before_start_s, coalesce(after_ready_s, 0))) as engine_skew_s
+
+    from wake_phases
+    group by trace_id, wake_span_id
 
 ),
 
@@ -137,7 +164,11 @@ joined as (
         clients.outcome,
         clients.workload,
         clients.seed,
-        clients.run_id
+        clients.run_id,
+        phases.engine_spans,
+        phases.engine_starts,
+        phases.covered_ns,
+        phases.engine_skew_s
 
     from triggered
     left join successes
@@ -146,6 +177,9 @@ joined as (
     left join clients
         on triggered.client_key = clients.span_key
         and triggered.request_trace_key = clients.trace_key
+    left join phases
+        on triggered.span_id = phases.wake_span_id
+        and triggered.trace_id = phases.trace_id
 
 ),
 
@@ -182,6 +216,13 @@ final as (
         (engine_scheduled_upper_ns - success_start_ns) / 1e9 as engine_schedule_upper_s,
         engine_scheduled_point as engine_schedule_point,
         (first_token_ns - t0_ns) / 1e9 as total_s,
+        (wake_called_ns - t0_ns) / 1e9 as process_started_s,
+        engine_spans,
+        engine_starts,
+        covered_ns / 1e9 as engine_spans_s,
+        (ready_ns - coalesce(wake_called_ns, start_ns) - covered_ns) / 1e9 as outside_engine_spans_s,
+        covered_ns / nullif(ready_ns - coalesce(wake_called_ns, start_ns), 0) as engine_spans_share,
+        engine_skew_s,
         success_attempt_index is not null as served,
         ready_ns is null or success_attempt_index is null as censored,
         case
@@ -195,18 +236,21 @@ final as (
             or (observed_ns < ready_ns)
             or (success_start_ns < ready_ns)
             or (engine_scheduled_ns < success_start_ns)
+            or (engine_skew_s > 0)
         then
             list_filter([
                 case when ready_ns < t0_ns then 'ready_s' end,
                 case when observed_ns < ready_ns then 'observed_before_ready' end,
                 case when success_start_ns < ready_ns then 'overshoot_s' end,
-                case when engine_scheduled_ns < success_start_ns then 'engine_schedule_s' end
+                case when engine_scheduled_ns < success_start_ns then 'engine_schedule_s' end,
+                case when engine_skew_s > 0 then 'engine_skew_s' end
             ], lambda gap: gap is not null)
         else []::varchar[] end as negative_gaps,
         coalesce(trigger_clock_skew, false)
             or coalesce(success_clock_skew, false)
             or coalesce(success_start_ns < ready_ns, false)
-            or coalesce(engine_scheduled_ns < success_start_ns, false) as clock_skew,
+            or coalesce(engine_scheduled_ns < success_start_ns, false)
+            or coalesce(engine_skew_s > 0, false) as clock_skew,
         engine_running_at_t0,
         engine_waiting_at_t0,
         engine_kv_cache_usage_at_t0,

@@ -1,7 +1,9 @@
 """Wake episodes: first 503 and its hint, wake, readiness, every retry, success and first token."""
 
+import polars as pl
 import streamlit as st
 
+from restorelens.analysis.report import phase_statistics
 from restorelens.dashboard import queries, timelines, ui
 from restorelens.dashboard.labels import shown
 from restorelens.dashboard.segments import time_segments
@@ -15,8 +17,16 @@ if episodes.is_empty():
             "(a `modelclaim.wake` span linked to its first 503).")
     st.stop()
 
+phases = ui.guarded(queries.wake_phases, path, stamp, ui.settings().selection)
 st.subheader("Where the time went")
-ui.time_bars(time_segments(episodes, "wake"), episodes.height, "wake", "wake-bars")
+ui.time_bars(time_segments(episodes, "wake", phases=phases), episodes.height, "wake", "wake-bars")
+if not phases.is_empty():
+    st.subheader("Engine startup phases")
+    st.caption("The engine's own startup spans (children of the wake span in its trace), per span name: the "
+               "duration's count, p50, p95 and max (s); then the time from process start to engine ready "
+               "outside every top-level span (imports before them, API bring-up after), the top-level spans' "
+               "union and its share of that time. Limit one with `--max 'wake.phase[NAME].p95=S'`.")
+    ui.table(phase_statistics(phases, episodes, ui.settings().method))
 
 st.subheader("One episode")
 labels = [f"{row['t0']:%H:%M:%S} · {shown(row['model'])} · {shown(row['wake_path'])} · "
@@ -30,6 +40,14 @@ ui.episode_metrics(episode, (("Retry-After hint", "retry_after_s"), ("engine rea
                              ("overshoot", "overshoot_s"), ("attempts", "attempts"), ("first token", "total_s")))
 ui.schedule_caption(episode, "the successful attempt started")
 ui.show_figure(timelines.wake_timeline(detail), "wake-timeline", "wake-episode")
+own = phases.filter(pl.col("wake_span_id") == span_id)
+if not own.is_empty():
+    st.caption(f"This wake's engine startup spans (indented by depth; seconds from process start): "
+               f"{shown(episode['engine_spans_s'])} s covered, {shown(episode['outside_engine_spans_s'])} s outside "
+               f"the engine's spans" + (f", clock skew {episode['engine_skew_s']:.3f} s (spans outside process "
+                                        "start → ready)" if episode["engine_skew_s"] else "") + ".")
+    ui.table(own.select((pl.lit("· ").repeat_by(pl.col("depth")).list.join("") + pl.col("name")).alias("phase"),
+                        "start_s", "end_s", "duration_s", "adds_s", "orphan", "engine_instance", "span_id"))
 ui.engine_pressure(path, stamp, episode, detail.events, "wake-pressure")
 
 st.subheader("Hint vs actual readiness")

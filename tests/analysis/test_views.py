@@ -186,5 +186,6 @@ def test_the_stores_derived_tables_give_the_same_frames_as_computing_every_layer
     computed = Analysis(bare)
     assert computed.stored_layers == frozenset()
     for name, frame in expected.items():
-        assert frame.height > 0, name
+        # no sample engine exports its startup spans (test_wake_phases.py stores some)
+        assert frame.height > 0 or name == "wake_phases", name
         assert (computed.policy_summary() if name == "policy_summary" else getattr(computed, name)()).equals(frame), name

@@ -32,6 +32,18 @@ WAKES = (
 )
 
 
+#: The cold-start wake's engine startup spans, (name, start s, end s, children) from its process
+#: start (t0 + 0.0625; ready 31.1875 s later): 24 s covered, 7.1875 s outside the engine's spans.
+STARTUP = (
+    (sc.SPAN_VLLM_OVERALL_LOADING, 2.0, 26.0, (
+        (sc.SPAN_VLLM_ENGINE_CORE_PROC_INIT, 3.0, 25.0, (
+            (sc.SPAN_VLLM_LOAD_MODEL, 3.0, 8.0, ()),
+            (sc.SPAN_VLLM_WARMUP_CPU, 8.0, 24.0, ()),
+        )),
+    )),
+)
+
+
 def moflux_files(folder: Path) -> list[Path]:
     paths = []
     for arm, seed in MOFLUX_RUNS:
@@ -61,8 +73,10 @@ def wake_traces() -> Traces:
         traces.served_via_gate(trace, attempt, t0 + success + 0.03125, t0 + success + 1.9,
                                upstream_s=t0 + success + 0.0625, engine_arrival_s=t0 + success + 0.125,
                                time_in_queue_s=0.125, ttft_s=0.5, e2e_s=1.5, policy="fcfs")
-        traces.model_wake(t0 + 0.0625, t0 + observed, link=(trace, first), model=model, wake_path=path,
-                          wake_called_s=t0 + 0.0625, ready_s=t0 + ready, observed_s=t0 + observed)
+        wake = traces.model_wake(t0 + 0.0625, t0 + observed, link=(trace, first), model=model, wake_path=path,
+                                 wake_called_s=t0 + 0.0625, ready_s=t0 + ready, observed_s=t0 + observed)
+        if path == "cold-start":
+            _startup(traces, traces.spans[-1].trace_id, wake, STARTUP, t0 + 0.0625)
         traces.model_state(t0 - 30.0, t0, phase="Sleeping", reason="EngineSleeping", model=model)
         traces.model_state(t0, t0 + ready, phase="Activating", reason="EngineSleeping", model=model)
         traces.model_state(t0 + ready, t0 + 90.0, phase="Active", reason="ModelClaimActive", model=model)
@@ -149,6 +163,14 @@ def armless_store(db_path: Path, realistic: Path) -> Path:
         traces.engine(trace, attempt, start + 0.0625, time_in_queue_s=0.125, ttft_s=0.375, e2e_s=1.5)
     traces.save(db_path)
     return db_path
+
+
+def _startup(traces: Traces, trace: str, parent: str, tree: tuple, process_start_s: float) -> None:
+    """An engine's startup spans under the wake span, as an engine started with its TRACEPARENT exports them."""
+    for name, start, end, children in tree:
+        span = traces.span(trace, name, process_start_s + start, process_start_s + end, parent=parent,
+                           service="vllm")
+        _startup(traces, trace, span, children, process_start_s)
 
 
 def _not_ready(traces: Traces, trace: str, client: str, start: float, hint: float, resend: int | None = None) -> str:

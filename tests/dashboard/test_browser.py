@@ -177,6 +177,16 @@ def test_the_wake_timeline_draws_retries_and_the_overshoot(browser, dashboard_ur
     for label in ("first 503", "Retry-After elapses", "wake start", "engine ready", "readiness observed",
                   "retry 1 → 503", "retry 2 → 503", "success 200", "first token", "overshoot 0.50 s"):
         assert label in drawn, label
+    # the cold start's engine exported its startup spans: its bar splits the stretch to engine ready
+    from restorelens import spans as sc
+    from restorelens.dashboard.figures import TIME_BAR_TITLES
+    from restorelens.dashboard.segments import OUTSIDE_ENGINE_SPANS, PROCESS_STARTED
+
+    bars = {trace["name"]: trace for trace in plotted(page, TIME_BAR_TITLES["wake"].split(" (")[0])}
+    assert list(bars)[:4] == [PROCESS_STARTED, sc.SPAN_VLLM_OVERALL_LOADING, OUTSIDE_ENGINE_SPANS, "engine ready"]
+    assert bars[sc.SPAN_VLLM_OVERALL_LOADING]["x"] == [24.0]
+    assert sum(bars[OUTSIDE_ENGINE_SPANS]["x"]) == 7.1875
+    page.get_by_text("Engine startup phases").first.wait_for(timeout=RENDER_MS)
     page.screenshot(path=str(tmp_path / "wakes.png"), full_page=True)
     page.close()
 

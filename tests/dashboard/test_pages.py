@@ -13,11 +13,13 @@ from dashboard_stores import ARMLESS, GATELESS, GATELESS_TIER, TINY_SCRAPES
 from rendered import INJECTED, seen
 from streamlit.testing.v1 import AppTest
 
+from restorelens import spans as sc
 from restorelens.analysis import Analysis, percentiles_of
 from restorelens.analysis.report import ENGINE_METRICS, NO_GATE
 from restorelens.collector import load_paths
 from restorelens.dashboard import environment, figures, source, ui
 from restorelens.dashboard.labels import MISSING
+from restorelens.dashboard.segments import OUTSIDE_ENGINE_SPANS, PROCESS_STARTED
 from restorelens.gate.modelclaim.phases import PHASES
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboard" / "pages"
@@ -93,14 +95,23 @@ def test_overview_shows_counts_statistics_and_broken_limits(on_store: Path) -> N
     charts = {s["layout"]["title"]["text"]: s for s in specs(app)}
     # where the time went: one bar per wake episode, stretches named by the instant that ends them
     bars = charts[figures.TIME_BAR_TITLES["wake"]]
-    assert {trace["name"] for trace in bars["data"]} == {"engine ready", "readiness observed", "retry",
-                                                        "engine scheduled", "first token"}
+    # the cold start's engine exported its startup spans: its stretch to engine ready is split
+    assert [trace["name"] for trace in bars["data"]] == [
+        PROCESS_STARTED, sc.SPAN_VLLM_OVERALL_LOADING, OUTSIDE_ENGINE_SPANS, "engine ready", "readiness observed",
+        "retry", "engine scheduled", "first token"]
     assert len({y for trace in bars["data"] for y in trace["y"]}) == 3
     with Analysis.open(on_store) as analysis:
         cold = analysis.wake_episodes().filter(pl.col("wake_path") == "cold-start").row(0, named=True)
-    (cold_ready,) = [x for t in bars["data"] if t["name"] == "engine ready"
-                     for x, y in zip(t["x"], t["y"], strict=True) if "cold-start" in y]
-    assert cold_ready == pytest.approx(cold["ready_s"])
+    cold_bars = {t["name"]: [(base, x) for base, x, y in zip(t["base"], t["x"], t["y"], strict=True)
+                             if "cold-start" in y] for t in bars["data"]}
+    assert cold_bars["engine ready"] == []
+    assert cold_bars[sc.SPAN_VLLM_OVERALL_LOADING] == [(cold["process_started_s"] + 2.0, 24.0)]
+    outside = cold_bars[OUTSIDE_ENGINE_SPANS]
+    assert sum(x for _, x in outside) == cold["outside_engine_spans_s"] == 7.1875
+    assert max(base + x for base, x in outside) == pytest.approx(cold["ready_s"])
+    (warm_ready,) = [x for t in bars["data"] if t["name"] == "engine ready"
+                     for x, y in zip(t["x"], t["y"], strict=True) if "in-place" in y]
+    assert warm_ready == 4.0625
     # distributions: an ECDF per wake path, its legend named by the paths on the spans
     ecdf = charts["Distribution per wake path (share of episodes at or below)"]
     with Analysis.open(on_store) as analysis:
@@ -147,6 +158,24 @@ def test_wake_page_draws_retries_hint_and_overshoot(on_store: Path) -> None:
     assert [(b["x0"], b["x1"]) for b in band] == [(31.25, 31.75)]
     assert sum(len(t["x"]) for t in scatter["data"] if t["name"] != "hint = ready") == 3
     assert {m.label: m.value for m in app.metric}["attempts"] == "4"
+    # the engine's startup phases: their statistics, then this wake's spans, then every episode
+    stats, own, _ = (frame.value for frame in app.dataframe)
+    assert list(stats["phase"]) == [sc.SPAN_VLLM_OVERALL_LOADING, sc.SPAN_VLLM_ENGINE_CORE_PROC_INIT,
+                                    sc.SPAN_VLLM_LOAD_MODEL, sc.SPAN_VLLM_WARMUP_CPU, OUTSIDE_ENGINE_SPANS,
+                                    "engine spans (covered)", "share covered"]
+    assert list(stats["max"])[4] == 7.1875
+    assert list(own["phase"]) == [sc.SPAN_VLLM_OVERALL_LOADING, f"· {sc.SPAN_VLLM_ENGINE_CORE_PROC_INIT}",
+                                  f"· · {sc.SPAN_VLLM_LOAD_MODEL}", f"· · {sc.SPAN_VLLM_WARMUP_CPU}"]
+    assert any("7.1875 s outside the engine's spans" in caption.value for caption in app.caption)
+
+
+def test_a_wake_without_engine_spans_shows_no_phases_of_its_own(on_store: Path) -> None:
+    with Analysis.open(on_store) as analysis:
+        warm = analysis.wake_episodes().filter(pl.col("wake_path") == "in-place").row(0, named=True)
+    app = run_page("wakes", episode=warm["span_id"])
+    assert len(app.dataframe) == 2  # the phases' statistics (the cold start's) and the episodes
+    assert not any("outside the engine's spans" in caption.value for caption in app.caption if "This wake" in
+                   caption.value)
 
 
 def test_an_unknown_episode_in_the_link_falls_back_with_a_warning(on_store: Path) -> None:
@@ -393,7 +422,7 @@ def test_a_wake_episode_shows_its_models_engines_pressure_from_before_t0(on_engi
     assert pressure["layout"]["xaxis"]["range"] == [-5.0, 15.75]
     assert any(c.value == "At t0, the last scrape (0.250 s before): 3 running, 4 waiting, KV cache 87.5% used."
                for c in app.caption)
-    columns = set(table(app).columns)
+    columns = set(table(app, -1).columns)
     assert {"engine_running_at_t0", "engine_waiting_at_t0", "engine_kv_cache_usage_at_t0",
             "engine_pressure_age_s"} <= columns
 

@@ -1,4 +1,4 @@
-"""The report's vocabulary: ``build_report`` returns exactly ``SECTIONS``, in order, and ``render``
+"""The report's vocabulary: ``build_report`` returns ``SECTIONS``, in order, and ``render``
 writes every one of ``FORMATS`` (the CLI's ``--section`` and ``--format`` offer those tuples)."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ def _sections() -> dict:
 
 
 def test_the_report_is_its_sections_in_order() -> None:
-    assert tuple(_sections()) == SECTIONS
+    # the engine startup phases only when an engine exported some (report/test_phases.py)
+    assert tuple(_sections()) == tuple(name for name in SECTIONS if name != "wake_phases")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
