@@ -43,11 +43,13 @@ SPAN_VLLM_ENGINE_CORE_PROC_INIT = "EngineCoreProc init"
 SPAN_VLLM_EXECUTOR_INIT = "Executor init"
 SPAN_VLLM_WORKER_INIT = "Worker init"
 SPAN_VLLM_LOADING_CPU = "Loading (CPU)"
+SPAN_VLLM_LOADING_GPU = "Loading (GPU)"
 SPAN_VLLM_LOAD_MODEL = "Load model"
 SPAN_VLLM_INITIALIZE_MODEL = "Initialize model"
 SPAN_VLLM_LOAD_WEIGHTS = "Load weights"
 SPAN_VLLM_PREPARE_MODEL = "Prepare model"
 SPAN_VLLM_WARMUP_CPU = "Warmup (CPU)"
+SPAN_VLLM_WARMUP_GPU = "Warmup (GPU)"
 SPAN_VLLM_ALLOCATE_KV_CACHE = "Allocate KV cache"
 
 # --- attributes: restorelens's own ------------------------------------------------------------

