@@ -143,3 +143,18 @@ def test_first_request_cold_starts_real_vllm_and_the_wake_is_decomposed(
     assert wake["engine_schedule_s"] is not None and wake["engine_schedule_s"] >= 0
     assert wake["total_s"] >= wake["ready_s"]
     assert not wake["censored"]
+
+    # vLLM was started with the wake's TRACEPARENT: its own startup spans are the start's phases.
+    assert wake["engine_starts"] == 1 and wake["engine_spans"] >= 12
+    assert wake["engine_spans_s"] > 0 and wake["outside_engine_spans_s"] > 0
+    engine_ready_s = wake["ready_s"] - wake["process_started_s"]
+    assert wake["engine_spans_s"] + wake["outside_engine_spans_s"] == pytest.approx(engine_ready_s, abs=0.05)
+    assert not wake["clock_skew"]
+    with Analysis.open(store) as analysis:
+        phases = analysis.wake_phases()
+    assert spans.SPAN_VLLM_OVERALL_LOADING in set(phases["name"]) and spans.SPAN_LLM_REQUEST not in set(phases["name"])
+    # What share vLLM's spans cover varies with the machine: its imports (~14 s on 2 cores) come
+    # before its first span, and its warm-up (compiled again at every start) swings with load.
+    print(f"engine ready {engine_ready_s:.2f} s: {wake['engine_spans_share']:.1%} inside vLLM's spans, "
+          f"{wake['outside_engine_spans_s']:.2f} s outside")
+    assert wake["engine_spans_share"] >= 0.5
