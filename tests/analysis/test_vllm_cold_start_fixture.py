@@ -3,6 +3,8 @@ and what it must hold: vllm_cold_start.py), loaded by the project's loader into 
 
 from __future__ import annotations
 
+from restorelens import spans
+
 import json
 from pathlib import Path
 
@@ -46,9 +48,9 @@ def test_vllm_names_no_service_and_says_which_process_made_each_span(store: Path
     assert {s["service"] for s in found} == {"unknown_service:python"}
     assert {s["kind"] for s in found} == {"Internal"}
     kinds = {(s["name"], s["scope"]): s["resource"].get("vllm.process_kind") for s in found}
-    assert kinds[("Overall Loading", "vllm.v1.engine.core_client")] is None  # the API server
-    assert kinds[("Prepare model", "vllm.v1.engine.core")] == "engine_core"
-    assert kinds[("Warmup (CPU)", "vllm.v1.worker.cpu_model_runner")] == "worker"
+    assert kinds[(spans.SPAN_VLLM_OVERALL_LOADING, "vllm.v1.engine.core_client")] is None  # the API server
+    assert kinds[(spans.SPAN_VLLM_PREPARE_MODEL, "vllm.v1.engine.core")] == "engine_core"
+    assert kinds[(spans.SPAN_VLLM_WARMUP_CPU, "vllm.v1.worker.cpu_model_runner")] == "worker"
 
 
 def _interval(found: list[dict], name: str) -> tuple[int, int]:
@@ -63,19 +65,19 @@ def _within(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
 def test_warmup_and_kv_allocation_run_inside_prepare_model_though_linked_to_executor_init(store: Path) -> None:
     """Time says where a worker's later spans belong; their parent link does not."""
     found = start_up_spans(store)
-    outer = ("Overall Loading", "AsyncMPClient init", "EngineCoreProc init")
+    outer = (spans.SPAN_VLLM_OVERALL_LOADING, spans.SPAN_VLLM_ASYNC_MP_CLIENT_INIT, spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT)
     for parent, child in zip(outer, outer[1:], strict=False):
         assert _within(_interval(found, child), _interval(found, parent)), child
-    prepare, executor = _interval(found, "Prepare model"), _interval(found, "Executor init")
+    prepare, executor = _interval(found, spans.SPAN_VLLM_PREPARE_MODEL), _interval(found, spans.SPAN_VLLM_EXECUTOR_INIT)
     assert executor[1] <= prepare[0]  # the executor (and its workers) started before the model was prepared
-    for name in ("Warmup (CPU)", "Allocate KV cache"):
+    for name in (spans.SPAN_VLLM_WARMUP_CPU, spans.SPAN_VLLM_ALLOCATE_KV_CACHE):
         assert _within(_interval(found, name), prepare), name
         assert _interval(found, name)[0] >= executor[1], name
 
 
 def test_health_answered_after_the_start_up_spans_ended(store: Path, notes: dict) -> None:
     found = start_up_spans(store)
-    loading = _interval(found, "Overall Loading")
+    loading = _interval(found, spans.SPAN_VLLM_OVERALL_LOADING)
     assert notes["spawned_unix_ns"] < loading[0]
     assert max(s["start_ns"] + s["duration_ns"] for s in found) <= notes["first_health_200_unix_ns"]
     assert {s["name"] for s in found} == START_SPAN_NAMES

@@ -38,25 +38,25 @@ HEADED_TRACEPARENT = "00-4eaded00000000000000000000000032-00000000000000a1-01"
 HEADED_TRACE_ID, HEADED_PARENT_SPAN_ID = HEADED_TRACEPARENT.split("-")[1:3]
 
 #: (span name, instrumentation scope) -> its parent's, by parent span id; None: the parent is the
-#: environment's TRACEPARENT (not a span vLLM exports). "Worker init" is two spans: the executor's
+#: environment's TRACEPARENT (not a span vLLM exports). spans.SPAN_VLLM_WORKER_INIT is two spans: the executor's
 #: worker process and the worker it wraps. The spans a worker process begins after its own start
 #: (``Warmup (CPU)``, ``Allocate KV cache``: remote calls from the engine core's ``Prepare
 #: model``) have no active span there, and take the TRACEPARENT their process inherited when
 #: ``Executor init`` spawned it: their parent is ``Executor init``, which ended before they began.
 START_SPAN_PARENTS: dict[tuple[str, str], tuple[str, str] | None] = {
-    ("Overall Loading", "vllm.v1.engine.core_client"): None,
-    ("AsyncMPClient init", "vllm.v1.engine.core_client"): ("Overall Loading", "vllm.v1.engine.core_client"),
-    ("EngineCoreProc init", "vllm.v1.engine.core"): ("AsyncMPClient init", "vllm.v1.engine.core_client"),
-    ("Executor init", "vllm.v1.executor.abstract"): ("EngineCoreProc init", "vllm.v1.engine.core"),
-    ("Worker init", "vllm.v1.executor.multiproc_executor"): ("Executor init", "vllm.v1.executor.abstract"),
-    ("Worker init", "vllm.v1.worker.worker_base"): ("Worker init", "vllm.v1.executor.multiproc_executor"),
-    ("Loading (CPU)", "vllm.v1.worker.cpu_model_runner"): ("Worker init", "vllm.v1.executor.multiproc_executor"),
-    ("Load model", "vllm.model_executor.model_loader.base_loader"): ("Loading (CPU)", "vllm.v1.worker.cpu_model_runner"),
-    ("Initialize model", "vllm.model_executor.model_loader.utils"): ("Load model", "vllm.model_executor.model_loader.base_loader"),
-    ("Load weights", "vllm.model_executor.model_loader.default_loader"): ("Load model", "vllm.model_executor.model_loader.base_loader"),
-    ("Prepare model", "vllm.v1.engine.core"): ("EngineCoreProc init", "vllm.v1.engine.core"),
-    ("Warmup (CPU)", "vllm.v1.worker.cpu_model_runner"): ("Executor init", "vllm.v1.executor.abstract"),
-    ("Allocate KV cache", "vllm.v1.worker.gpu_worker"): ("Executor init", "vllm.v1.executor.abstract"),
+    (spans.SPAN_VLLM_OVERALL_LOADING, "vllm.v1.engine.core_client"): None,
+    (spans.SPAN_VLLM_ASYNC_MP_CLIENT_INIT, "vllm.v1.engine.core_client"): (spans.SPAN_VLLM_OVERALL_LOADING, "vllm.v1.engine.core_client"),
+    (spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT, "vllm.v1.engine.core"): (spans.SPAN_VLLM_ASYNC_MP_CLIENT_INIT, "vllm.v1.engine.core_client"),
+    (spans.SPAN_VLLM_EXECUTOR_INIT, "vllm.v1.executor.abstract"): (spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT, "vllm.v1.engine.core"),
+    (spans.SPAN_VLLM_WORKER_INIT, "vllm.v1.executor.multiproc_executor"): (spans.SPAN_VLLM_EXECUTOR_INIT, "vllm.v1.executor.abstract"),
+    (spans.SPAN_VLLM_WORKER_INIT, "vllm.v1.worker.worker_base"): (spans.SPAN_VLLM_WORKER_INIT, "vllm.v1.executor.multiproc_executor"),
+    (spans.SPAN_VLLM_LOADING_CPU, "vllm.v1.worker.cpu_model_runner"): (spans.SPAN_VLLM_WORKER_INIT, "vllm.v1.executor.multiproc_executor"),
+    (spans.SPAN_VLLM_LOAD_MODEL, "vllm.model_executor.model_loader.base_loader"): (spans.SPAN_VLLM_LOADING_CPU, "vllm.v1.worker.cpu_model_runner"),
+    (spans.SPAN_VLLM_INITIALIZE_MODEL, "vllm.model_executor.model_loader.utils"): (spans.SPAN_VLLM_LOAD_MODEL, "vllm.model_executor.model_loader.base_loader"),
+    (spans.SPAN_VLLM_LOAD_WEIGHTS, "vllm.model_executor.model_loader.default_loader"): (spans.SPAN_VLLM_LOAD_MODEL, "vllm.model_executor.model_loader.base_loader"),
+    (spans.SPAN_VLLM_PREPARE_MODEL, "vllm.v1.engine.core"): (spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT, "vllm.v1.engine.core"),
+    (spans.SPAN_VLLM_WARMUP_CPU, "vllm.v1.worker.cpu_model_runner"): (spans.SPAN_VLLM_EXECUTOR_INIT, "vllm.v1.executor.abstract"),
+    (spans.SPAN_VLLM_ALLOCATE_KV_CACHE, "vllm.v1.worker.gpu_worker"): (spans.SPAN_VLLM_EXECUTOR_INIT, "vllm.v1.executor.abstract"),
 }  # fmt: skip
 START_SPAN_NAMES = {name for name, _ in START_SPAN_PARENTS}
 
