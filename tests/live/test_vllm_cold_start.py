@@ -153,8 +153,7 @@ def test_first_request_cold_starts_real_vllm_and_the_wake_is_decomposed(
     with Analysis.open(store) as analysis:
         phases = analysis.wake_phases()
     assert spans.SPAN_VLLM_OVERALL_LOADING in set(phases["name"]) and spans.SPAN_LLM_REQUEST not in set(phases["name"])
-    # What share vLLM's spans cover varies with the machine: its imports (~14 s on 2 cores) come
-    # before its first span, and its warm-up (compiled again at every start) swings with load.
+    # The share vLLM's spans cover is a timing (imports before its first span, a warm-up that
+    # swings with load): printed here, recorded in benchmarks/RESULTS.md, never asserted.
     print(f"engine ready {engine_ready_s:.2f} s: {wake['engine_spans_share']:.1%} inside vLLM's spans, "
           f"{wake['outside_engine_spans_s']:.2f} s outside")
-    assert wake["engine_spans_share"] >= 0.5
