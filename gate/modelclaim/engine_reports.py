@@ -72,7 +72,8 @@ def engine_ready(
 
 def engine_found_asleep(state: LifecycleState, claim: ClaimState, instance_id: int, now_s: float) -> None:
     """An Active instance says it sleeps (someone else slept it, or it restarted asleep): the claim
-    is Sleeping, so that a request wakes it instead of meeting the engine's own 503 forever."""
+    is Sleeping, so that a request wakes it instead of waiting on an engine nobody wakes (vLLM holds
+    a request sent to it asleep until a wake)."""
     inst = claim.current_instance(instance_id)
     if inst is None or not claim.routable:
         return

@@ -1,6 +1,7 @@
 """Engine control over vLLM's HTTP sleep API, for engines that already run (or the simulator).
 
-vLLM (with ``VLLM_SERVER_DEV_MODE=1 --enable-sleep-mode``) and ``restorelens sim`` serve:
+vLLM (with ``VLLM_SERVER_DEV_MODE=1``, and ``--enable-sleep-mode`` on GPU platforms: the CPU
+backend refuses that flag but serves the API) and ``restorelens sim`` serve:
 ``POST /sleep?level=N``, ``POST /wake_up``, ``GET /is_sleeping`` -> ``{"is_sleeping": bool}`` and
 ``GET /health``. Both answer ``/health`` 200 while asleep, so ``/health`` says only that the engine
 runs; whether it can serve is the claim's readiness check (``restorelens.readiness``; ``auto``, the
