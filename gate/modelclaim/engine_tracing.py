@@ -56,7 +56,7 @@ def engine_kind(argv: Sequence[str]) -> str | None:
     items = list(argv)
     for index, item in enumerate(items):
         name = _program(item)
-        if name == "vllm" or item == "vllm.entrypoints.openai.api_server" or item.startswith("vllm.entrypoints."):
+        if name == "vllm" or item.startswith("vllm.entrypoints."):
             return VLLM
         if name == "restorelens" and "sim" in items[index + 1:index + 2]:
             return RESTORELENS_SIM
