@@ -304,7 +304,9 @@ def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> Expect
     called_s = 0.0
     if scenario.wake_path in ("move", "cold-start"):
         ready_s = declared["start_s"]
-        expected_call_s = ready_s if not seen else PollSchedule(scenario.poll_interval_s, ready_s).observed_s(0.0, ready_s)
+        # the start is expected as declared, or once seen as long as that one was observed to take
+        first_s = PollSchedule(scenario.poll_interval_s, ready_s).observed_s(0.0, ready_s)
+        expected_call_s = first_s if seen else ready_s
         observed_s = PollSchedule(scenario.poll_interval_s, expected_call_s).observed_s(0.0, ready_s)
     else:
         if scenario.wake_path == "make-room":

@@ -41,7 +41,8 @@ class PollSchedule:
 
     def __post_init__(self) -> None:
         if not (self.coarse_s > 0 and math.isfinite(self.coarse_s)):
-            raise SettingError("modelclaim.poll_interval_s", f"must be a positive number of seconds, got {self.coarse_s!r}")
+            raise SettingError("modelclaim.poll_interval_s",
+                               f"must be a positive number of seconds, got {self.coarse_s!r}")
         if not 0 < self.fine_s <= self.coarse_s:
             # A coarse grid finer than the fine one: poll on the coarse grid throughout.
             object.__setattr__(self, "fine_s", self.coarse_s)
