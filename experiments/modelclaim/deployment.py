@@ -48,7 +48,7 @@ def deployment_table(scenario: ModelClaimScenario, calibration_path: Path | None
                 "weights": claim.weight_bytes,
                 "sleeping_footprint": claim.sleeping_footprint_bytes,
                 "pods": list(claim.pods),
-                "expected": declared_durations(claim),
+                **({"expected": declared_durations(claim)} if scenario.declare_durations else {}),
             }
             for claim in scenario.claims
         ],

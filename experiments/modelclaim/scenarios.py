@@ -144,6 +144,9 @@ class ModelClaimScenario:
     cycles: int = DEFAULT_CYCLES
     #: The hold arm's ``hold_s``.
     hold_s: float = HOLD_S
+    #: Each claim declares its preset's durations (``declared_durations``); False: nothing is known
+    #: of a wake before one was seen, and a calibrated gate re-estimates its first wake's hints.
+    declare_durations: bool = True
     labels: dict[str, str] = field(default_factory=dict)
 
     kind = "modelclaim"
@@ -300,6 +303,8 @@ def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> Expect
     """
     from restorelens.gate.modelclaim import HINT_MARGIN_S, MIN_HINT_S, PollSchedule
 
+    if not scenario.declare_durations and scenario.arm != FIXED:
+        raise SettingError("declare_durations", "expected_wake derives only declared or fixed hints")
     declared = declared_durations(_claim(scenario, scenario.model))
     called_s = 0.0
     if scenario.wake_path in ("move", "cold-start"):

@@ -21,7 +21,9 @@ Sans-I/O. ``RetryHints.answer`` turns a claim's state into the ``NotReady`` the 
   A wake predicted to take longer than ``hold_s`` is answered 503 at once with a hint that brings
   the client back while the wake still runs, ``hold_s / 2`` before its predicted end: that retry is
   held and forwarded the moment the wake ends, so a prediction wrong by up to half the hold either
-  way costs no overshoot, where a hint aimed after the end would cost its error.
+  way costs no overshoot, where a hint aimed after the end would cost its error. For the same
+  reason, with nothing known of the wake the hint is ``min_hint_s``: each answer is held up to
+  ``hold_s``, and a retry at once is held again (one attempt per ``hold_s`` of wake).
 
 No hint for a model that only a new declaration or an operator can bring back (Failed, invalid):
 retrying cannot help there.
@@ -131,6 +133,8 @@ class RetryHints:
             table_s = float(base.retry_after_s)
             elapsed_s = now_s - claim.wake.path_started_s
             wait_s = max(self.min_hint_s, table_s / 2 ** (ATTEMPTS_TO_TABLE - 1), min(table_s, elapsed_s))
+            if self.hold_s is not None:
+                wait_s = self.min_hint_s  # a retry while it runs is held to its end: the sooner the better
         else:
             assert claim.wake is not None and claim.wake.path_started_s is not None
             source = estimate.source

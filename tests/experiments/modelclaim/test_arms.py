@@ -181,3 +181,23 @@ def test_the_experiment_scores_the_goals_shape_over_every_scenario_and_arm(tmp_p
     goals = {(g["arm"], g["goal"].split(" ")[0]): g for g in summary["goals"]}
     assert all(g["after_first_holds"] and g["all_holds"] for g in goals.values()), summary["goals"]
     assert "| modelclaim-move | hold | first |" in result.output
+
+
+@pytest.mark.parametrize("name", list(MODELCLAIM_SCENARIOS))
+def test_with_nothing_declared_no_arm_is_slower_to_first_token_than_fixed(tmp_path: Path, name: str) -> None:
+    """No durations declared: the first wake's hints re-estimate (calibrated) or bring the client
+    back at once to be held (hold); neither gets the first token later than the fixed table's
+    client, in at most 4 attempts under calibrated, and hold overshoots by nothing."""
+    served = {}
+    for arm in MODELCLAIM_ARMS:
+        wakes, _ = play(tmp_path, cycles(name, arm, 2, declare_durations=False))
+        first = wakes[0]
+        assert first["hint_source"] == ("fixed" if arm == FIXED else "elapsed"), first
+        served[arm] = [w["total_s"] for w in wakes]
+        if arm == CALIBRATED:
+            assert first["attempts"] <= 4 or first["attempts"] <= 3 + expected_wake(
+                cycles(name, FIXED, 1)).attempts, first
+        if arm == HOLD:
+            assert first["overshoot_s"] == pytest.approx(0.0, abs=EXACT), first
+    for arm in (CALIBRATED, HOLD):
+        assert all(t <= f + EXACT for t, f in zip(served[arm], served[FIXED], strict=True)), (arm, served)

@@ -144,3 +144,15 @@ def test_the_claim_s_expected_setting_is_the_declared_prior_and_is_checked() -> 
         table["claims"][0]["expected"] = expected
         with pytest.raises(SettingError, match=where):
             build_core(table)
+
+
+def test_under_hold_with_nothing_known_the_client_comes_back_at_once_to_be_held_again() -> None:
+    life = lifecycle(hold_s=30.0)  # a 45-s start, nothing declared
+    life.start(0.0)
+    first = life.route("m", 1.0)
+    assert isinstance(first, NotReady)
+    assert (first.hint_source, first.retry_after_ms, first.hold_until_s) == ("elapsed", 250, 31.0)
+    # the hold ends at 31 s with the start still running: back in 0.25 s, and held to its end then
+    after_hold = life.route("m", 31.0)
+    assert isinstance(after_hold, NotReady) and after_hold.retry_after_ms == 250
+    assert after_hold.hold_until_s == 61.0 > 45.0

@@ -97,7 +97,7 @@ def test_a_later_request_is_told_only_what_remains_and_an_overdue_wake_a_short_w
 def test_a_wake_is_held_only_when_predicted_within_hold_s() -> None:
     life = lifecycle(hold_s=30.0)
     first = sleep_then_ask(life, 200.0)
-    assert first.hold_until_s == 230.0 and first.hint_mode == "hold"  # the re-estimate, 1.25 s, fits in 30 s
+    assert first.hold_until_s == 230.0 and first.hint_mode == "hold"  # nothing known: come back at once (0.25 s), held
     short = lifecycle(hold_s=3.0, declared={WAKE: 8.0})  # declared longer than it takes
     answer = sleep_then_ask(short, 200.0)
     # 8 s > 3 s: no hold now, but back 1.5 s (half the hold) before the predicted end, to be held then
