@@ -198,8 +198,9 @@ OUTCOMES = ("ok", "rejected", "gave_up", "error")
 WAKE_PATHS = ("in-place", "make-room", "move", "cold-start")
 #: How the gateway answers a model that cannot serve yet (``[modelclaim]`` retry_after_mode, hold_s).
 HINT_MODES = ("fixed", "calibrated", "hold")
-#: Where one 503's hint came from: the fixed table, the calibration, or the table as its prior.
-HINT_SOURCES = ("fixed", "calibrated", "prior")
+#: Where one 503's hint came from: the fixed table, the calibration, the deployment's declared
+#: durations, a re-estimate from the time the wake has run, or the table as its prior.
+HINT_SOURCES = ("fixed", "calibrated", "declared", "elapsed", "prior")
 #: Why a budget-aware lender refused a loan, and why lending resumed (gate/policies/budget.py).
 LOAN_REASONS = ("drain_over_budget", "kv_wait_over_budget", "loans_not_drained", "hold_off", "drained_and_idle")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from restorelens.experiments.modelclaim.scenarios import NEIGHBOUR_MODEL, ModelClaimScenario
+from restorelens.experiments.modelclaim.scenarios import NEIGHBOUR_MODEL, ModelClaimScenario, declared_durations
 
 __all__ = ["SetupDirector", "deployment_table"]
 
@@ -27,7 +27,8 @@ ACTIVE, SLEEPING = "Active", "Sleeping"
 def deployment_table(scenario: ModelClaimScenario, calibration_path: Path | None = None) -> dict[str, Any]:
     """The scenario's ``[modelclaim]`` table (byte quantities as integers), with its arm's hint
     settings (``retry_after_mode``, ``hold_s``) and, when given, where the lifecycle keeps what it
-    learnt from its wakes across restarts (``calibration_path``)."""
+    learnt from its wakes across restarts (``calibration_path``). Each claim declares its engine's
+    modelled durations (``expected``): what a calibrated gate hints before it has seen a wake."""
     policy: dict[str, Any] = {}
     if scenario.sleep_after_s is not None:
         policy["sleepAfterSeconds"] = scenario.sleep_after_s
@@ -47,6 +48,7 @@ def deployment_table(scenario: ModelClaimScenario, calibration_path: Path | None
                 "weights": claim.weight_bytes,
                 "sleeping_footprint": claim.sleeping_footprint_bytes,
                 "pods": list(claim.pods),
+                **({"expected": declared_durations(claim)} if scenario.declare_durations else {}),
             }
             for claim in scenario.claims
         ],

@@ -64,6 +64,7 @@ class SimServerBackend(VllmSleepBackend):
         from restorelens.sim import create_app
 
         shape = next(c for c in self.scenario.claims if c.model == action.model)
+        polls = self.start_polls(action.model)  # the start is called now: the server's start is part of it
         app = create_app(shape.preset, model_name=action.model, tracer_provider=self.tracer_provider,
                          time_scale=self.clock.time_scale, enable_sleep_mode=True,  # type: ignore[attr-defined]
                          start_mode="cold", seed=self.seed)
@@ -72,7 +73,7 @@ class SimServerBackend(VllmSleepBackend):
         self._servers[key] = server
         self._instances[key] = server.url
         ready_at_s = await poll_health(self.client, server.url, self.clock, interval_s=self.poll_interval_s,
-                                       timeout_s=self.start_timeout_s)
+                                       timeout_s=self.start_timeout_s, polls=polls)
         return EngineAnswer(ready_at_s, server.url)
 
     async def stop(self, action: StopEngine, now_s: float) -> None:

@@ -12,6 +12,10 @@ takes, and which Retry-After the gateway answers, follow from that state:
 | ``modelclaim-move`` | asleep, no reserve; its pod's neighbour idle only 5 s; room on another pod | move | 503, Retry-After 30 |
 | ``modelclaim-cold-start`` | not started (the lifecycle starts with the first request) | cold-start | 503, Retry-After 10 |
 
+Each claim declares what its engine takes (``declared_durations``: the preset's modelled start,
+wake and level-1 sleep), as an operator declares a measured engine's: a calibrated gate's first
+wake, with no wake seen yet, is hinted from that.
+
 Both runners (``modelclaim.virtual``, ``modelclaim.live``) build the same lifecycle core from this.
 ``expected_wake`` derives the decomposition the scenario must show from the engine presets, so
 tests assert the analysis against numbers that are not read back from the run.
@@ -59,6 +63,7 @@ __all__ = [
     "ModelClaimSetup",
     "WAKE_PHASE",
     "WAKE_WORKLOAD",
+    "declared_durations",
     "expected_wake",
     "get_modelclaim_scenario",
 ]
@@ -139,6 +144,9 @@ class ModelClaimScenario:
     cycles: int = DEFAULT_CYCLES
     #: The hold arm's ``hold_s``.
     hold_s: float = HOLD_S
+    #: Each claim declares its preset's durations (``declared_durations``); False: nothing is known
+    #: of a wake before one was seen, and a calibrated gate re-estimates its first wake's hints.
+    declare_durations: bool = True
     labels: dict[str, str] = field(default_factory=dict)
 
     kind = "modelclaim"
@@ -261,59 +269,86 @@ class ExpectedWake:
         return self.ready_s + self.overshoot_s
 
 
+def declared_durations(claim: ClaimShape) -> dict[str, float]:
+    """What the deployment declares its engine takes (``[[modelclaim.claims]] expected``): the
+    simulator preset's modelled durations, as an operator would declare a measured engine's. A
+    start until ready; a wake from level-1 sleep until ready (the weights copied back, the KV cache
+    reallocated); a level-1 sleep (the weights offloaded)."""
+    from restorelens.sim import get_preset
+
+    preset = get_preset(claim.preset)
+    return {"start_s": preset.cold_start_s,
+            "wake_s": preset.wake_s(weights_discarded=False) + preset.kv_cache_realloc_s,
+            "sleep_s": preset.level1_offload_s()}
+
+
 def expected_wake(scenario: ModelClaimScenario, *, seen: bool = False) -> ExpectedWake:
     """What the lifecycle, the gate and the scenario's client must do, from the presets' modelled durations.
 
     The wake is wanted at 0 s. In place: the engine wakes at once. Make room: the neighbour
     sleeps first (its level-1 offload), then the engine wakes. Move and cold start: a new engine
     loads (its cold start). A wake is observed at its ready time (the wake call answers once the
-    engine is awake), a start at the first readiness poll at or after it.
+    engine is awake), a start at the first readiness poll at or after it (``PollSchedule``: fine
+    around the start time the lifecycle expects).
 
     The client comes back when each answer says, until an attempt starts at or after that
-    observation. The fixed arm answers the table's Retry-After. ``seen``: a wake of this path
-    was seen before (a run's later cycles), so a calibrated gate predicts this one as lasting as
-    long as that one (path began -> observed; each scenario's path begins with its first request)
-    and hints what is left of it plus ``HINT_MARGIN_S``, in
-    whole milliseconds; before, its hint is the table's (the prior). The hold arm holds an
-    attempt whose hint is at most ``hold_s`` until the model serves or ``hold_s`` ends (then 503
-    with a fresh hint); an attempt after a hold may be held again.
+    observation. The fixed arm answers the table's Retry-After. A calibrated gate predicts the
+    wake: ``seen``, a wake of this path was seen before (a run's later cycles), as lasting as long
+    as that one (path began -> observed; each scenario's path begins with its first request);
+    before, as the claims' declared durations (``declared_durations``) say. It hints what is left
+    of it plus ``HINT_MARGIN_S``, in whole milliseconds. The hold arm holds an attempt whose hint
+    is at most ``hold_s`` until the model serves or ``hold_s`` ends (then 503 with a fresh hint);
+    a wake predicted longer than ``hold_s`` is answered 503 with a hint ``hold_s / 2`` before its
+    predicted end, and the retry is held.
     """
-    from restorelens.gate.modelclaim import HINT_MARGIN_S, MIN_HINT_S
-    from restorelens.sim import get_preset
+    from restorelens.gate.modelclaim import HINT_MARGIN_S, MIN_HINT_S, PollSchedule
 
-    wake = get_preset(_claim(scenario, scenario.model).preset)
+    if not scenario.declare_durations and scenario.arm != FIXED:
+        raise SettingError("declare_durations", "expected_wake derives only declared or fixed hints")
+    declared = declared_durations(_claim(scenario, scenario.model))
     called_s = 0.0
     if scenario.wake_path in ("move", "cold-start"):
-        ready_s = wake.cold_start_s
-        polls = math.ceil(ready_s / scenario.poll_interval_s - 1e-9)
-        observed_s = polls * scenario.poll_interval_s
+        ready_s = declared["start_s"]
+        # the start is expected as declared, or once seen as long as that one was observed to take
+        first_s = PollSchedule(scenario.poll_interval_s, ready_s).observed_s(0.0, ready_s)
+        expected_call_s = first_s if seen else ready_s
+        observed_s = PollSchedule(scenario.poll_interval_s, expected_call_s).observed_s(0.0, ready_s)
     else:
         if scenario.wake_path == "make-room":
-            called_s = get_preset(_claim(scenario, NEIGHBOUR_MODEL).preset).level1_offload_s()
-        ready_s = observed_s = called_s + wake.wake_s(weights_discarded=False) + wake.kv_cache_realloc_s
+            called_s = declared_durations(_claim(scenario, NEIGHBOUR_MODEL))["sleep_s"]
+        ready_s = observed_s = called_s + declared["wake_s"]
+    predicted_s = observed_s if seen else ready_s
 
-    def hint_s(at_s: float) -> float:
-        if scenario.arm == FIXED or not seen:
-            return float(scenario.expected_retry_after_s)
-        wait_s = max(MIN_HINT_S, observed_s - at_s + HINT_MARGIN_S)
-        return math.ceil(wait_s * 1000 - 1e-6) / 1000
+    def hint(at_s: float) -> tuple[float, bool]:
+        """The hint at ``at_s`` and whether the hold arm may hold on it."""
+        if scenario.arm == FIXED:
+            return float(scenario.expected_retry_after_s), True
+        ready_in_s = max(0.0, predicted_s - at_s)
+        if scenario.arm == HOLD and ready_in_s > scenario.hold_s:
+            return _ms(max(MIN_HINT_S, ready_in_s - scenario.hold_s / 2)), False
+        return _ms(max(MIN_HINT_S, ready_in_s + HINT_MARGIN_S)), True
 
-    first_hint_s = hint_s(0.0)
+    first_hint_s = hint(0.0)[0]
     at_s, attempts, held_s = 0.0, 0, None
     while at_s < observed_s:
         attempts += 1
-        wait_s = hint_s(at_s)
-        if scenario.arm == HOLD and wait_s <= scenario.hold_s:
+        wait_s, may_hold = hint(at_s)
+        if scenario.arm == HOLD and may_hold and wait_s <= scenario.hold_s:
             held = min(observed_s, at_s + scenario.hold_s) - at_s
-            held_s = held if held_s is None else held_s
+            held_s = held if attempts == 1 else held_s  # the first attempt's hold (the episode's hold_s)
             at_s += held
             if at_s >= observed_s:
                 return ExpectedWake(scenario.wake_path, float(math.ceil(first_hint_s)), ready_s, observed_s, attempts,
                                     at_s - ready_s, first_hint_s, held_s)
-            wait_s = hint_s(at_s)
+            wait_s = hint(at_s)[0]
         at_s += wait_s
     return ExpectedWake(scenario.wake_path, float(math.ceil(first_hint_s)), ready_s, observed_s, attempts + 1,
                         at_s - ready_s, first_hint_s, held_s)
+
+
+def _ms(wait_s: float) -> float:
+    """A hint as the gate sends it: whole milliseconds, rounded up."""
+    return math.ceil(wait_s * 1000 - 1e-6) / 1000
 
 
 def _claim(scenario: ModelClaimScenario, model: str) -> ClaimShape:

@@ -182,6 +182,13 @@ class BackendByModel:
     def _for(self, model: str) -> EngineBackend:
         return self.backends[model]
 
+    def use_estimates(self, expected_s: Callable[[str, str], float | None]) -> None:
+        """Hand the lifecycle's expected call durations to every backend that polls readiness."""
+        for backend in self.backends.values():
+            plug = getattr(backend, "use_estimates", None)
+            if plug is not None:
+                plug(expected_s)
+
     async def start(self, action: StartEngine, now_s: float) -> EngineAnswer:
         return await self._for(action.model).start(action, now_s)
 

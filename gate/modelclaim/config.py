@@ -21,6 +21,7 @@ Example::
     weights = "8Gi"                               # host RAM a level-1 sleep takes
     engine_url = "http://127.0.0.1:8001"          # attach to a running engine (vLLM sleep API)
     readiness = "auto"                            # what says it serves (restorelens/readiness.py)
+    expected = { start_s = 45, wake_s = 4 }       # optional: what its engine takes; the first wake's hint
     # or: command = ["python", "-m", "restorelens", "sim", "--port", "{port}"]   (process backend)
     #     engine_tracing = "auto"                 # give a started engine the wake's trace: auto | env | off
 
@@ -51,6 +52,7 @@ from restorelens.gate.modelclaim.backends import BackendByModel, EngineBackend
 from restorelens.gate.modelclaim.calibration_file import read_calibration_text
 from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.modelclaim.engine_tracing import AUTO, ENGINE_TRACING_MODES
+from restorelens.gate.modelclaim.estimates import DeclaredDurations, parse_expected
 from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
@@ -70,7 +72,7 @@ POD_KEYS = {"name", "node", "gpus"}
 #: ``simulated`` is known so that it is refused with its reason, not as a typo (``_backend``).
 CLAIM_KEYS = {"model", "perGPU", "weights", "sleeping_footprint", "tensor_parallel", "pods", "engine_args",
               "engine_url", "engine_urls", "command", "env", "simulated", "readiness",
-              "engine_tracing"}
+              "engine_tracing", "expected"}
 PER_GPU_KEYS = {"maximumFootprint", "kvFloor"}
 RETRY_KEYS = {"not_ready_s", "waiting_for_room_s", "moving_s"}
 #: What ``EngineCommand.render`` fills into a ``command`` item.
@@ -283,7 +285,10 @@ def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapp
     if mode not in HINT_MODES:
         raise SettingError(f"{ROOT}.retry_after_mode", f"must be one of {', '.join(HINT_MODES)}, got {mode!r}")
     hold_s = None if "hold_s" not in table else _number(table["hold_s"], f"{ROOT}.hold_s", minimum=0.001)
-    hints = RetryHints(answers, mode, hold_s)
+    # What each claim declares its engine takes (start, wake, sleep): the first wake's estimate.
+    declared = {c.model: parse_expected(raw["expected"], f"{ROOT}.claims[{i}].expected")
+                for i, (c, raw) in enumerate(zip(claims, raw_claims, strict=True)) if "expected" in raw}
+    hints = RetryHints(answers, mode, hold_s, priors=(DeclaredDurations(declared),))
     nodes = {p.node_name for p in pods}
     limits = {}
     for node, value in _table(table.get("host_ram_limits", {}), f"{ROOT}.host_ram_limits").items():

@@ -4,15 +4,26 @@ Sans-I/O. ``RetryHints.answer`` turns a claim's state into the ``NotReady`` the 
 
 - ``fixed`` (the default, AIBrix's behaviour): the fixed table (``phases.AnswerTable``), whole
   seconds in ``Retry-After``; source ``fixed``.
-- ``calibrated``: the predicted remaining time of *this* wake — what ``WakeCalibration`` learnt for
-  the model and the wake path in progress, minus the time that path has already run, plus
-  ``HINT_MARGIN_S`` — in ``x-restorelens-retry-after-ms`` and, rounded up to whole seconds as RFC
-  9110 requires, in ``Retry-After``; source ``calibrated``. Until a wake of that model and path was
-  seen, or when the path is not known yet (a wake still waiting for room, a restart after a
-  failure), the fixed table is the prior; source ``prior``.
+- ``calibrated``: the predicted remaining time of *this* wake — the duration ``WakeEstimates``
+  gives for the model and the wake path in progress, minus the time that path has already run,
+  plus ``HINT_MARGIN_S`` — in ``x-restorelens-retry-after-ms`` and, rounded up to whole seconds as
+  RFC 9110 requires, in ``Retry-After``; source ``calibrated`` (learnt from past wakes) or
+  ``declared`` (the deployment's expected durations, before any wake was seen). With neither, the
+  hint re-estimates at every retry (source ``elapsed``): come back after as long again as the path
+  has run, between ``1 / 2**(ATTEMPTS_TO_TABLE - 1)`` of the fixed table's value and that value;
+  so a client meets the table's instant after at most ``ATTEMPTS_TO_TABLE`` answers, and a short
+  wake is met within about its own length, not the table's. When the path is not known yet (a
+  wake still waiting for room, a restart after a failure) the fixed table is the prior; source
+  ``prior``.
 - ``hold_s``: a request may be held while the engine wakes instead of answered 503, for up to
   ``hold_s``, when the hint says the model will serve within that (``NotReady.hold_until_s``). The
   shell holds it and asks again; what it gets then (routed, or a 503 with a fresh hint) is final.
+  A wake predicted to take longer than ``hold_s`` is answered 503 at once with a hint that brings
+  the client back while the wake still runs, ``hold_s / 2`` before its predicted end: that retry is
+  held and forwarded the moment the wake ends, so a prediction wrong by up to half the hold either
+  way costs no overshoot, where a hint aimed after the end would cost its error. For the same
+  reason, with nothing known of the wake the hint is ``min_hint_s``: each answer is held up to
+  ``hold_s``, and a retry at once is held again (one attempt per ``hold_s`` of wake).
 
 No hint for a model that only a new declaration or an operator can bring back (Failed, invalid):
 retrying cannot help there.
@@ -26,11 +37,15 @@ from dataclasses import dataclass, replace
 from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.calibration import WakeCalibration
 from restorelens.gate.modelclaim.claim import OP_STARTING, OP_WAKING, ClaimState
+from restorelens.gate.modelclaim.estimates import DECLARED, DurationPrior, WakeEstimates
 from restorelens.gate.modelclaim.phases import REASON_ENGINE_FAILED, AnswerTable
 from restorelens.gate.routing import NotReady
 
 __all__ = [
+    "ATTEMPTS_TO_TABLE",
     "CALIBRATED",
+    "DECLARED",
+    "ELAPSED",
     "FIXED",
     "HINT_MARGIN_S",
     "HINT_MODES",
@@ -42,11 +57,14 @@ __all__ = [
     "planned_path",
 ]
 
-FIXED, CALIBRATED, PRIOR, HOLD = "fixed", "calibrated", "prior", "hold"
+FIXED, CALIBRATED, PRIOR, HOLD, ELAPSED = "fixed", "calibrated", "prior", "hold", "elapsed"
 #: ``[modelclaim] retry_after_mode``.
 HINT_MODES = (FIXED, CALIBRATED)
 #: Where a 503's hint came from (span attribute ``modelclaim.hint_source``).
-HINT_SOURCES = (FIXED, CALIBRATED, PRIOR)
+HINT_SOURCES = (FIXED, CALIBRATED, DECLARED, ELAPSED, PRIOR)
+#: With nothing known of a wake, the answers a client gets until the fixed table's instant: the
+#: first hint is the table's value / 2**(n - 1), and each next one doubles the time waited so far.
+ATTEMPTS_TO_TABLE = 4
 #: Added to a calibrated hint: a client that comes back exactly at the predicted instant must not
 #: land an instant before the lifecycle has taken the readiness in and begun routing.
 HINT_MARGIN_S = 0.05
@@ -76,6 +94,8 @@ class RetryHints:
     hold_s: float | None = None
     margin_s: float = HINT_MARGIN_S
     min_hint_s: float = MIN_HINT_S
+    #: What is known of each model's engine before any wake (``estimates.DurationPrior``), in order.
+    priors: tuple[DurationPrior, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mode not in HINT_MODES:
@@ -88,23 +108,43 @@ class RetryHints:
         """The answer strategy as one name (span attribute ``modelclaim.hint_mode``): hold, calibrated or fixed."""
         return HOLD if self.hold_s is not None else self.mode
 
+    def estimates(self, calibration: WakeCalibration) -> WakeEstimates:
+        """The wake estimates these hints (and the readiness polls) go by."""
+        return WakeEstimates(calibration, self.priors)
+
     def answer(self, claim: ClaimState, now_s: float, calibration: WakeCalibration) -> NotReady:
         model = claim.spec.model
         base = self.table.answer(model, claim.phase, claim.reason, error=claim.last_error)
         if base.retry_after_s is None:
             return replace(base, hint_mode=self.hint_mode)
-        path = planned_path(claim)
-        predicted_s = calibration.predict_s(model, path) if self.mode == CALIBRATED and path is not None else None
-        if predicted_s is None:
+        path = planned_path(claim) if self.mode == CALIBRATED else None
+        estimate = None
+        if path is not None:
+            assert claim.wake is not None
+            estimate = self.estimates(calibration).for_path(model, path, claim.wake.neighbours)
+        ready_in_s = None
+        may_hold = True
+        if path is None:
             source = FIXED if self.mode == FIXED else PRIOR
             wait_s = float(base.retry_after_s)
-            ready_in_s = None
+        elif estimate is None:
+            assert claim.wake is not None and claim.wake.path_started_s is not None
+            source = ELAPSED
+            table_s = float(base.retry_after_s)
+            elapsed_s = now_s - claim.wake.path_started_s
+            wait_s = max(self.min_hint_s, table_s / 2 ** (ATTEMPTS_TO_TABLE - 1), min(table_s, elapsed_s))
+            if self.hold_s is not None:
+                wait_s = self.min_hint_s  # a retry while it runs is held to its end: the sooner the better
         else:
             assert claim.wake is not None and claim.wake.path_started_s is not None
-            source = CALIBRATED
-            ready_in_s = max(0.0, predicted_s - (now_s - claim.wake.path_started_s))
+            source = estimate.source
+            ready_in_s = max(0.0, estimate.duration_s - (now_s - claim.wake.path_started_s))
             wait_s = max(self.min_hint_s, ready_in_s + self.margin_s)
-        hold_until_s = now_s + self.hold_s if self.hold_s is not None and wait_s <= self.hold_s else None
+            if self.hold_s is not None and ready_in_s > self.hold_s:
+                wait_s = max(self.min_hint_s, ready_in_s - self.hold_s / 2)  # back while it runs, held to its end
+                may_hold = False  # holding now would only end in a 503 after hold_s
+        hold = self.hold_s is not None and may_hold and wait_s <= self.hold_s
+        hold_until_s = now_s + self.hold_s if hold and self.hold_s is not None else None
         if self.mode == FIXED:
             return replace(base, hint_source=source, hint_mode=self.hint_mode, hold_until_s=hold_until_s)
         wait_ms = math.ceil(wait_s * 1000 - 1e-6)

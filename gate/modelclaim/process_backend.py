@@ -199,15 +199,17 @@ class ProcessBackend(VllmSleepBackend):
 
     async def _started(self, url: str, model: str, proc: asyncio.subprocess.Process) -> float:
         """The ready time of the engine just spawned at ``url``: its first ``/health`` 200, or the
-        first yes of a readiness check that asks more than ``/health`` can say."""
+        first yes of a readiness check that asks more than ``/health`` can say. Polled finely
+        around the start time the lifecycle expects (``polls``), coarsely before it."""
         deadline_s = self.clock.now_s() + self.start_timeout_s
         running = lambda: proc.returncode is None  # noqa: E731
+        polls = self.start_polls(model)
         ready_at_s = await poll_health(self.client, url, self.clock, interval_s=self.poll_interval_s,
-                                       timeout_s=self.start_timeout_s, still_running=running)
+                                       timeout_s=self.start_timeout_s, still_running=running, polls=polls)
         if self.readiness.kind in (AUTO, HEALTH):
             return ready_at_s
         ready_at_s, _ = await self.await_ready(url, model, deadline_s=deadline_s, timeout_s=self.start_timeout_s,
-                                               when="after the start", still_running=running)
+                                               when="after the start", still_running=running, polls=polls)
         return ready_at_s
 
     async def _spawn(self, key: tuple[str, int], argv: list[str], env: Mapping[str, str]) -> asyncio.subprocess.Process:

@@ -86,6 +86,10 @@ class ModelClaimRouter:
         #: Requests held for each model (``wait_routable``), released when a wake of it ends.
         self._held: dict[str, set[asyncio.Future[None]]] = {}
         self.backend = backend
+        # Backends that poll readiness poll finely around the time the lifecycle expects it.
+        plug = getattr(backend, "use_estimates", None)
+        if plug is not None:
+            plug(self._expected_call_s)
         self.clock = clock or WallClock()
         # Deadlines are clock seconds, asyncio waits real ones; a ScaledClock runs time_scale x the wall.
         self._real_s_per_clock_s = 1.0 / self.clock.time_scale
@@ -100,6 +104,10 @@ class ModelClaimRouter:
         self._runner: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._stopping = False
+
+    def _expected_call_s(self, model: str, call: str) -> float | None:
+        with self._lock:
+            return self.core.hints.estimates(self.core.calibration).for_call(model, call)
 
     # --- ModelRouter -------------------------------------------------------------------------
 

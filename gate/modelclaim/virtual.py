@@ -13,14 +13,15 @@ Readiness observation, as the live backends see it:
   simulator's) answers once the engine is awake, and the live backend takes the ready time from
   that answer;
 - a start (``StartEngine``: a cold start, a move) is observed at the first poll at or after the
-  ready time (polls every ``poll_interval_s`` from the call), as a live ``/health`` poller sees a
-  loading engine; with ``poll_interval_s=None``, at the ready time too.
+  ready time, as a live ``/health`` poller sees a loading engine: on the live backends' schedule
+  (``polls.PollSchedule``: every ``poll_interval_s`` from the call, finely around the start time
+  the lifecycle expects, ``WakeEstimates.for_call``); with ``poll_interval_s=None``, at the ready
+  time.
 """
 
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 
 from opentelemetry.trace import SpanContext
@@ -28,6 +29,8 @@ from opentelemetry.trace import SpanContext
 from restorelens.gate.modelclaim.actions import Action, SleepEngine, StartEngine, StopEngine, WakeEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer, InProcessBackend
 from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.estimates import START
+from restorelens.gate.modelclaim.polls import PollSchedule
 from restorelens.gate.routing import RouteAnswer
 
 __all__ = ["VirtualLifecycle"]
@@ -119,11 +122,11 @@ class VirtualLifecycle:
         self._seq += 1
         heapq.heappush(self._events, (t, self._seq, callback))
 
-    def _observed_s(self, called_s: float, ready_s: float) -> float:
-        if self.poll_interval_s is None or ready_s <= called_s:
+    def _observed_s(self, model: str, called_s: float, ready_s: float) -> float:
+        if self.poll_interval_s is None:
             return max(ready_s, called_s)
-        polls = math.ceil((ready_s - called_s) / self.poll_interval_s - 1e-9)
-        return called_s + polls * self.poll_interval_s
+        expected_s = self.core.hints.estimates(self.core.calibration).for_call(model, START)
+        return PollSchedule(self.poll_interval_s, expected_s).observed_s(called_s, ready_s)
 
     def _perform(self, actions: list[Action], now_s: float) -> None:
         for action in actions:
@@ -145,7 +148,7 @@ class VirtualLifecycle:
         if isinstance(action, WakeEngine):  # the wake call's own answer says awake
             observed_s = max(called_s, answer.ready_at_s)
         else:
-            observed_s = self._observed_s(called_s, answer.ready_at_s)
+            observed_s = self._observed_s(action.model, called_s, answer.ready_at_s)
         self._at(observed_s, ready)
 
     def _report_slept(self, action: SleepEngine, done_s: float) -> None:

@@ -16,6 +16,11 @@ repeated until it says one or the other, or ``start_timeout_s`` runs out. ``wake
 the engine said it was awake by that check (for ``auto``, the ``/wake_up`` answer when that says
 ``awake``, else the first poll that saw it). ``alive`` is ``/health`` alone: a sleeping engine is
 alive. ``stop`` does nothing: this backend does not own the engines' processes.
+
+Readiness is polled on ``polls.PollSchedule``: every ``poll_interval_s`` (real seconds: the
+operator's setting) until near the time the call is expected to be ready, finely around it. What
+is expected comes from the lifecycle (``use_estimates``: the router plugs in its
+``WakeEstimates.for_call``); with nothing plugged in, or nothing known, every ``poll_interval_s``.
 """
 from __future__ import annotations
 
@@ -27,9 +32,11 @@ import httpx
 from restorelens.clock import Clock, WallClock
 from restorelens.gate.modelclaim.actions import SleepEngine, StartEngine, StopEngine, WakeEngine
 from restorelens.gate.modelclaim.backends import EngineAnswer
+from restorelens.gate.modelclaim.estimates import START, WAKE
+from restorelens.gate.modelclaim.polls import PollSchedule
 from restorelens.readiness import ASLEEP, AUTO, ReadinessAnswer, ReadinessCheck, check_ready, sleep_state
 
-__all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "VllmSleepBackend", "poll_health"]
+__all__ = ["DEFAULT_POLL_INTERVAL_S", "EngineOperationError", "ReadinessPolls", "VllmSleepBackend", "poll_health"]
 
 DEFAULT_POLL_INTERVAL_S = 0.25
 DEFAULT_START_TIMEOUT_S = 600.0
@@ -40,11 +47,34 @@ class EngineOperationError(Exception):
     """An engine did not do what it was asked (HTTP error, refused connection, timeout)."""
 
 
+class ReadinessPolls:
+    """The polls of one engine call, on its ``PollSchedule`` in clock seconds, slept in real ones.
+
+    ``interval_s``: the coarse step in real seconds (``poll_interval_s``); ``expected_s``: clock
+    seconds from ``called_s`` (default: now) to the expected ready time, or None."""
+
+    def __init__(self, clock: Clock, *, interval_s: float, expected_s: float | None = None,
+                 called_s: float | None = None) -> None:
+        self.clock = clock
+        self.schedule = PollSchedule(interval_s * clock.time_scale, expected_s)
+        self.called_s = clock.now_s() if called_s is None else called_s
+        self._due_s = self.called_s
+
+    async def wait(self) -> None:
+        """Until the next poll is due. From the poll that was due, or the one late past it: a poll a
+        timer woke an instant early is not made twice, and a slow one does not shift the grid."""
+        self._due_s = self.schedule.next_poll_s(self.called_s, max(self._due_s, self.clock.now_s()))
+        await asyncio.sleep(max(0.0, self._due_s - self.clock.now_s()) / self.clock.time_scale)
+
+
 async def poll_health(
     client: httpx.AsyncClient, url: str, clock: Clock, *, interval_s: float, timeout_s: float,
-    still_running: Callable[[], bool] = lambda: True,
+    still_running: Callable[[], bool] = lambda: True, expected_s: float | None = None,
+    polls: ReadinessPolls | None = None,
 ) -> float:
-    """Poll ``url/health`` until it answers 200; return the clock time of that answer."""
+    """Poll ``url/health`` until it answers 200; return the clock time of that answer. The polls
+    follow ``polls``, or a schedule from now with the call ``expected_s`` to be ready then."""
+    polls = polls or ReadinessPolls(clock, interval_s=interval_s, expected_s=expected_s)
     deadline_s = clock.now_s() + timeout_s
     while True:
         if not still_running():
@@ -57,7 +87,7 @@ async def poll_health(
             pass
         if clock.now_s() >= deadline_s:
             raise EngineOperationError(f"{url}: not healthy within {timeout_s:g} s")
-        await asyncio.sleep(interval_s)
+        await polls.wait()
 
 
 class VllmSleepBackend:
@@ -82,6 +112,23 @@ class VllmSleepBackend:
         self.wake_timeout_s = wake_timeout_s
         self._client = client
         self._instances: dict[tuple[str, int], str] = {}
+        self._expected: Callable[[str, str], float | None] = lambda model, call: None
+
+    def use_estimates(self, expected_s: Callable[[str, str], float | None]) -> None:
+        """Plug in what the lifecycle expects: (model, ``START`` or ``WAKE``) -> clock seconds from
+        the call to ready, or None (``WakeEstimates.for_call``)."""
+        self._expected = expected_s
+
+    def expected_call_s(self, model: str, call: str) -> float | None:
+        return self._expected(model, call)
+
+    def polls(self, model: str, call: str) -> ReadinessPolls:
+        """The readiness polls of a ``call`` of ``model`` made now."""
+        return ReadinessPolls(self.clock, interval_s=self.poll_interval_s, expected_s=self.expected_call_s(model, call))
+
+    def start_polls(self, model: str) -> ReadinessPolls:
+        """The readiness polls of a start of ``model`` made now."""
+        return self.polls(model, START)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -102,15 +149,18 @@ class VllmSleepBackend:
         url = self.url_for(action.model, action.pod)
         self._instances[(action.model, action.instance_id)] = url
         deadline_s = self.clock.now_s() + self.start_timeout_s
-        await poll_health(self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s)
+        polls = self.start_polls(action.model)
+        await poll_health(self.client, url, self.clock, interval_s=self.poll_interval_s, timeout_s=self.start_timeout_s,
+                          polls=polls)
         ready_at_s, answer = await self.await_ready(
             url, action.model, deadline_s=deadline_s, timeout_s=self.start_timeout_s, when="of the attach",
-            asleep_answers=True,
+            asleep_answers=True, polls=polls,
         )
         return EngineAnswer(ready_at_s, url, attached=True, asleep=answer.asleep)
 
     async def wake(self, action: WakeEngine, now_s: float) -> EngineAnswer:
         url = self.instance_url(action.model, action.instance_id)
+        polls = self.polls(action.model, WAKE)
         response = await self._post(f"{url}/wake_up")
         said_awake_s: float | None = None
         if self.readiness.kind == AUTO and _json(response).get("status") == "awake":
@@ -120,17 +170,20 @@ class VllmSleepBackend:
         deadline_s = self.clock.now_s() + self.wake_timeout_s
         ready_at_s, _ = await self.await_ready(
             url, action.model, deadline_s=deadline_s, timeout_s=self.wake_timeout_s, when="after /wake_up",
-            unreachable_fails=True,
+            unreachable_fails=True, polls=polls,
         )
         return EngineAnswer(said_awake_s if said_awake_s is not None else ready_at_s, url)
 
     async def await_ready(
         self, url: str, model: str, *, deadline_s: float, timeout_s: float, when: str, asleep_answers: bool = False,
         unreachable_fails: bool = False, still_running: Callable[[], bool] = lambda: True,
+        polls: ReadinessPolls | None = None,
     ) -> tuple[float, ReadinessAnswer]:
         """Repeat the readiness check until it says ready (or, with ``asleep_answers``, asleep);
         return the clock time of that answer and the answer. ``unreachable_fails``: an engine that
-        does not answer at all fails at once (it answered a moment ago: it is gone, not loading)."""
+        does not answer at all fails at once (it answered a moment ago: it is gone, not loading).
+        ``polls``: the call's poll schedule (default: every ``poll_interval_s`` from now)."""
+        polls = polls or ReadinessPolls(self.clock, interval_s=self.poll_interval_s)
         while True:
             if not still_running():
                 raise EngineOperationError(f"{url}: the engine process exited before it was ready")
@@ -149,7 +202,7 @@ class VllmSleepBackend:
                     f"{url}: not ready {when} within {timeout_s:g} s by its readiness check "
                     f"({self.readiness.describe()}); last: {answer.detail}"
                 )
-            await asyncio.sleep(self.poll_interval_s)
+            await polls.wait()
 
     async def sleep(self, action: SleepEngine, now_s: float) -> float:
         url = self.instance_url(action.model, action.instance_id)

@@ -9,6 +9,7 @@ from restorelens.gate.modelclaim.actions import WakeRecord
 from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
 from restorelens.gate.modelclaim.calibration import WakeCalibration
 from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.estimates import START, WAKE, DeclaredDurations
 from restorelens.gate.modelclaim.hints import HINT_MARGIN_S, MIN_HINT_S, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
@@ -21,9 +22,11 @@ WAKE_S = 4.1424  # the engine's wake, as the llama-8b-h20 preset models it
 
 
 def lifecycle(mode: str = "calibrated", hold_s: float | None = None,
-              calibration: WakeCalibration | None = None) -> VirtualLifecycle:
+              calibration: WakeCalibration | None = None, declared: dict[str, float] | None = None) -> VirtualLifecycle:
+    """``declared``: what the claim declares its engine takes (``expected``), step -> seconds."""
+    priors = (DeclaredDurations({"m": declared}),) if declared else ()
     core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
-                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), mode, hold_s),
+                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), mode, hold_s, priors=priors),
                           calibration=calibration)
     backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=30.0, wake_s=WAKE_S, sleep_s=0.5))
     life = VirtualLifecycle(core, backend)
@@ -58,10 +61,10 @@ def test_fixed_mode_answers_the_table_and_says_so() -> None:
     assert answer.hold_until_s is None
 
 
-def test_calibrated_hints_start_from_the_table_and_converge_on_the_observed_wake() -> None:
+def test_calibrated_hints_start_from_a_re_estimate_and_converge_on_the_observed_wake() -> None:
     life = lifecycle()
-    first = sleep_then_ask(life, 200.0)
-    assert (first.retry_after_s, first.retry_after_ms, first.hint_source) == (10, 10_000, "prior")
+    first = sleep_then_ask(life, 200.0)  # nothing declared, nothing seen: an eighth of the table's 10 s
+    assert (first.retry_after_s, first.retry_after_ms, first.hint_source) == (2, 1250, "elapsed")
     took_s = served_at(life, 200.0) - 200.0
     for cycle in range(1, 4):
         at_s = 200.0 + 300.0 * cycle
@@ -94,13 +97,18 @@ def test_a_later_request_is_told_only_what_remains_and_an_overdue_wake_a_short_w
 def test_a_wake_is_held_only_when_predicted_within_hold_s() -> None:
     life = lifecycle(hold_s=30.0)
     first = sleep_then_ask(life, 200.0)
-    assert first.hold_until_s == 230.0 and first.hint_mode == "hold"  # the prior, 10 s, fits in 30 s
-    short = lifecycle(hold_s=5.0)
+    assert first.hold_until_s == 230.0 and first.hint_mode == "hold"  # nothing known: come back at once (0.25 s), held
+    short = lifecycle(hold_s=3.0, declared={WAKE: 8.0})  # declared longer than it takes
     answer = sleep_then_ask(short, 200.0)
-    assert answer.hold_until_s is None and answer.retry_after_ms == 10_000  # 10 s > 5 s: the hint at once
+    # 8 s > 3 s: no hold now, but back 1.5 s (half the hold) before the predicted end, to be held then
+    assert (answer.hold_until_s, answer.retry_after_ms, answer.hint_source) == (None, 6_500, "declared")
+    assert answer.predicted_ready_in_s == 8.0
     served_at(short, 200.0)
     calibrated = sleep_then_ask(short, 500.0)
-    assert calibrated.hold_until_s == 505.0  # now predicted at 4.19 s <= 5 s
+    assert calibrated.hold_until_s is None  # 4.19 s > 3 s: back at 2.69 s, while it wakes
+    assert calibrated.retry_after_ms == pytest.approx((WAKE_S - 1.5) * 1000, abs=1)
+    again = short.route("m", 500.0 + calibrated.retry_after_ms / 1000)
+    assert isinstance(again, NotReady) and again.hold_until_s is not None  # 1.5 s to go: held to the end
 
 
 def test_no_hint_and_no_hold_for_a_model_only_an_operator_can_bring_back() -> None:

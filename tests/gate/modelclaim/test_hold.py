@@ -17,6 +17,7 @@ from restorelens import spans as S
 from restorelens.gate.app import create_gate_app
 from restorelens.gate.modelclaim.backends import FixedLatencyEngine, InProcessBackend
 from restorelens.gate.modelclaim.core import ModelClaimCore
+from restorelens.gate.modelclaim.estimates import WAKE, DeclaredDurations
 from restorelens.gate.modelclaim.hints import RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod
@@ -42,11 +43,12 @@ def clients():  # noqa: ANN201
 
 
 def gate_with(serve_asgi, tracer_provider, clients, *, wake_s: float, hold_s: float,  # noqa: ANN001, ANN202
-              queue_limit: int = 256):
+              queue_limit: int = 256, declared_wake_s: float | None = None):
     sim = serve_asgi(create_app("tiny-cpu", model_name="m"))
+    priors = () if declared_wake_s is None else (DeclaredDurations({"m": {WAKE: declared_wake_s}}),)
     core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", 10 * GIB, 4 * GIB, weight_bytes=GIB)],
                           PoolPolicy(sleep_after_s=3600),
-                          hints=RetryHints(AnswerTable(), "calibrated", hold_s))
+                          hints=RetryHints(AnswerTable(), "calibrated", hold_s, priors=priors))
     backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=0.0, wake_s=wake_s, sleep_s=0.0),
                                url_template=sim.url)
     router = ModelClaimRouter(core, backend, admin_token=TOKEN, health_interval_s=3600,
@@ -91,18 +93,20 @@ def test_a_held_request_is_forwarded_once_the_wake_ends(serve_asgi, tracer_provi
     released_ns = {e.name: e.timestamp for e in gate.events}[S.EVENT_HOLD_RELEASED]
     assert released_ns == gate.start_time + round(held_s * 1e9) or abs(released_ns - gate.start_time - held_s * 1e9) < 5e6
     assert (gate.attributes[S.ATTR_MODELCLAIM_HINT_MODE], gate.attributes[S.ATTR_MODELCLAIM_HINT_SOURCE]) == (
-        "hold", "prior")  # no wake of this model was seen yet: the table's 10 s <= 30 s, so held
+        "hold", "elapsed")  # nothing known of this wake yet: a hint of 0.25 s, so held
     assert [link.context.span_id for link in wake.links] == [gate.context.span_id]  # the held request woke it
 
 
 def test_a_wake_predicted_longer_than_the_hold_is_answered_at_once(serve_asgi, tracer_provider, span_exporter, clients) -> None:
-    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=5.0)
+    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=5.0, declared_wake_s=3600.0)
 
     response = ask(client)
 
-    # The prior (the table's 10 s for a wake) is longer than the 5 s hold: no hold, the hint now.
+    # The declared wake (an hour) is longer than the 5 s hold: no hold, the hint now, back half the
+    # hold before the predicted end (to be held then). The wake began a moment before the answer.
     assert response.status_code == 503
-    assert (response.headers["retry-after"], response.headers["x-restorelens-retry-after-ms"]) == ("10", "10000")
+    hint_ms = int(response.headers["x-restorelens-retry-after-ms"])
+    assert 3590_000 < hint_ms <= 3597_500 and response.headers["retry-after"] == str(-(-hint_ms // 1000))
     (gate,) = gate_spans(span_exporter)
     assert S.ATTR_GATE_HOLD_S not in gate.attributes
     assert gate.attributes[S.ATTR_GATE_DECISION] == "not_ready"
@@ -163,6 +167,7 @@ def test_a_server_shutting_down_answers_its_held_requests_at_once(serve_asgi, tr
     gate.stop()
     held.join()
     # Answered by the gate with its hint, not cancelled by the graceful timeout (which answers 500).
-    assert answers[0].status_code == 503 and answers[0].headers["retry-after"] == "10"
+    # Nothing is known of the start: come back at once, to be held again while it runs.
+    assert answers[0].status_code == 503 and answers[0].headers["x-restorelens-retry-after-ms"] == "250"
     (span,) = gate_spans(span_exporter)
     assert span.attributes[S.ATTR_GATE_DECISION] == "not_ready" and span.attributes[S.ATTR_GATE_HOLD_S] < 30.0
