@@ -10,7 +10,7 @@ import click
 
 from restorelens.analysis.report import FORMATS, SECTIONS
 
-__all__ = ["COMMANDS", "check", "report", "window_options"]
+__all__ = ["COMMANDS", "check", "note_if_empty", "report", "resolve_source", "source_options", "store_errors", "window_options"]
 
 _DB = click.option(
     "--db",
@@ -42,12 +42,13 @@ def window_options(command: Any) -> Any:
     return command
 
 
-def _sources(command: Any) -> Any:
+def source_options(command: Any) -> Any:
+    """``--db``, ``--source`` and the window options: where a command reads its spans."""
     return _DB(_SOURCE(window_options(command)))
 
 
-def _where(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
-           runs: tuple[str, ...]) -> tuple[Any, Any]:
+def resolve_source(db_path: str | None, source_text: str | None, since: str | None, until: str | None,
+                   runs: tuple[str, ...]) -> tuple[Any, Any]:
     """The source (``--db`` or ``--source``, exactly one) and the window the options name."""
     from restorelens.analysis.window import parse_window
     from restorelens.errors import SettingError
@@ -61,7 +62,7 @@ def _where(db_path: str | None, source_text: str | None, since: str | None, unti
 
 
 @contextlib.contextmanager
-def _store_errors(db_path: Any) -> Iterator[None]:
+def store_errors(db_path: Any) -> Iterator[None]:
     """A store whose spans the SQL cannot decompose (a value out of every range the collector
     checks, written by another tool) is a one-line error naming the store, not a traceback."""
     import duckdb
@@ -74,7 +75,8 @@ def _store_errors(db_path: Any) -> Iterator[None]:
         raise InputError(str(db_path), f"cannot decompose its spans: {first_line(exc)}") from None
 
 
-def _note_if_empty(analysis: Any, source: Any, window: Any) -> None:
+def note_if_empty(analysis: Any, source: Any, window: Any) -> None:
+    """Say on stderr that the window holds no spans: an empty answer must not read as a good one."""
     from restorelens.analysis.sources import empty_note
 
     if not analysis.holds_spans():
@@ -107,7 +109,7 @@ _SLO_E2E = click.option("--slo-e2e-s", default=30.0, show_default=True, callback
 
 
 @click.command()
-@_sources
+@source_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
               show_default=True, help="Output format (csv: one block per section after a `# section` line).")
 @click.option("--section", "sections", multiple=True, type=click.Choice(SECTIONS),
@@ -133,12 +135,12 @@ def report(db_path: str | None, source_text: str | None, since: str | None, unti
     from restorelens.analysis.sources import open_analysis
     from restorelens.analysis.views import Slo
 
-    source, window = _where(db_path, source_text, since, until, runs)
+    source, window = resolve_source(db_path, source_text, since, until, runs)
     mapping = label_mapping(config_file, labels)
     slo = Slo(ttft_s=slo_ttft_s, e2e_s=slo_e2e_s)
-    with _store_errors(source.describe()), open_analysis(source, window=window, slo=slo, materialize=True,
+    with store_errors(source.describe()), open_analysis(source, window=window, slo=slo, materialize=True,
                                                           labels=mapping) as analysis:
-        _note_if_empty(analysis, source, window)
+        note_if_empty(analysis, source, window)
         built = build_report(analysis, percentile=percentile)
     if sections:
         built = {name: frame for name, frame in built.items() if name in sections}
@@ -146,7 +148,7 @@ def report(db_path: str | None, source_text: str | None, since: str | None, unti
 
 
 @click.command()
-@_sources
+@source_options
 @click.option("--max", "maxima", multiple=True, metavar="METRIC.STAT=NUMBER", required=True,
               help="A limit, e.g. overshoot_s.p95=1.0 or drain_s.max=5 or wake.censored.count=0 (repeatable). "
                    "STAT: p50 p90 p95 p99 max min mean; count for flags. Qualify with lending./wake./requests./engine. "
@@ -176,12 +178,12 @@ def check(db_path: str | None, source_text: str | None, since: str | None, until
     from restorelens.errors import RestorelensError
 
     try:
-        source, window = _where(db_path, source_text, since, until, runs)
+        source, window = resolve_source(db_path, source_text, since, until, runs)
         limits = [parse_limit(text, "--max") for text in maxima]
         mapping = label_mapping(config_file, labels)
-        with _store_errors(source.describe()), open_analysis(source, window=window, materialize=True,
+        with store_errors(source.describe()), open_analysis(source, window=window, materialize=True,
                                                               labels=mapping) as analysis:
-            _note_if_empty(analysis, source, window)
+            note_if_empty(analysis, source, window)
             evaluations = evaluate(analysis, limits, percentile=percentile)
     except RestorelensError as exc:
         # Exit 1 must mean "a limit failed" alone, so that CI can tell a regression from a job

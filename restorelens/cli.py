@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     ("export", "restorelens.collector.cli"),
     ("report", "restorelens.analysis.cli"),
     ("check", "restorelens.analysis.cli"),
+    ("calibrate", "restorelens.experiments.calibrate"),
     ("dashboard", "restorelens.dashboard.cli"),
 )
 

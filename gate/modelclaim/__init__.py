@@ -50,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "check_table": "config",
     "load_calibration": "config",
     "poll_health": "vllm_backend",
+    "read_wakes": "calibration_file",
+    "seed_calibration": "calibration_file",
 }
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -29,7 +29,7 @@ from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.actions import StateInterval, WakeRecord
 
 __all__ = ["DEFAULT_QUANTILE", "DEFAULT_WINDOW", "FORMAT_VERSION", "MAX_FILE_BYTES", "WakeCalibration", "Wakes",
-           "merged_json"]
+           "merged_json", "parse_wakes"]
 
 DEFAULT_QUANTILE = 0.9
 DEFAULT_WINDOW = 20
@@ -95,7 +95,7 @@ class WakeCalibration:
     def load_json(self, text: str, where: str) -> None:
         """Take in what ``to_json`` wrote; ``SettingError`` naming ``where`` (and the line) when it is not that."""
         self._wakes = {(model, path): deque(durations, maxlen=self.window)
-                       for model, paths in _parse(text, where).items() for path, durations in paths.items()}
+                       for model, paths in parse_wakes(text, where).items() for path, durations in paths.items()}
         self._observed = set()
         self.version += 1
 
@@ -112,7 +112,7 @@ def merged_json(ours: Mapping[str, Mapping[str, list[float]]], on_disk: str | No
     history): each model of ``ours`` as ours has it, every other model as the file has it (another
     gate's). ``SettingError`` naming ``where`` when ``on_disk`` is no calibration file: the write
     must not destroy what it cannot read."""
-    wakes = _parse(on_disk, where) if on_disk is not None and on_disk.strip() else {}
+    wakes = parse_wakes(on_disk, where) if on_disk is not None and on_disk.strip() else {}
     wakes.update({model: {path: list(durations) for path, durations in paths.items()} for model, paths in ours.items()})
     return _dump(wakes)
 
@@ -121,7 +121,8 @@ def _dump(wakes: Mapping[str, Mapping[str, list[float]]]) -> str:
     return json.dumps({"version": FORMAT_VERSION, "wakes": wakes}, indent=1, sort_keys=True) + "\n"
 
 
-def _parse(text: str, where: str) -> Wakes:
+def parse_wakes(text: str, where: str) -> Wakes:
+    """A calibration file's text -> model -> wake path -> seconds; ``SettingError`` naming ``where``."""
     try:
         data = json.loads(text)
     except RecursionError:

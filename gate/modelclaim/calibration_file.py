@@ -16,18 +16,19 @@ file is the old one or the new one, whole.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import stat
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from restorelens.errors import SettingError
-from restorelens.gate.modelclaim.calibration import MAX_FILE_BYTES, merged_json
+from restorelens.gate.modelclaim.calibration import MAX_FILE_BYTES, WakeCalibration, Wakes, merged_json, parse_wakes
 
-__all__ = ["read_calibration_text", "write_calibration"]
+__all__ = ["read_calibration_text", "read_wakes", "seed_calibration", "write_calibration"]
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +50,45 @@ def read_calibration_text(path: Path) -> str | None:
 def write_calibration(path: Path, ours: Mapping[str, Mapping[str, list[float]]]) -> None:
     """Merge ``ours`` (model -> wake path -> seconds) into the file at ``path`` and replace it whole.
     ``OSError`` or ``SettingError`` (the file there is none this gate may overwrite) when it cannot."""
-    target = Path(os.path.realpath(path))  # through symlinks: replace the file, not the link
+    with _locked(path) as target:
+        _replace(target, merged_json(ours, _read(target), _where(target)))
+
+
+def read_wakes(path: Path) -> Wakes:
+    """What the calibration file at ``path`` holds (nothing for no file or an empty one);
+    ``SettingError`` naming the setting, the path and the line for what a gate would refuse."""
+    text = read_calibration_text(path)
+    return parse_wakes(text, _where(path)) if text is not None else {}
+
+
+def seed_calibration(path: Path, wakes: Mapping[str, Mapping[str, list[float]]]) -> WakeCalibration:
+    """Put ``wakes`` (model -> wake path -> seconds, oldest first: history from elsewhere, such as a
+    span store) into the file at ``path``: each model and path given replaces the file's entry for
+    that model and path, every other entry stays, so seeding twice from the same history gives
+    one history. Written as a gate writes. Returns the calibration a gate starting on the file has."""
+    with _locked(path) as target:
+        where = _where(target)
+        on_disk = _read(target)
+        known = parse_wakes(on_disk, where) if on_disk is not None and on_disk.strip() else {}
+        merged = {model: {**known.get(model, {}), **paths} for model, paths in wakes.items()}
+        text = merged_json(merged, on_disk, where)
+        _replace(target, text)
+    calibration = WakeCalibration()
+    calibration.load_json(text, where)
+    return calibration
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[Path]:
+    """The file ``path`` names (through symlinks: replace the file, not the link), held under an
+    exclusive ``flock`` on the lock file beside it: another gate's read-merge-write finishes first."""
+    target = Path(os.path.realpath(path))
     _is_regular(target)  # refused before a lock file is made beside a device or a FIFO
     lock_path = target.with_name(f".{target.name}.lock")
     lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another gate's read-merge-write finishes first
-        _replace(target, merged_json(ours, _read(target), _where(target)))
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield target
     finally:
         os.close(lock)  # and with it the lock
 
