@@ -66,7 +66,7 @@ class OneAnswerRouter:
     def models(self) -> Collection[str]:
         return (self.model,)
 
-    def route(self, model: str, now_s: float, trigger: Any = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: Any = None, retries_taken: int | None = None) -> RouteAnswer:
         return self.answer
 
     async def wait_routable(self, model: str, timeout_s: float) -> bool:
