@@ -97,7 +97,7 @@ class VirtualWire:
         attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
         gate_span = None
         if gate:
-            from restorelens.gate.client_identity import client_facts
+            from restorelens.gate import client_facts
 
             # restorelens's client as the live gate sees it: one process on loopback, sending the
             # request's id as x-request-id and its trace as traceparent.
