@@ -25,6 +25,13 @@ Sans-I/O. ``RetryHints.answer`` turns a claim's state into the ``NotReady`` the 
   reason, with nothing known of the wake the hint is ``min_hint_s``: each answer is held up to
   ``hold_s``, and a retry at once is held again (one attempt per ``hold_s`` of wake).
 
+- ``max_hint_s``: no hint is longer (the OpenAI SDK does not retry at all past 120 s): a longer
+  wait is answered with it, both in milliseconds and in Retry-After, and re-estimated at the retry
+  (``NotReady.hint_capped``).
+- A client that counts its own retries (``retries_taken``, from ``x-stainless-retry-count``) is
+  not sent back by short re-estimating hints that would spend them before the wake ends
+  (``_budgeted``).
+
 No hint for a model that only a new declaration or an operator can bring back (Failed, invalid):
 retrying cannot help there.
 """

@@ -40,12 +40,12 @@ SECRET = "sk-test-0123456789abcdef-do-not-record"
 
 
 def gate_with(serve_asgi, tracer_provider, *, cold_start_s: float, declared_start_s: float | None,  # noqa: ANN001, ANN202
-              mode: str = "calibrated", per_gpu: int = 10 * GIB):
+              mode: str = "calibrated", per_gpu: int = 10 * GIB, hold_s: float | None = None):
     clock = ScaledClock(SCALE)
     sim = serve_asgi(create_app("tiny-cpu", model_name="m"))
     priors = () if declared_start_s is None else (DeclaredDurations({"m": {START: declared_start_s}}),)
     core = ModelClaimCore([Pod("p1", (24 * GIB,))], [ClaimSpec("m", per_gpu, 4 * GIB)],
-                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), mode, priors=priors))
+                          PoolPolicy(sleep_after_s=3600), hints=RetryHints(AnswerTable(), mode, hold_s, priors=priors))
     backend = InProcessBackend(lambda model, pod: FixedLatencyEngine(cold_start_s=cold_start_s),
                                url_template=sim.url)
     router = ModelClaimRouter(core, backend, clock=clock, health_interval_s=3600, tracer_provider=tracer_provider)
@@ -91,6 +91,20 @@ def test_the_openai_sdk_is_served_through_a_cold_start_longer_than_it_follows(
     for answered, retry in zip(attempts, attempts[1:]):
         back_s = (retry.start_time - answered.start_time) / 1e9
         assert back_s >= answered.attributes[S.ATTR_GATE_RETRY_AFTER_MS] / 1000 - 0.05
+
+
+def test_with_hold_s_a_start_longer_than_the_sdk_follows_is_hinted_at_the_cap_then_held(
+        serve_asgi, tracer_provider, span_exporter, scaled_sdk) -> None:
+    gate, clock = gate_with(serve_asgi, tracer_provider, cold_start_s=150.0, declared_start_s=150.0, hold_s=30.0)
+    scaled_sdk(clock)
+
+    assert sdk(gate.url).completions.create(model="m", prompt="hi", max_tokens=2).choices
+
+    first, second = [a.attributes for a in gate_requests(span_exporter)]
+    # 150 s to go, past the 30-s hold: answered at once; back half the hold before the end would
+    # be 135 s, past what the SDK follows, so the cap; the retry is held to the end.
+    assert (first[S.ATTR_GATE_RETRY_AFTER_MS], first[S.ATTR_MODELCLAIM_HINT_CAPPED]) == (120_000, True)
+    assert second[S.ATTR_GATE_DECISION] == "admitted" and 0 < second[S.ATTR_GATE_HOLD_S] <= 30.0
 
 
 def test_with_nothing_known_a_budgeted_client_is_not_sent_back_before_its_retries_run_out(
