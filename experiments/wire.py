@@ -36,8 +36,10 @@ from restorelens.loadgen import (
 )
 from restorelens.spans import ATTR_GATE_UPSTREAM
 
-__all__ = ["ENGINE_ACCEPTED", "Flight", "VirtualWire"]
+__all__ = ["ENGINE_ACCEPTED", "VIRTUAL_CLIENT_PEER", "Flight", "VirtualWire"]
 
+#: The virtual client's address as the gate records it (``gate.client.identity``).
+VIRTUAL_CLIENT_PEER = "127.0.0.1"
 #: The engine's answer to a request it accepted (the gate's own answers come from gate.decision).
 ENGINE_ACCEPTED = int(HTTPStatus.OK)  # a plain int, as span attributes and the retry loop want
 
@@ -95,8 +97,13 @@ class VirtualWire:
         attempt_span = start_attempt_span(self._client_tracer, request_span.span, number, now_s)
         gate_span = None
         if gate:
+            from restorelens.gate import client_facts
+
+            # restorelens's client as the live gate sees it: one process on loopback, sending the
+            # request's id as x-request-id and its trace as traceparent.
+            client = client_facts(peer=VIRTUAL_CLIENT_PEER, request_id=arrival.request_id, traced=True)
             gate_span = self.gate_spans.start_request(arrival.request_id, arrival.traffic_class, now_s, model=model,
-                                                      parent=trace.set_span_in_context(attempt_span))
+                                                      parent=trace.set_span_in_context(attempt_span), client=client)
         return Flight(arrival, loop, request_span, attempt_span, gate_span)
 
     def _reach_engine(self, flight: Flight, engine: Any, upstream_url: str, priority: int = 0) -> None:

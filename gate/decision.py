@@ -8,13 +8,20 @@ headers and error type live and in virtual time, by construction:
 - ``NotReady`` (a lifecycle-managed model that cannot serve yet): ``Hold`` when the lifecycle
   allows holding it and the shell may (its first ask); else its status (503 in AIBrix's table),
   ``Retry-After`` in whole seconds when the lifecycle gives one, and the precise
-  ``x-restorelens-retry-after-ms`` when it predicts one;
+  ``x-restorelens-retry-after-ms`` (and ``retry-after-ms``) when it predicts one;
+  ``x-should-retry: true`` with a hint, ``false`` without one (only an operator or a new
+  declaration brings such a model back);
 - ``UnknownModel``: 400 behind a lifecycle (AIBrix's gateway answers 400 for a model it does not
   manage), 404 from a plain proxy;
 - ``Routed`` and not yet admitted: ``Admit`` (the shell asks ``Admission``, which may queue);
 - a ``Rejection``: 429 with the gate's own ``x-restorelens-retry-after-ms`` estimate and, when it
   is at least a second, ``Retry-After`` in whole seconds; rejected because the gate shuts down
   (``REJECT_DRAINING``), 503 (``draining``), as a held request is answered then;
+
+every millisecond hint goes out twice, as ``x-restorelens-retry-after-ms`` (restorelens's own
+client) and ``retry-after-ms`` (what the OpenAI, Anthropic and Azure SDKs read first), and every
+answer a retry will get past (a waking model, a queue rejection, draining, a preemption) says
+``x-should-retry: true``;
 - a ``Grant``: ``Forward`` to the routed engine, with the engine-side priority the policy sets.
 """
 
@@ -22,19 +29,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER
+from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER, SDK_RETRY_AFTER_MS_HEADER, SHOULD_RETRY_HEADER
 
 from .grants import REJECT_DRAINING, Grant, Rejection
 from .policies.interface import AdmissionPolicy
 from .retry_hint import retry_after_header
 from .routing import NotReady, RouteAnswer, Routed, UnknownModel
 
-__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "SHUTTING_DOWN", "Admit", "Answer", "Forward", "Hold", "Respond", "decide",
+__all__ = ["RETRY_AFTER", "RETRY_AFTER_MS", "SDK_RETRY_AFTER_MS", "SHOULD_RETRY", "SHUTTING_DOWN", "Admit", "Answer", "Forward", "Hold", "Respond", "decide",
            "draining", "preempted", "static_route"]
 
 RETRY_AFTER = "retry-after"
 #: The gate's estimate in milliseconds: finer than Retry-After's whole seconds, for clients that know it.
 RETRY_AFTER_MS = RETRY_AFTER_MS_HEADER
+#: The same estimate under the name the common SDKs read (milliseconds, before Retry-After).
+SDK_RETRY_AFTER_MS = SDK_RETRY_AFTER_MS_HEADER
+SHOULD_RETRY = SHOULD_RETRY_HEADER
+_RETRY = ((SHOULD_RETRY, "true"),)
+_NO_RETRY = ((SHOULD_RETRY, "false"),)
 #: The error type of a request answered because the gate shuts down.
 SHUTTING_DOWN = "shutting_down"
 
@@ -95,9 +107,10 @@ def decide(
             return Hold(route.hold_until_s)
         headers: tuple[tuple[str, str], ...] = ()
         if route.retry_after_ms is not None:
-            headers += ((RETRY_AFTER_MS, str(route.retry_after_ms)),)
+            headers += _ms_headers(route.retry_after_ms)
         if route.retry_after_s is not None:
             headers += ((RETRY_AFTER, str(route.retry_after_s)),)
+        headers += _NO_RETRY if route.retry_after_s is None else _RETRY
         message = route.message or f"model {model!r} is not ready ({route.phase}/{route.reason})"
         return Respond(route.status_code, message, "not_ready", headers)
     if isinstance(route, UnknownModel):
@@ -119,7 +132,7 @@ def preempted(retry_after_ms: int) -> Respond:
     last event (``gate/proxy.py``)."""
     seconds = retry_after_header(retry_after_ms) or "1"
     return Respond(503, "borrowed capacity was taken back for returning interactive demand; retry later",
-                   PREEMPTED, ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds)))
+                   PREEMPTED, (*_ms_headers(retry_after_ms), (RETRY_AFTER, seconds), *_RETRY))
 
 
 def draining(retry_after_ms: int | None) -> Respond:
@@ -127,18 +140,23 @@ def draining(retry_after_ms: int | None) -> Respond:
     now, not the 429 its wait would have ended in after the shutdown (a supervisor's SIGKILL would
     have cut it first). Always with a Retry-After of at least 1 s: another replica, or this one
     restarted, may serve it at once."""
-    headers = () if retry_after_ms is None else ((RETRY_AFTER_MS, str(retry_after_ms)),)
+    headers = () if retry_after_ms is None else _ms_headers(retry_after_ms)
     return Respond(503, "the gate is shutting down; retry", SHUTTING_DOWN,
-                   (*headers, (RETRY_AFTER, retry_after_header(retry_after_ms) or "1")))
+                   (*headers, (RETRY_AFTER, retry_after_header(retry_after_ms) or "1"), *_RETRY))
+
+
+def _ms_headers(retry_after_ms: int) -> tuple[tuple[str, str], ...]:
+    value = str(retry_after_ms)
+    return ((RETRY_AFTER_MS, value), (SDK_RETRY_AFTER_MS, value))
 
 
 def _rejection_headers(retry_after_ms: int | None) -> tuple[tuple[str, str], ...]:
     if retry_after_ms is None:
-        return ()
+        return _RETRY
     seconds = retry_after_header(retry_after_ms)
     if seconds is None:
-        return ((RETRY_AFTER_MS, str(retry_after_ms)),)
-    return ((RETRY_AFTER_MS, str(retry_after_ms)), (RETRY_AFTER, seconds))
+        return (*_ms_headers(retry_after_ms), *_RETRY)
+    return (*_ms_headers(retry_after_ms), (RETRY_AFTER, seconds), *_RETRY)
 
 
 def static_route(upstream: str | None, model: str | None) -> Routed | UnknownModel:

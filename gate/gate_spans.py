@@ -20,6 +20,7 @@ from restorelens import spans as S
 from restorelens.clock import to_ns
 from restorelens.fast_spans import FastTracer
 
+from .client_identity import ClientFacts
 from .grants import Grant, Rejection
 from .policies.budget import LoanCheck, Preemption
 from .restoration import LendingPeriod, RestorationEpisode
@@ -56,15 +57,19 @@ class GateSpans:
         *,
         model: str | None = None,
         parent: Context | None = None,
+        client: ClientFacts | None = None,
     ) -> Span:
-        """Start ``gate.request`` (SERVER); ``parent`` is the caller's extracted trace context."""
-        attributes: dict[str, str] = {
+        """Start ``gate.request`` (SERVER); ``parent`` is the caller's extracted trace context,
+        ``client`` who sent it (``gate.client.*``)."""
+        attributes: dict[str, str | int | bool] = {
             S.ATTR_REQUEST_ID: request_id,
             S.ATTR_TRAFFIC_CLASS: traffic_class,
             S.ATTR_GATE_POLICY: self.policy_name,
         }
         if model:
             attributes[S.ATTR_GEN_AI_REQUEST_MODEL] = model
+        if client is not None:
+            attributes.update(client.attributes())
         span = self.tracer.start_span(
             S.SPAN_GATE_REQUEST,
             context=parent if parent is not None else _ROOT,
@@ -127,6 +132,8 @@ class GateSpans:
             span.set_attribute(S.ATTR_GATE_RETRY_AFTER_MS, route.retry_after_ms)
         if route.predicted_ready_in_s is not None:
             span.set_attribute(S.ATTR_MODELCLAIM_PREDICTED_READY_IN_S, route.predicted_ready_in_s)
+        if route.hint_capped:
+            span.set_attribute(S.ATTR_MODELCLAIM_HINT_CAPPED, True)
 
     def failed(self, span: Span, error_type: str, status_code: int) -> None:
         """The gate answered an error of its own (bad input, upstream unreachable or timed out)."""

@@ -29,6 +29,7 @@ from restorelens.protocol import preempted_event
 from restorelens.spans import TRAFFIC_CLASSES
 
 from .admission import Admission
+from .client_identity import ClientFacts
 from .decision import RETRY_AFTER, SHUTTING_DOWN, Admit, Answer, Forward, Hold, Respond, decide, preempted, static_route
 from .forwarding import UpstreamForwarder
 from .gate_spans import GateSpans
@@ -36,7 +37,7 @@ from .grants import Grant, Rejection, Waiter
 from .policies.interface import request_size_of
 from .proxy_asgi import (
     REFUSAL_LIMITS, ClientGone, DisconnectWatch, GateAnswer, JsonTooDeep, Receive, Scope, Send, error_body, load_json,
-    send_json,
+    read_request_headers, send_json,
 )
 from .routing import ModelRouter, NotReady, RouteAnswer, Routed, UpstreamTable
 from .settings import GateSettings
@@ -45,9 +46,6 @@ from .upstream_transport import UpstreamTransport
 
 __all__ = ["ProxyEndpoint", "Receive", "Scope", "Send", "error_body"]
 
-TRAFFIC_CLASS_HEADER = b"x-traffic-class"
-REQUEST_ID_HEADER = b"x-request-id"
-_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
@@ -107,26 +105,19 @@ class ProxyEndpoint:
         )
         self.upstream_errors = self.forwarder.upstream_errors  # the same dict: /metrics reads it
 
-    def _request_headers(self, headers: list[tuple[bytes, bytes]]) -> tuple[str, str, Context | None]:
-        """(request id, traffic class, the caller's trace context) in one pass over the headers."""
-        request_id = traffic_class = b""
-        carrier: dict[str, str] = {}
-        for name, value in headers:  # uvicorn gives lower-case names
-            if name == REQUEST_ID_HEADER:
-                request_id = value
-            elif name == TRAFFIC_CLASS_HEADER:
-                traffic_class = value
-            elif name in _TRACE_HEADERS:
-                carrier[name.decode("latin-1")] = value.decode("latin-1")
+    def _request_headers(self, scope: Scope) -> tuple[str, str, Context | None, ClientFacts]:
+        """(request id, traffic class, the caller's trace context, who the caller is)."""
+        request_id, traffic_class, carrier, client = read_request_headers(scope)
         parent = _PROPAGATOR.extract(carrier) if carrier and self.tracing else None
         return (
-            request_id.decode("latin-1") or f"{self._ids.getrandbits(128):032x}",
-            traffic_class.decode("latin-1") or self.settings.default_traffic_class,
+            request_id or f"{self._ids.getrandbits(128):032x}",
+            traffic_class or self.settings.default_traffic_class,
             parent,
+            client,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request_id, traffic_class, parent = self._request_headers(scope["headers"])
+        request_id, traffic_class, parent, client = self._request_headers(scope)
         now_s = self.clock.now_s()
         early: GateAnswer | ClientGone | None = None
         payload: dict[str, Any] = {}
@@ -139,7 +130,8 @@ class ProxyEndpoint:
         model = payload.get("model")
         # Started once the model is known (one attribute write less); the start time is the arrival.
         span = self.emitter.start_request(
-            request_id, traffic_class, now_s, model=model if isinstance(model, str) else None, parent=parent
+            request_id, traffic_class, now_s, model=model if isinstance(model, str) else None, parent=parent,
+            client=client,
         )
         status: int | None = None
         watch: DisconnectWatch | None = None
@@ -150,7 +142,7 @@ class ProxyEndpoint:
             # body it only says disconnect) cancels it wherever it waits: hold, queue, upstream, a
             # slow stream.
             watch = DisconnectWatch(receive)
-            upstream = await self._route(model, traffic_class, span, now_s)
+            upstream = await self._route(model, traffic_class, span, now_s, client.retry_count)
             status = await self._serve(scope, send, payload, body, model, upstream, request_id, traffic_class, span, watch)
         except GateAnswer as answer:
             status = answer.status
@@ -241,19 +233,19 @@ class ProxyEndpoint:
             raise GateAnswer(400, "request body must be a JSON object", "invalid_request_error")
         return payload
 
-    async def _route(self, model: Any, traffic_class: str, span: Span, now_s: float) -> str:
+    async def _route(self, model: Any, traffic_class: str, span: Span, now_s: float, retries_taken: int | None) -> str:
         if model is not None and not isinstance(model, str):
             raise GateAnswer(400, "'model' must be a string", "invalid_request_error")
         route: RouteAnswer
         if self.router is not None and model in self.router_models:
-            route = self.router.route(model, now_s, trigger=span.get_span_context())
+            route = self.router.route(model, now_s, trigger=span.get_span_context(), retries_taken=retries_taken)
         else:
             route = static_route(self.upstreams.pick(model), model)
         may_hold = self.held < self.settings.queue_limit and not self._draining.is_set()
         answer = self._decide(route, None, model, traffic_class, may_hold=may_hold)
         if isinstance(answer, Hold):
             assert self.router is not None and isinstance(route, NotReady)
-            route = await self._hold(model, route, answer, span)
+            route = await self._hold(model, route, answer, span, retries_taken)
             answer = self._decide(route, None, model, traffic_class, may_hold=False)
         if isinstance(route, NotReady):
             self.emitter.not_ready(span, route)
@@ -262,7 +254,7 @@ class ProxyEndpoint:
         assert isinstance(answer, Admit)
         return answer.upstream
 
-    async def _hold(self, model: str, route: NotReady, hold: Hold, span: Span) -> RouteAnswer:
+    async def _hold(self, model: str, route: NotReady, hold: Hold, span: Span, retries_taken: int | None) -> RouteAnswer:
         """Keep the request open until its model serves or the hold ends; then where it goes now."""
         assert self.router is not None
         held_s = self.clock.now_s()
@@ -277,7 +269,8 @@ class ProxyEndpoint:
             self.held -= 1
             released_s = self.clock.now_s()
             self.emitter.held(span, route, released_s - held_s, released_s)
-        return self.router.route(model, self.clock.now_s(), trigger=span.get_span_context())
+        return self.router.route(model, self.clock.now_s(), trigger=span.get_span_context(),
+                                 retries_taken=retries_taken)
 
     def begin_drain(self) -> None:
         """The server shuts down: answer the held requests now (routed, or 503 with a fresh hint)

@@ -7,14 +7,25 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from restorelens.protocol import SDK_RETRY_COUNT_HEADER
+
+from .client_identity import ClientFacts, client_facts
+
 __all__ = [
     "ClientGone", "DisconnectWatch", "GateAnswer", "REFUSAL_LIMITS", "JsonTooDeep", "Receive", "Scope", "Send",
-    "error_body", "load_json", "nested_deeper_than", "send_json",
+    "error_body", "load_json", "nested_deeper_than", "read_request_headers", "send_json",
 ]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+TRAFFIC_CLASS_HEADER = b"x-traffic-class"
+REQUEST_ID_HEADER = b"x-request-id"
+_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
+#: Headers that say who the client is (``client_identity``), by the ``client_facts`` argument they fill.
+_CLIENT_HEADERS = {b"authorization": "authorization", b"api-key": "api_key", b"idempotency-key": "idempotency_key",
+                   SDK_RETRY_COUNT_HEADER.encode(): "retry_count"}
 
 #: The size limits a request can be refused for, by setting: the keys of the gate's refusal counts.
 REFUSAL_LIMITS = ("max_header_bytes", "max_body_bytes", "max_json_depth")
@@ -129,3 +140,24 @@ class DisconnectWatch:
 
     def stop(self) -> None:
         self._watcher.cancel()
+
+
+def read_request_headers(scope: Scope) -> tuple[str, str, dict[str, str], ClientFacts]:
+    """(request id, traffic class, the trace headers, who the client is) in one pass over the
+    request's headers; an absent id or class is ``""``."""
+    request_id = traffic_class = ""
+    carrier: dict[str, str] = {}
+    facts: dict[str, str] = {}
+    for name, value in scope["headers"]:  # uvicorn gives lower-case names
+        if name == REQUEST_ID_HEADER:
+            request_id = value.decode("latin-1")
+        elif name == TRAFFIC_CLASS_HEADER:
+            traffic_class = value.decode("latin-1")
+        elif name in _TRACE_HEADERS:
+            carrier[name.decode("latin-1")] = value.decode("latin-1")
+        elif name in _CLIENT_HEADERS:
+            facts[_CLIENT_HEADERS[name]] = value.decode("latin-1")
+    peer = scope.get("client")
+    client = client_facts(peer=peer[0] if peer else None, request_id=request_id,
+                          traced="traceparent" in carrier, **facts)
+    return request_id, traffic_class, carrier, client

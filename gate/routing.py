@@ -36,7 +36,8 @@ class NotReady:
     predicts one. ``hint_source`` (fixed / calibrated / prior), ``hint_mode`` and
     ``predicted_ready_in_s`` (seconds until the model is predicted to serve) go on the span.
     ``hold_until_s``: the shell may hold the request until then (or until the model serves) and
-    route it again, instead of answering now.
+    route it again, instead of answering now. ``hint_capped``: the wait predicted was longer than
+    the longest hint the gate sends (``[modelclaim] max_hint_s``); the hint says that longest one.
     """
 
     phase: str
@@ -49,6 +50,7 @@ class NotReady:
     hint_mode: str | None = None
     predicted_ready_in_s: float | None = None
     hold_until_s: float | None = None
+    hint_capped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +68,12 @@ class ModelRouter(Protocol):
     def models(self) -> Collection[str]:
         """Models this router manages."""
 
-    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None,
+              retries_taken: int | None = None) -> RouteAnswer:
         """Where a request for ``model`` arriving at ``now_s`` goes; may trigger a wake (deduplicated).
 
         ``trigger`` is the requesting ``gate.request`` span's context, for the wake span's link.
+        ``retries_taken``: the retries the client says it took (``x-stainless-retry-count``), else None.
         """
 
     async def wait_routable(self, model: str, timeout_s: float) -> bool:

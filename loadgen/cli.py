@@ -126,7 +126,7 @@ def _readiness(url: str | None, kind: str | None, field: str | None, equals: str
               help="The --readiness-field value that means ready: JSON (false, 0, \"up\"), else taken as a string.")
 @click.option("--policy", type=click.Choice(POLICY_NAMES), default="honour-retry-after", show_default=True,
               help="Retry policy: wait the server's Retry-After; wait the gate's precise "
-                   "x-restorelens-retry-after-ms (else Retry-After); full-jitter backoff; or a fixed interval.")
+                   "retry-after-ms or x-restorelens-retry-after-ms (else Retry-After); full-jitter backoff; or a fixed interval.")
 @click.option("--max-attempts", type=click.IntRange(min=1), default=20, show_default=True, help="Attempts in all.")
 @click.option("--deadline-s", "--deadline", "deadline_s", cls=_OldNamesHidden, type=click.FloatRange(min=0, min_open=True),
               default=300.0, show_default=True, help="No attempt starts later than this many seconds after the first.")

@@ -13,9 +13,10 @@ is clamped to it (one last attempt at the deadline); at the deadline the policy 
 Which answers are retried: 429, 502, 503 and 504 and transport failures (``status=None``), as
 OTLP/HTTP and most HTTP clients do. Every other status is final.
 
-``honour-hint-ms`` reads the gate's precise hint, ``x-restorelens-retry-after-ms`` (sent with
-429s and, in calibrated mode, with a waking model's 503s), and waits exactly that; without it, it
-waits the Retry-After as ``honour-retry-after`` does. Never earlier than the hint.
+``honour-hint-ms`` reads a precise hint in milliseconds, ``retry-after-ms`` (the name the common
+SDKs read) first, then the gate's own ``x-restorelens-retry-after-ms`` (the gate sends both with
+429s and, in calibrated mode, with a waking model's 503s), and waits exactly that; without either,
+it waits the Retry-After as ``honour-retry-after`` does. Never earlier than the hint.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Protocol, runtime_checkable
 
 from restorelens.errors import SettingError
 from restorelens.loadgen.retry_after import NO_HINT, RetryAfter, parse_retry_after
-from restorelens.protocol import RETRY_AFTER_MS_HEADER
+from restorelens.protocol import RETRY_AFTER_MS_HEADER, SDK_RETRY_AFTER_MS_HEADER
 
 __all__ = [
     "POLICY_NAMES",
@@ -212,20 +213,21 @@ class HonourRetryAfter(_PolicyBase):
 
 @dataclass(frozen=True)
 class HonourHintMs(HonourRetryAfter):
-    """Wait exactly ``x-restorelens-retry-after-ms`` when the answer carries a valid one, else as
-    ``HonourRetryAfter``. ``RetryDecision.retry_after`` keeps the Retry-After header's text in
+    """Wait exactly ``retry-after-ms``, else ``x-restorelens-retry-after-ms``, when the answer carries
+    a valid one, else as ``HonourRetryAfter``. ``RetryDecision.retry_after`` keeps the Retry-After header's text in
     ``raw`` with the wait used in ``seconds``."""
 
     name: str = field(default="honour-hint-ms", init=False)
 
     def _hint_of(self, headers: HeaderPairs | None, now_s: float) -> RetryAfter:
         hint = retry_after_of(headers, now_s)
-        lines = _header_lines(headers, RETRY_AFTER_MS_HEADER)
-        text = lines[0].strip() if len(lines) == 1 else ""
-        # At most 9 digits (under 12 days): a larger or malformed value is ignored, as RFC 9110
-        # says of an invalid Retry-After, and the Retry-After header decides.
-        if text.isascii() and text.isdigit() and len(text) <= 9:
-            return RetryAfter(int(text) / 1000, hint.raw, hint.invalid)
+        for name in (SDK_RETRY_AFTER_MS_HEADER, RETRY_AFTER_MS_HEADER):
+            lines = _header_lines(headers, name)
+            text = lines[0].strip() if len(lines) == 1 else ""
+            # At most 9 digits (under 12 days): a larger or malformed value is ignored, as RFC 9110
+            # says of an invalid Retry-After, and the next header decides.
+            if text.isascii() and text.isdigit() and len(text) <= 9:
+                return RetryAfter(int(text) / 1000, hint.raw, hint.invalid)
         return hint
 
 

@@ -3,6 +3,12 @@ client (which reads it) so that the two cannot drift.
 
 - ``x-restorelens-retry-after-ms``: the gate's retry estimate in milliseconds, finer than
   Retry-After's whole seconds.
+- ``retry-after-ms``: the same value under the name the OpenAI, Anthropic and Azure SDKs read
+  before Retry-After (restorelens's client reads it first too).
+- ``x-should-retry``: ``true`` when a retry will succeed, ``false`` when only an operator or a new
+  declaration can help; the OpenAI SDK obeys it (once the hint is within its 120-s limit).
+- ``x-stainless-retry-count``: sent by the OpenAI (Stainless-generated) SDKs, the retries taken so
+  far: a client that carries its own retry budget.
 - A preempted stream: when ``lend-preempt`` takes a loan back after the answer's headers went out,
   the gate ends the stream with one Server-Sent Event in OpenAI's error shape whose type is
   ``preempted``, carrying the same hint as the 503 it would otherwise have sent
@@ -13,9 +19,13 @@ from __future__ import annotations
 
 import json
 
-__all__ = ["PREEMPTED", "RETRY_AFTER_MS_HEADER", "is_preempted_answer", "parse_preempted_event", "preempted_event"]
+__all__ = ["PREEMPTED", "RETRY_AFTER_MS_HEADER", "SDK_RETRY_AFTER_MS_HEADER", "SDK_RETRY_COUNT_HEADER",
+           "SHOULD_RETRY_HEADER", "is_preempted_answer", "parse_preempted_event", "preempted_event"]
 
 RETRY_AFTER_MS_HEADER = "x-restorelens-retry-after-ms"
+SDK_RETRY_AFTER_MS_HEADER = "retry-after-ms"
+SHOULD_RETRY_HEADER = "x-should-retry"
+SDK_RETRY_COUNT_HEADER = "x-stainless-retry-count"
 #: The error type of a preemption, in the 503 body and in the stream's last event.
 PREEMPTED = "preempted"
 _EVENT_PREFIX = 'data: {"error"'
@@ -44,6 +54,7 @@ def parse_preempted_event(line: str) -> tuple[tuple[str, str], ...] | None:
     headers: list[tuple[str, str]] = []
     if isinstance(error.get("retry_after_ms"), int):
         headers.append((RETRY_AFTER_MS_HEADER, str(error["retry_after_ms"])))
+        headers.append((SDK_RETRY_AFTER_MS_HEADER, str(error["retry_after_ms"])))
     if isinstance(error.get("retry_after_s"), str):
         headers.append(("retry-after", error["retry_after_s"]))
     return tuple(headers)

@@ -105,8 +105,8 @@ class DeferredStartRouter:
     def models(self) -> Any:
         return self.inner.models()
 
-    def route(self, model: str, now_s: float, trigger: Any = None) -> Any:
-        return self.inner.route(model, now_s, trigger)
+    def route(self, model: str, now_s: float, trigger: Any = None, retries_taken: int | None = None) -> Any:
+        return self.inner.route(model, now_s, trigger, retries_taken)
 
     def request_started(self, model: str, now_s: float) -> None:
         self.inner.request_started(model, now_s)

@@ -7,6 +7,7 @@ Example::
     retry_after_mode = "calibrated"               # default "fixed": the table above, as AIBrix
     calibration_path = "wakes.json"               # what calibrated hints learnt, kept across restarts
     hold_s = 30                                   # optional: hold a request up to 30 s while its model wakes
+    max_hint_s = 120                              # the longest hint sent (the OpenAI SDK's limit)
     policy = { sleepAfterSeconds = 60, noWakeReserveWhileAsleep = true }
     host_ram_limits = { node-a = "64Gi" }        # optional; refuse level-1 sleep past it
 
@@ -53,7 +54,7 @@ from restorelens.gate.modelclaim.calibration_file import read_calibration_text
 from restorelens.gate.modelclaim.core import ModelClaimCore
 from restorelens.gate.modelclaim.engine_tracing import AUTO, ENGINE_TRACING_MODES
 from restorelens.gate.modelclaim.estimates import DeclaredDurations, parse_expected
-from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, RetryHints
+from restorelens.gate.modelclaim.hints import FIXED, HINT_MODES, MAX_HINT_S, RetryHints
 from restorelens.gate.modelclaim.phases import AnswerTable
 from restorelens.gate.modelclaim.placement import ClaimSpec, Pod, parse_quantity
 from restorelens.gate.modelclaim.policy import parse_pool_policy
@@ -67,7 +68,7 @@ __all__ = ["build_core", "build_router", "check_table", "load_calibration"]
 
 ROOT = "modelclaim"
 TOP_KEYS = {"pods", "claims", "policy", "retry_after", "host_ram_limits", "poll_interval_s", "health_interval_s",
-            "start_timeout_s", "retry_after_mode", "hold_s", "calibration_path"}
+            "start_timeout_s", "retry_after_mode", "hold_s", "calibration_path", "max_hint_s"}
 POD_KEYS = {"name", "node", "gpus"}
 #: ``simulated`` is known so that it is refused with its reason, not as a typo (``_backend``).
 CLAIM_KEYS = {"model", "perGPU", "weights", "sleeping_footprint", "tensor_parallel", "pods", "engine_args",
@@ -288,7 +289,8 @@ def build_core(table: Mapping[str, Any]) -> tuple[ModelClaimCore, dict[str, Mapp
     # What each claim declares its engine takes (start, wake, sleep): the first wake's estimate.
     declared = {c.model: parse_expected(raw["expected"], f"{ROOT}.claims[{i}].expected")
                 for i, (c, raw) in enumerate(zip(claims, raw_claims, strict=True)) if "expected" in raw}
-    hints = RetryHints(answers, mode, hold_s, priors=(DeclaredDurations(declared),))
+    max_hint_s = _whole_seconds(table.get("max_hint_s", MAX_HINT_S), f"{ROOT}.max_hint_s")
+    hints = RetryHints(answers, mode, hold_s, priors=(DeclaredDurations(declared),), max_hint_s=max_hint_s)
     nodes = {p.node_name for p in pods}
     limits = {}
     for node, value in _table(table.get("host_ram_limits", {}), f"{ROOT}.host_ram_limits").items():

@@ -141,7 +141,8 @@ class ModelClaimCore:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> tuple[RouteAnswer, list[Action]]:
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None,
+              retries_taken: int | None = None) -> tuple[RouteAnswer, list[Action]]:
         """Where a request goes; a request to a sleeping or unplaced model wants a wake (deduplicated)."""
         claim = self._claims.get(model)
         if claim is None:
@@ -161,7 +162,7 @@ class ModelClaimCore:
         if not claim.out_of_service:
             claim.want_wake(now_s, trigger)
             actions += self._reconcile(now_s)
-        return self.hints.answer(claim, now_s, self.calibration), actions
+        return self.hints.answer(claim, now_s, self.calibration, retries_taken), actions
 
     def request_started(self, model: str, now_s: float) -> list[Action]:
         self._claims[model].inflight += 1

@@ -25,6 +25,13 @@ Sans-I/O. ``RetryHints.answer`` turns a claim's state into the ``NotReady`` the 
   reason, with nothing known of the wake the hint is ``min_hint_s``: each answer is held up to
   ``hold_s``, and a retry at once is held again (one attempt per ``hold_s`` of wake).
 
+- ``max_hint_s``: no hint is longer (the OpenAI SDK does not retry at all past 120 s): a longer
+  wait is answered with it, both in milliseconds and in Retry-After, and re-estimated at the retry
+  (``NotReady.hint_capped``).
+- A client that counts its own retries (``retries_taken``, from ``x-stainless-retry-count``) is
+  not sent back by short re-estimating hints that would spend them before the wake ends
+  (``_budgeted``).
+
 No hint for a model that only a new declaration or an operator can bring back (Failed, invalid):
 retrying cannot help there.
 """
@@ -37,7 +44,7 @@ from dataclasses import dataclass, replace
 from restorelens.errors import SettingError
 from restorelens.gate.modelclaim.calibration import WakeCalibration
 from restorelens.gate.modelclaim.claim import OP_STARTING, OP_WAKING, ClaimState
-from restorelens.gate.modelclaim.estimates import DECLARED, DurationPrior, WakeEstimates
+from restorelens.gate.modelclaim.estimates import DECLARED, DurationPrior, Estimate, WakeEstimates
 from restorelens.gate.modelclaim.phases import REASON_ENGINE_FAILED, AnswerTable
 from restorelens.gate.routing import NotReady
 
@@ -51,6 +58,7 @@ __all__ = [
     "HINT_MODES",
     "HINT_SOURCES",
     "HOLD",
+    "MAX_HINT_S",
     "MIN_HINT_S",
     "PRIOR",
     "RetryHints",
@@ -68,6 +76,8 @@ ATTEMPTS_TO_TABLE = 4
 #: Added to a calibrated hint: a client that comes back exactly at the predicted instant must not
 #: land an instant before the lifecycle has taken the readiness in and begun routing.
 HINT_MARGIN_S = 0.05
+#: ``max_hint_s``'s default: the longest Retry-After the OpenAI SDK follows (MAX_RETRY_AFTER_DELAY).
+MAX_HINT_S = 120
 #: The least a calibrated hint says, once the wake has run past its prediction: come back soon,
 #: not at once (an immediate retry is another 503).
 MIN_HINT_S = 0.25
@@ -96,12 +106,19 @@ class RetryHints:
     min_hint_s: float = MIN_HINT_S
     #: What is known of each model's engine before any wake (``estimates.DurationPrior``), in order.
     priors: tuple[DurationPrior, ...] = ()
+    #: The longest hint sent (``[modelclaim] max_hint_s``): the OpenAI SDK does not retry at all
+    #: past 120 s. A longer predicted wait is held (``hold_s``) or answered with this and
+    #: re-estimated at the retry.
+    max_hint_s: int = MAX_HINT_S
 
     def __post_init__(self) -> None:
         if self.mode not in HINT_MODES:
             raise SettingError("modelclaim.retry_after_mode", f"must be one of {', '.join(HINT_MODES)}, got {self.mode!r}")
         if self.hold_s is not None and not (self.hold_s > 0 and math.isfinite(self.hold_s)):
             raise SettingError("modelclaim.hold_s", f"must be a positive number of seconds, got {self.hold_s!r}")
+        if isinstance(self.max_hint_s, bool) or not isinstance(self.max_hint_s, int) or self.max_hint_s < 1:
+            raise SettingError("modelclaim.max_hint_s", "must be a whole number of seconds >= 1 (Retry-After has no "
+                               f"fractions), got {self.max_hint_s!r}")
 
     @property
     def hint_mode(self) -> str:
@@ -112,7 +129,12 @@ class RetryHints:
         """The wake estimates these hints (and the readiness polls) go by."""
         return WakeEstimates(calibration, self.priors)
 
-    def answer(self, claim: ClaimState, now_s: float, calibration: WakeCalibration) -> NotReady:
+    def answer(self, claim: ClaimState, now_s: float, calibration: WakeCalibration,
+               retries_taken: int | None = None) -> NotReady:
+        """The answer to a request for ``claim``'s model at ``now_s``. ``retries_taken``: the
+        retries the client says it has taken (``x-stainless-retry-count``), None when it says
+        nothing; such a client stops after a few retries of its own, so its hints are long enough
+        not to spend them before the wake ends (``_budgeted``)."""
         model = claim.spec.model
         base = self.table.answer(model, claim.phase, claim.reason, error=claim.last_error)
         if base.retry_after_s is None:
@@ -124,13 +146,13 @@ class RetryHints:
             estimate = self.estimates(calibration).for_path(model, path, claim.wake.neighbours)
         ready_in_s = None
         may_hold = True
+        table_s = float(base.retry_after_s)
         if path is None:
             source = FIXED if self.mode == FIXED else PRIOR
-            wait_s = float(base.retry_after_s)
+            wait_s = table_s
         elif estimate is None:
             assert claim.wake is not None and claim.wake.path_started_s is not None
             source = ELAPSED
-            table_s = float(base.retry_after_s)
             elapsed_s = now_s - claim.wake.path_started_s
             wait_s = max(self.min_hint_s, table_s / 2 ** (ATTEMPTS_TO_TABLE - 1), min(table_s, elapsed_s))
             if self.hold_s is not None:
@@ -145,9 +167,15 @@ class RetryHints:
                 may_hold = False  # holding now would only end in a 503 after hold_s
         hold = self.hold_s is not None and may_hold and wait_s <= self.hold_s
         hold_until_s = now_s + self.hold_s if hold and self.hold_s is not None else None
+        if retries_taken is not None and source != FIXED and not (self.hold_s is not None and ready_in_s is not None):
+            wait_s = self._budgeted(wait_s, table_s, retries_taken, source, claim, now_s, estimate)
+        capped = wait_s > self.max_hint_s
         if self.mode == FIXED:
-            return replace(base, hint_source=source, hint_mode=self.hint_mode, hold_until_s=hold_until_s)
-        wait_ms = math.ceil(wait_s * 1000 - 1e-6)
+            seconds = min(base.retry_after_s, int(self.max_hint_s))
+            return replace(base, retry_after_s=seconds, hint_source=source, hint_mode=self.hint_mode,
+                           hold_until_s=hold_until_s, hint_capped=capped)
+        # Retry-After rounds the milliseconds up: capped at whole seconds, it stays within the limit.
+        wait_ms = min(math.ceil(wait_s * 1000 - 1e-6), int(self.max_hint_s) * 1000)
         return replace(
             base,
             retry_after_s=max(1, math.ceil(wait_ms / 1000)),
@@ -156,4 +184,24 @@ class RetryHints:
             hint_mode=self.hint_mode,
             predicted_ready_in_s=ready_in_s,
             hold_until_s=hold_until_s,
+            hint_capped=capped,
         )
+
+    def _budgeted(self, wait_s: float, table_s: float, retries_taken: int, source: str, claim: ClaimState,
+                  now_s: float, estimate: Estimate | None) -> float:
+        """The hint for a client with its own retry budget (the OpenAI SDK: 2 retries by default).
+
+        Short hints that re-estimate would spend its retries before a long wake ends, and the
+        request would fail while the model is coming. So, with nothing known of the wake: the
+        table's value at its first answer, then the longest hint it follows (``max_hint_s``);
+        a wake past its prediction: at least an eighth of the table (not 250 ms), or as long
+        again as it has overrun. A predicted wake keeps its prediction (capped by the caller)."""
+        if source == PRIOR:
+            return wait_s
+        if estimate is None:  # ELAPSED
+            return table_s if retries_taken == 0 else max(table_s, self.max_hint_s)
+        assert claim.wake is not None and claim.wake.path_started_s is not None
+        overrun_s = now_s - claim.wake.path_started_s - estimate.duration_s
+        if overrun_s < 0:
+            return wait_s
+        return max(wait_s, table_s / 2 ** (ATTEMPTS_TO_TABLE - 1), overrun_s)

@@ -114,9 +114,10 @@ class ModelClaimRouter:
     def models(self) -> Collection[str]:
         return self.core.models()
 
-    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None,
+              retries_taken: int | None = None) -> RouteAnswer:
         with self._lock:
-            answer, actions = self.core.route(model, now_s, trigger)
+            answer, actions = self.core.route(model, now_s, trigger, retries_taken)
         self._dispatch(actions)
         return answer
 

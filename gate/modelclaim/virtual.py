@@ -54,9 +54,10 @@ class VirtualLifecycle:
         self.now_s = now_s
         self._perform(self.core.start(now_s), now_s)
 
-    def route(self, model: str, now_s: float, trigger: SpanContext | None = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: SpanContext | None = None,
+              retries_taken: int | None = None) -> RouteAnswer:
         self.advance_to(now_s)
-        answer, actions = self.core.route(model, now_s, trigger)
+        answer, actions = self.core.route(model, now_s, trigger, retries_taken)
         self._perform(actions, now_s)
         return answer
 

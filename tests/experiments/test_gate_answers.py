@@ -52,7 +52,7 @@ NOT_READY_ROWS = [
 ]
 #: The gate's estimate: none, under a second (no Retry-After), over a second (rounded up).
 RETRY_AFTER_MS = [None, 400, 2_500]
-GATE_HEADERS = ("retry-after", "x-restorelens-retry-after-ms")
+GATE_HEADERS = ("retry-after", "x-restorelens-retry-after-ms", "retry-after-ms", "x-should-retry")
 #: The gate answers these requests itself: nothing is ever forwarded here (port 9 is discard).
 NO_ENGINE = "http://127.0.0.1:9"
 
@@ -66,7 +66,7 @@ class OneAnswerRouter:
     def models(self) -> Collection[str]:
         return (self.model,)
 
-    def route(self, model: str, now_s: float, trigger: Any = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: Any = None, retries_taken: int | None = None) -> RouteAnswer:
         return self.answer
 
     async def wait_routable(self, model: str, timeout_s: float) -> bool:
@@ -126,11 +126,12 @@ def test_a_not_ready_model_gets_the_same_answer_live_and_virtual(phase: str, rea
     live = _live(create_gate_app(settings, router=OneAnswerRouter(scenario.model, not_ready)), scenario.model)
 
     run = VirtualModelClaimRun(scenario)
-    run.lifecycle.route = lambda model, now_s, trigger=None: not_ready
+    run.lifecycle.route = lambda model, now_s, trigger=None, retries_taken=None: not_ready
     virtual = _first_virtual_answer(run)
 
     assert live == virtual
-    expected = {} if not_ready.retry_after_s is None else {"retry-after": str(not_ready.retry_after_s)}
+    expected = ({"x-should-retry": "false"} if not_ready.retry_after_s is None
+                else {"retry-after": str(not_ready.retry_after_s), "x-should-retry": "true"})
     assert live == (503, expected)
 
 
@@ -147,8 +148,9 @@ def test_a_rejected_request_gets_the_same_answer_live_and_virtual(retry_after_ms
 
     assert live == virtual
     assert live[0] == 429
+    assert live[1]["x-should-retry"] == "true"
     if retry_after_ms is None:
-        assert live[1] == {}
+        assert live[1] == {"x-should-retry": "true"}
     else:
-        assert live[1]["x-restorelens-retry-after-ms"] == str(retry_after_ms)
+        assert live[1]["x-restorelens-retry-after-ms"] == live[1]["retry-after-ms"] == str(retry_after_ms)
         assert live[1].get("retry-after") == (None if retry_after_ms < 1000 else str(-(-retry_after_ms // 1000)))

@@ -23,12 +23,14 @@ def _rejection(retry_after_ms: int | None) -> Rejection:
 
 def test_a_not_ready_model_is_answered_with_its_status_and_retry_after_in_seconds() -> None:
     answer = _decide(NotReady("Sleeping", "EngineSleeping", 10, message="model m is sleeping"), lifecycle=True)
-    assert answer == Respond(503, "model m is sleeping", "not_ready", (("retry-after", "10"),))
+    assert answer == Respond(503, "model m is sleeping", "not_ready", (("retry-after", "10"), ("x-should-retry", "true")))
 
 
 def test_a_not_ready_model_without_a_hint_gets_no_retry_after_and_a_message_naming_its_state() -> None:
+    # Retrying cannot help (only an operator or a new declaration can): the SDKs are told not to.
     answer = _decide(NotReady("Failed", "InvalidPerGPU", None), lifecycle=True)
-    assert answer == Respond(503, "model 'm' is not ready (Failed/InvalidPerGPU)", "not_ready", ())
+    assert answer == Respond(503, "model 'm' is not ready (Failed/InvalidPerGPU)", "not_ready",
+                             (("x-should-retry", "false"),))
 
 
 @pytest.mark.parametrize(("lifecycle", "status"), [(True, 400), (False, 404)])
@@ -53,10 +55,12 @@ def test_the_priority_policy_forwards_vllms_priority_for_the_class() -> None:
 @pytest.mark.parametrize(
     ("retry_after_ms", "headers"),
     [
-        (None, ()),
-        (400, (("x-restorelens-retry-after-ms", "400"),)),
-        (1000, (("x-restorelens-retry-after-ms", "1000"), ("retry-after", "1"))),
-        (2001, (("x-restorelens-retry-after-ms", "2001"), ("retry-after", "3"))),
+        (None, (("x-should-retry", "true"),)),
+        (400, (("x-restorelens-retry-after-ms", "400"), ("retry-after-ms", "400"), ("x-should-retry", "true"))),
+        (1000, (("x-restorelens-retry-after-ms", "1000"), ("retry-after-ms", "1000"), ("retry-after", "1"),
+                ("x-should-retry", "true"))),
+        (2001, (("x-restorelens-retry-after-ms", "2001"), ("retry-after-ms", "2001"), ("retry-after", "3"),
+                ("x-should-retry", "true"))),
     ],
 )
 def test_a_rejection_is_429_with_the_estimate_and_retry_after_only_from_a_second(retry_after_ms, headers) -> None:
@@ -74,12 +78,14 @@ def test_a_holdable_answer_is_held_once_then_answered_with_both_hints() -> None:
     assert _decide(route, lifecycle=True, may_hold=True) == Hold(130.0)
     answer = _decide(route, lifecycle=True)  # held already, or no room to hold: the 503 now
     assert isinstance(answer, Respond) and answer.status == 503
-    assert answer.headers == (("x-restorelens-retry-after-ms", "4192"), ("retry-after", "5"))
+    assert answer.headers == (("x-restorelens-retry-after-ms", "4192"), ("retry-after-ms", "4192"),
+                              ("retry-after", "5"), ("x-should-retry", "true"))
 
 
 @pytest.mark.parametrize(("retry_after_ms", "headers"), [
-    (None, (("retry-after", "1"),)),
-    (2500, (("x-restorelens-retry-after-ms", "2500"), ("retry-after", "3"))),
+    (None, (("retry-after", "1"), ("x-should-retry", "true"))),
+    (2500, (("x-restorelens-retry-after-ms", "2500"), ("retry-after-ms", "2500"), ("retry-after", "3"),
+            ("x-should-retry", "true"))),
 ])
 def test_a_request_drained_from_the_queue_is_503_with_a_retry_after_of_at_least_a_second(retry_after_ms, headers) -> None:
     rejection = Rejection("r", "batch", "draining", 0.0, 1.0, retry_after_ms)

@@ -24,7 +24,7 @@ class ScriptedRouter:
     def models(self):
         return ["sleepy"]
 
-    def route(self, model, now_s, trigger=None):
+    def route(self, model, now_s, trigger=None, retries_taken=None):
         self.calls.append(("route", model, trigger is not None and trigger.is_valid))
         return self.answers.pop(0) if self.answers else UnknownModel(model)
 

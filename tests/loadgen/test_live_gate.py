@@ -46,7 +46,7 @@ class WakingRouter:
     def models(self) -> Collection[str]:
         return [MODEL]
 
-    def route(self, model: str, now_s: float, trigger: Any = None) -> RouteAnswer:
+    def route(self, model: str, now_s: float, trigger: Any = None, retries_taken: int | None = None) -> RouteAnswer:
         if self.not_ready > 0:
             self.not_ready -= 1
             return NotReady("Sleeping", "EngineSleeping", 10)

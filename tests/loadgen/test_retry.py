@@ -101,6 +101,14 @@ def test_honour_hint_ms_ignores_a_precise_hint_it_cannot_read_and_honours_retry_
     assert decision.wait_s == 7.0
 
 
+def test_honour_hint_ms_reads_the_sdks_retry_after_ms_first_then_the_gates_own() -> None:
+    both = {"retry-after": "5", "retry-after-ms": "3100", "x-restorelens-retry-after-ms": "4192"}
+    assert HonourHintMs().decide(503, both, 1, 0.0, 0.0).wait_s == 3.1
+    unreadable = {**both, "retry-after-ms": "3.1"}  # the next header decides, as with our own
+    assert HonourHintMs().decide(503, unreadable, 1, 0.0, 0.0).wait_s == 4.192
+    assert HonourHintMs().decide(503, {"retry-after": "5", "retry-after-ms": "250"}, 1, 0.0, 0.0).wait_s == 0.25
+
+
 def test_honour_hint_ms_without_any_hint_backs_off() -> None:
     fallback = FixedInterval(interval_s=2.0)
     assert HonourHintMs(fallback=fallback).decide(503, {}, 1, 0.0, 0.0).wait_s == 2.0

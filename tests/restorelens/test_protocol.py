@@ -12,7 +12,7 @@ from restorelens.protocol import PREEMPTED, RETRY_AFTER_MS_HEADER, parse_preempt
 def test_the_event_round_trips_as_the_headers_a_503_would_carry() -> None:
     line = preempted_event("taken back", 2_500, "3").decode().rstrip("\n")
     assert line.startswith("data: ") and json.loads(line[6:])["error"]["type"] == PREEMPTED
-    assert parse_preempted_event(line) == ((RETRY_AFTER_MS_HEADER, "2500"), ("retry-after", "3"))
+    assert parse_preempted_event(line) == ((RETRY_AFTER_MS_HEADER, "2500"), ("retry-after-ms", "2500"), ("retry-after", "3"))
 
 
 @pytest.mark.parametrize("line", [

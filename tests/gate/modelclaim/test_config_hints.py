@@ -30,11 +30,19 @@ def test_calibrated_mode_and_hold_are_taken() -> None:
     assert (core.hints.mode, core.hints.hold_s, core.hints.hint_mode) == ("calibrated", 30.0, "hold")
 
 
+def test_max_hint_s_defaults_to_what_the_openai_sdk_follows() -> None:
+    assert build_core(TABLE)[0].hints.max_hint_s == 120
+    assert build_core({**TABLE, "max_hint_s": 60})[0].hints.max_hint_s == 60
+
+
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("retry_after_mode", "smart", "modelclaim.retry_after_mode"),
     ("hold_s", 0, "modelclaim.hold_s"),
     ("hold_s", "30", "modelclaim.hold_s"),
     ("calibration_path", "", "modelclaim.calibration_path"),
+    ("max_hint_s", 0, "modelclaim.max_hint_s"),
+    ("max_hint_s", 90.5, "modelclaim.max_hint_s"),
+    ("max_hint_s", "120", "modelclaim.max_hint_s"),
     ("calibration_path", "/no/such/dir/wakes.json", "does not exist"),
 ])
 def test_bad_values_name_the_setting(key: str, value: object, message: str) -> None:

@@ -127,6 +127,53 @@ def test_settings_are_checked() -> None:
         RetryHints(AnswerTable(), "clever")
     with pytest.raises(SettingError, match="hold_s"):
         RetryHints(AnswerTable(), "fixed", 0.0)
+    for bad in (0, 120.5, True):
+        with pytest.raises(SettingError, match="max_hint_s"):
+            RetryHints(AnswerTable(), "fixed", max_hint_s=bad)  # type: ignore[arg-type]
+
+
+def test_a_wait_longer_than_max_hint_s_is_hinted_at_it_and_re_estimated_at_the_retry() -> None:
+    life = lifecycle(declared={WAKE: 300.0})
+    first = sleep_then_ask(life, 200.0)
+    # 300 s to go; the OpenAI SDK does not retry at all past 120 s: both headers say 120 s.
+    assert (first.retry_after_ms, first.retry_after_s, first.hint_capped) == (120_000, 120, True)
+    assert first.predicted_ready_in_s == 300.0
+    # back when told (the engine here is faster than declared: asked before the lifecycle sees it),
+    # and answered again: 100 s to go is within the limit
+    later = life.core.hints.answer(life.core.claims_view()["m"], 400.0, life.core.calibration)
+    assert not later.hint_capped
+    assert later.retry_after_ms == pytest.approx((100.0 + HINT_MARGIN_S) * 1000, abs=1)
+    tight = RetryHints(AnswerTable(), "calibrated", priors=(DeclaredDurations({"m": {WAKE: 300.0}}),), max_hint_s=7)
+    capped = tight.answer(life.core.claims_view()["m"], 400.0, life.core.calibration)
+    assert (capped.retry_after_ms, capped.retry_after_s, capped.hint_capped) == (7_000, 7, True)
+
+
+def test_a_fixed_table_longer_than_max_hint_s_is_cut_to_it() -> None:
+    life = lifecycle("fixed")
+    long_table = RetryHints(AnswerTable(not_ready_s=300), "fixed")
+    sleep_then_ask(life, 200.0)
+    answer = long_table.answer(life.core.claims_view()["m"], 200.0, life.core.calibration)
+    assert (answer.retry_after_s, answer.retry_after_ms, answer.hint_capped) == (120, None, True)
+
+
+def test_a_client_with_a_retry_budget_is_not_sent_back_before_a_long_wake_can_end() -> None:
+    life = lifecycle()
+    sleep_then_ask(life, 200.0)
+    claim, calibration = life.core.claims_view()["m"], life.core.calibration
+    hints = life.core.hints
+    # Nothing known: our own client re-estimates from an eighth of the table; a client that counts
+    # its retries (the OpenAI SDK: 2) gets the table's value, then the longest hint it follows.
+    assert hints.answer(claim, 200.0, calibration).retry_after_ms == 1_250
+    assert hints.answer(claim, 200.0, calibration, retries_taken=0).retry_after_ms == 10_000
+    answer = hints.answer(claim, 210.0, calibration, retries_taken=1)
+    assert (answer.retry_after_ms, answer.hint_capped) == (120_000, False)
+    # Past its prediction (past wakes took 1 s, this one is 3 s over): not 250 ms but the overrun.
+    learnt = WakeCalibration()
+    learnt.observe("m", "in-place", 1.0)
+    assert hints.answer(claim, 204.0, learnt).retry_after_ms == MIN_HINT_S * 1000
+    assert hints.answer(claim, 204.0, learnt, retries_taken=1).retry_after_ms == pytest.approx(3_000, abs=60)
+    # Predicted: the prediction, whoever asks.
+    assert hints.answer(claim, 200.5, learnt, retries_taken=0).retry_after_ms == 550
 
 
 def test_the_calibration_learns_from_ready_wakes_only_and_round_trips_through_json() -> None:

@@ -98,18 +98,51 @@ def test_a_held_request_is_forwarded_once_the_wake_ends(serve_asgi, tracer_provi
 
 
 def test_a_wake_predicted_longer_than_the_hold_is_answered_at_once(serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=5.0, declared_wake_s=100.0)
+
+    response = ask(client)
+
+    # The declared wake (100 s) is longer than the 5 s hold: no hold, the hint now, back half the
+    # hold before the predicted end (to be held then). The wake began a moment before the answer.
+    assert response.status_code == 503
+    hint_ms = int(response.headers["x-restorelens-retry-after-ms"])
+    assert 90_000 < hint_ms <= 97_500 and response.headers["retry-after"] == str(-(-hint_ms // 1000))
+    assert response.headers["retry-after-ms"] == str(hint_ms) and response.headers["x-should-retry"] == "true"
+    (gate,) = gate_spans(span_exporter)
+    assert S.ATTR_GATE_HOLD_S not in gate.attributes
+    assert gate.attributes[S.ATTR_GATE_DECISION] == "not_ready"
+    assert S.ATTR_MODELCLAIM_HINT_CAPPED not in gate.attributes
+
+
+def test_a_wait_longer_than_a_client_follows_is_hinted_at_the_cap_then_held(
+        serve_asgi, tracer_provider, span_exporter, clients) -> None:
     client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=5.0, declared_wake_s=3600.0)
 
     response = ask(client)
 
-    # The declared wake (an hour) is longer than the 5 s hold: no hold, the hint now, back half the
-    # hold before the predicted end (to be held then). The wake began a moment before the answer.
+    # An hour to go, past the 120 s the OpenAI SDK follows: the longest hint it follows, both
+    # millisecond headers and Retry-After within it, re-estimated when the client is back.
     assert response.status_code == 503
-    hint_ms = int(response.headers["x-restorelens-retry-after-ms"])
-    assert 3590_000 < hint_ms <= 3597_500 and response.headers["retry-after"] == str(-(-hint_ms // 1000))
+    assert (response.headers["retry-after-ms"], response.headers["x-restorelens-retry-after-ms"],
+            response.headers["retry-after"]) == ("120000", "120000", "120")
     (gate,) = gate_spans(span_exporter)
-    assert S.ATTR_GATE_HOLD_S not in gate.attributes
-    assert gate.attributes[S.ATTR_GATE_DECISION] == "not_ready"
+    assert gate.attributes[S.ATTR_MODELCLAIM_HINT_CAPPED] is True
+    assert gate.attributes[S.ATTR_GATE_RETRY_AFTER_MS] == 120_000 and S.ATTR_GATE_HOLD_S not in gate.attributes
+
+
+def test_a_held_request_whose_wake_outlasts_the_hold_is_answered_with_a_fresh_hint(
+        serve_asgi, tracer_provider, span_exporter, clients) -> None:
+    # Predicted within the hold (declared 0.2 s), but the wake takes an hour: held 0.5 s, then
+    # answered 503 with the hint of a wake past its prediction, never a hold a second time.
+    client, _ = gate_with(serve_asgi, tracer_provider, clients, wake_s=3600.0, hold_s=0.5, declared_wake_s=0.2)
+
+    response = ask(client)
+
+    assert response.status_code == 503 and response.headers["x-should-retry"] == "true"
+    assert response.headers["retry-after-ms"] == response.headers["x-restorelens-retry-after-ms"] == "250"
+    (gate,) = gate_spans(span_exporter)
+    assert 0.45 < gate.attributes[S.ATTR_GATE_HOLD_S] < 5.0
+    assert gate.attributes[S.ATTR_GATE_DECISION] == "not_ready" and gate.attributes[S.ATTR_GEN_AI_REQUEST_MODEL] == "m"
 
 
 def test_a_client_that_leaves_while_held_frees_its_place(serve_asgi, tracer_provider, span_exporter, clients) -> None:
