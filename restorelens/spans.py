@@ -98,6 +98,11 @@ ATTR_MODELCLAIM_HINT_MODE = "modelclaim.hint_mode"
 ATTR_MODELCLAIM_HINT_SOURCE = "modelclaim.hint_source"
 ATTR_MODELCLAIM_PREDICTED_READY_IN_S = "modelclaim.predicted_ready_in_s"
 ATTR_GATE_HOLD_S = "gate.hold_s"
+#: Who sent a request, so a retry can be linked to the answer that caused it without client spans.
+ATTR_GATE_CLIENT_IDENTITY = "gate.client.identity"
+ATTR_GATE_CLIENT_REQUEST_KEY = "gate.client.request_key"
+ATTR_GATE_CLIENT_RETRY_COUNT = "gate.client.retry_count"
+ATTR_GATE_CLIENT_TRACED = "gate.client.traced"
 
 ATTR_RETRY_WAIT_S = "retry.wait_s"
 
@@ -270,6 +275,10 @@ ATTRIBUTE_TYPES: dict[str, str] = {
     ATTR_MODELCLAIM_HINT_SOURCE: STRING,
     ATTR_MODELCLAIM_PREDICTED_READY_IN_S: DOUBLE,
     ATTR_GATE_HOLD_S: DOUBLE,
+    ATTR_GATE_CLIENT_IDENTITY: STRING,
+    ATTR_GATE_CLIENT_REQUEST_KEY: STRING,
+    ATTR_GATE_CLIENT_RETRY_COUNT: INT,
+    ATTR_GATE_CLIENT_TRACED: BOOL,
     ATTR_RETRY_WAIT_S: DOUBLE,
     ATTR_ENGINE_SLEEP_LEVEL: INT,
     ATTR_ENGINE_WAKE_TAGS: STRING_ARRAY,
