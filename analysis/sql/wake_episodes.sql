@@ -225,32 +225,42 @@ chain_attempts as (
 
 ),
 
-gate_chains as (
+chain_successes as (
 
     -- per wake: the first 2xx attempt of the chain (arg_min_null: that attempt's nulls, not another's)
     select
         wake_trace_key,
         wake_span_key,
-        count(*) as attempt_count,
-        max(link_rank) as chain_link_rank,
-        min(attempt_index) filter (where status_code between 200 and 299) as success_attempt_index,
-        arg_min_null(link_rank, attempt_index) filter (where status_code between 200 and 299) as success_link_rank,
-        arg_min_null(coalesce(let_through_ns, start_ns), attempt_index)
-            filter (where status_code between 200 and 299) as success_start_ns,
-        arg_min_null(engine_scheduled_ns, attempt_index) filter (where status_code between 200 and 299)
-            as engine_scheduled_ns,
-        arg_min_null(engine_scheduled_lower_ns, attempt_index) filter (where status_code between 200 and 299)
-            as engine_scheduled_lower_ns,
-        arg_min_null(engine_scheduled_upper_ns, attempt_index) filter (where status_code between 200 and 299)
-            as engine_scheduled_upper_ns,
-        arg_min_null(engine_scheduled_point, attempt_index) filter (where status_code between 200 and 299)
-            as engine_scheduled_point,
-        arg_min_null(first_token_ns, attempt_index) filter (where status_code between 200 and 299)
-            as first_token_ns,
-        arg_min_null(clock_skew, attempt_index) filter (where status_code between 200 and 299) as clock_skew
+        min(attempt_index) as success_attempt_index,
+        arg_min_null(link_rank, attempt_index) as success_link_rank,
+        arg_min_null(coalesce(let_through_ns, start_ns), attempt_index) as success_start_ns,
+        arg_min_null(engine_scheduled_ns, attempt_index) as engine_scheduled_ns,
+        arg_min_null(engine_scheduled_lower_ns, attempt_index) as engine_scheduled_lower_ns,
+        arg_min_null(engine_scheduled_upper_ns, attempt_index) as engine_scheduled_upper_ns,
+        arg_min_null(engine_scheduled_point, attempt_index) as engine_scheduled_point,
+        arg_min_null(first_token_ns, attempt_index) as first_token_ns,
+        arg_min_null(clock_skew, attempt_index) as clock_skew
 
     from chain_attempts
+    where status_code between 200 and 299
     group by wake_trace_key, wake_span_key
+
+),
+
+gate_chains as (
+
+    select
+        ends.*,
+        chain_successes.* exclude (wake_trace_key, wake_span_key)
+
+    from (
+        select wake_trace_key, wake_span_key, count(*) as attempt_count, max(link_rank) as chain_link_rank
+        from chain_attempts
+        group by wake_trace_key, wake_span_key
+    ) as ends
+    left join chain_successes
+        on ends.wake_span_key = chain_successes.wake_span_key
+        and ends.wake_trace_key = chain_successes.wake_trace_key
 
 ),
 
