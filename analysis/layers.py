@@ -63,14 +63,15 @@ DERIVED_LAYERS = (*SPAN_LAYERS, *TRACE_LAYERS)
 #: Parameter-free layers in dependency order (each reads only earlier ones and ``otel_traces``).
 VIEW_LAYERS = (*DERIVED_LAYERS, "span_labels", "labelled_client_requests", "runs", "engine_pressure", "model_pressure",
                "episode_pressure", "attempts", "requests", "engine_requests", "lending_episodes", "wake_phases",
-               "wake_episodes",
+               "gate_retry_links", "wake_episodes",
                "lifecycle_intervals")
 
 #: Layers read by more than one later layer: the ones worth computing once (``materialize=True``).
 #: Not ``labelled_client_requests``: as large as the client requests, and each layer reading it
-#: computes only the columns it needs.
+#: computes only the columns it needs. ``gate_retry_links`` has one reader, ``wake_episodes``, but
+#: it reads it once per step of its recursion.
 SHARED_LAYERS = ("typed_client_requests", "typed_http_attempts", "typed_engine_requests", "gate_requests",
-                 "request_attempts", "span_labels", "requests")
+                 "request_attempts", "span_labels", "requests", "gate_retry_links")
 
 #: Layer -> the span name each of its rows comes from: a store without such spans gives an empty
 #: layer, so it can be answered without computing the layers under it (e.g. no wake spans, no
@@ -87,6 +88,7 @@ DRIVING_SPANS = {
     "engine_requests": SPAN_LLM_REQUEST,
     "lending_episodes": SPAN_GATE_RESTORE,
     "wake_phases": SPAN_MODELCLAIM_WAKE,
+    "gate_retry_links": SPAN_GATE_REQUEST,
     "wake_episodes": SPAN_MODELCLAIM_WAKE,
     "lifecycle_intervals": SPAN_MODELCLAIM_STATE,
 }

@@ -68,6 +68,10 @@ _NO_ENGINE_METRICS = ("select cast(null, 'Nullable(DateTime64(9))') as Timestamp
                       "where 0")
 
 
+class _SessionLost(Exception):
+    """A kept layer's temporary table is gone (the server ended the session) while another was made."""
+
+
 class ClickHouseAnalysis(Analysis):
     """``Analysis`` over a ClickHouse client: every method of the DuckDB one, same frames."""
 
@@ -100,7 +104,14 @@ class ClickHouseAnalysis(Analysis):
         """``sql`` composed and run; once again from the spans if the server ended the session
         (and its temporary tables with it) since the kept layers were made."""
         for again in (False, True):
-            text, values = self._compose(sql, parameters, extra)
+            try:
+                text, values = self._compose(sql, parameters, extra)
+            except _SessionLost:
+                if again:
+                    raise InputError(self.client.name, "cannot decompose its spans: the session's "
+                                                       "temporary tables vanished twice") from None
+                self.kept.clear()
+                continue
             try:
                 return self.client.frame(text, values)
             except Exception as exc:  # the drivers raise their own types; the line names what failed
@@ -159,6 +170,8 @@ class ClickHouseAnalysis(Analysis):
                                         f"as {text}", values)
                     break
                 except Exception as exc:  # the drivers raise their own types; the line names what failed
+                    if error_code(exc) == _UNKNOWN_TABLE and KEPT_PREFIX in str(exc):
+                        raise _SessionLost from None  # a kept layer it reads is gone: make them again
                     if error_code(exc) not in _REFUSED_CODES:
                         raise InputError(self.client.name, f"cannot decompose its spans ({name}): "
                                                            f"{first_line(exc)}") from None

@@ -57,7 +57,9 @@ def build_report(analysis: Analysis, *, percentile: str = "linear") -> dict[str,
     sections = {
         "episode_counts": counts,
         "lending_episodes": _stats(lending, LENDING_METRICS, "policy", percentile),
-        "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path"], method=percentile),
+        # by how the attempts were linked too: an inferred chain's figures never mix with traced ones
+        "wake_episodes": percentiles_of(wakes, WAKE_METRICS, ["hint_mode", "wake_path", "attempt_link"],
+                                        method=percentile),
         "wake_phases": phase_statistics(phases, wakes, percentile),
         "requests": _stats(requests, REQUEST_METRICS, "traffic_class", percentile),
         "engine": percentiles_of(analysis.view("engine_requests", ["engine", "traffic_class", *ENGINE_METRICS]),

@@ -23,7 +23,8 @@ _POLICY_COLUMNS = ("policy", "baseline")
 _TITLES = {
     "episode_counts": "Episodes (censored: never completed; clock_skew: a negative cross-service gap)",
     "lending_episodes": "Lending episodes: grant restored, borrowed work drained, engine scheduled (s)",
-    "wake_episodes": "Wake episodes per hint mode and wake path: hint, ready, observed, overshoot, engine scheduled (s)",
+    "wake_episodes": "Wake episodes per hint mode, wake path and attempt link (client: inferred from the sender): "
+                     "hint, ready, observed, overshoot, engine scheduled (s)",
     "wake_phases": "Engine startup phases: the engine's own spans from process start to engine ready (s), by depth; "
                    "outside the engine's spans: ready - process start - the top-level spans' union; share covered: "
                    "that union / (ready - process start)",
@@ -37,7 +38,7 @@ _TITLES = {
 #: Columns that name a row rather than measure it: a table too wide for the terminal repeats them
 #: in each of the parts its other columns are split into.
 _KEYS = ("episodes", "phase", "depth", "policy", "workload", "seed", "baseline", "engine", "traffic_class", "hint_mode", "wake_path",
-         "metric")
+         "attempt_link", "metric")
 #: What rich adds to a column's text: one space each side and the rule on its right.
 _COLUMN_FRAME = 3
 

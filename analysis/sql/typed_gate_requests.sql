@@ -1,6 +1,7 @@
 -- Typed `gate.request` SERVER spans: one request as the admission gate saw it (decision, slot,
--- wait, answer), with its grant and upstream-first-byte instants from the span's events, and for
--- a model that could not serve yet the lifecycle's hint (mode, source, prediction) and any hold.
+-- wait, answer), with its grant and upstream-first-byte instants from the span's events, for
+-- a model that could not serve yet the lifecycle's hint (mode, source, prediction) and any hold,
+-- and who sent it (`gate.client.*`: what links a retry to the answer before it, gate_retry_links).
 with
 
 source as (
@@ -50,7 +51,11 @@ typed as (
         "SpanAttributes"['modelclaim.hint_source'] as hint_source,
         try_cast("SpanAttributes"['gate.retry_after_ms'] as bigint) as gate_retry_after_ms,
         try_cast("SpanAttributes"['modelclaim.predicted_ready_in_s'] as double) as predicted_ready_in_s,
-        try_cast("SpanAttributes"['gate.hold_s'] as double) as hold_s
+        try_cast("SpanAttributes"['gate.hold_s'] as double) as hold_s,
+        "SpanAttributes"['gate.client.identity'] as client_identity,
+        "SpanAttributes"['gate.client.request_key'] as client_request_key,
+        try_cast("SpanAttributes"['gate.client.retry_count'] as bigint) as client_retry_count,
+        try_cast("SpanAttributes"['gate.client.traced'] as boolean) as client_traced
 
     from source
 

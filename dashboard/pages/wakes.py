@@ -8,6 +8,15 @@ from restorelens.dashboard import queries, timelines, ui
 from restorelens.dashboard.labels import shown
 from restorelens.dashboard.segments import time_segments
 
+#: How the episode's attempts were tied to its first 503 (docs/analysis.md, "Attempts any client made").
+LINKS = {
+    "trace": "Attempts linked by their trace: one client's, for certain.",
+    "request_key": "Attempts linked by the client's own request key (x-request-id or idempotency-key).",
+    "client": "Attempts linked by inference: the same sender (credential hash or address) and model, within "
+              "the hint's window after each refusal. Two clients behind one address could be mixed up.",
+    "none": "One attempt: held or served at once, or refused with no later request linked to it.",
+}
+
 st.title("Wake episodes")
 path = ui.current_store()
 stamp = ui.stamp(path)
@@ -30,7 +39,7 @@ if not phases.is_empty():
 
 st.subheader("One episode")
 labels = [f"{row['t0']:%H:%M:%S} · {shown(row['model'])} · {shown(row['wake_path'])} · "
-          f"hint {shown(row['retry_after_s'])} s"
+          f"hint {shown(row['retry_after_s'])} s · {shown(row['attempt_link'])}"
           + (" · censored" if row["censored"] else "") for row in episodes.iter_rows(named=True)]
 span_id = ui.pick("episode", episodes["span_id"].to_list(), labels, "Episode")
 detail = ui.guarded(queries.wake_detail, path, stamp, span_id)
@@ -38,6 +47,8 @@ episode = detail.episode
 
 ui.episode_metrics(episode, (("Retry-After hint", "retry_after_s"), ("engine ready", "ready_s"),
                              ("overshoot", "overshoot_s"), ("attempts", "attempts"), ("first token", "total_s")))
+if episode.get("attempt_link") in LINKS:
+    st.caption(LINKS[episode["attempt_link"]])
 ui.schedule_caption(episode, "the successful attempt started")
 ui.show_figure(timelines.wake_timeline(detail), "wake-timeline", "wake-episode")
 own = phases.filter(pl.col("wake_span_id") == span_id)

@@ -42,6 +42,25 @@ def _attributes(values: dict[str, Any]) -> list[tuple[str, str]]:
     return [(key, _text(value)) for key, value in values.items() if value is not None]
 
 
+_OTLP_KINDS = {"Internal": 1, "Server": 2, "Client": 3}
+
+
+def _otlp_value(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, (list, tuple)):
+        return {"arrayValue": {"values": [_otlp_value(item) for item in value]}}
+    return {"stringValue": str(value)}
+
+
+def _otlp_attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": key, "value": _otlp_value(value)} for key, value in values.items() if value is not None]
+
+
 @dataclass
 class Span:
     trace_id: str
@@ -268,6 +287,25 @@ class Traces:
         """Scrapes of an engine's /metrics: (offset in seconds, {metric name: value}) each, stored
         by ``store()`` into ``engine_metrics`` as ``collect --scrape`` writes them."""
         self.samples.extend((target, model, at_s, values) for at_s, values in samples)
+
+    def otlp_json(self) -> str:
+        """The spans as one OTLP/JSON export request (what a collector's file exporter writes, one
+        per line), one resource per service: load it with the collector's own loader."""
+        by_service: dict[str, list[dict[str, Any]]] = {}
+        for s in self.spans:
+            by_service.setdefault(s.service, []).append({
+                "traceId": s.trace_id, "spanId": s.span_id, "parentSpanId": s.parent_span_id, "name": s.name,
+                "kind": _OTLP_KINDS[s.kind], "startTimeUnixNano": str(ns(s.start_s)),
+                "endTimeUnixNano": str(ns(s.end_s)), "attributes": _otlp_attributes(s.attributes),
+                "events": [{"timeUnixNano": str(ns(at)), "name": name, "attributes": _otlp_attributes(values)}
+                           for name, at, values in s.events],
+                "links": [{"traceId": trace, "spanId": span} for trace, span in s.links],
+            })
+        return json.dumps({"resourceSpans": [
+            {"resource": {"attributes": _otlp_attributes({"service.name": service})},
+             "scopeSpans": [{"scope": {"name": "tests"}, "spans": spans}]}
+            for service, spans in by_service.items()
+        ]})
 
     def save(self, path: Any) -> None:
         """Write the spans into a DuckDB file at ``path`` (a store the CLI can open)."""

@@ -14,7 +14,7 @@ from restorelens.analysis.layers import MACROS
 SQL_FILES = sorted(p.name[:-4] for p in resources.files("restorelens.analysis").joinpath("sql").iterdir()
                    if p.name.endswith(".sql"))
 QUERY_FILES = [*VIEW_LAYERS, *PARAMETERISED]
-CAST = {spans.INT: "bigint", spans.DOUBLE: "double"}
+CAST = {spans.INT: "bigint", spans.DOUBLE: "double", spans.BOOL: "boolean"}
 
 
 def test_every_file_is_registered_exactly_once() -> None:

@@ -158,6 +158,7 @@ def test_wake_page_draws_retries_hint_and_overshoot(on_store: Path) -> None:
     assert [(b["x0"], b["x1"]) for b in band] == [(31.25, 31.75)]
     assert sum(len(t["x"]) for t in scatter["data"] if t["name"] != "hint = ready") == 3
     assert {m.label: m.value for m in app.metric}["attempts"] == "4"
+    assert any(caption.value.startswith("Attempts linked by their trace") for caption in app.caption)
     # the engine's startup phases: their statistics, then this wake's spans, then every episode
     stats, own, _ = (frame.value for frame in app.dataframe)
     assert list(stats["phase"]) == [sc.SPAN_VLLM_OVERALL_LOADING, sc.SPAN_VLLM_ENGINE_CORE_PROC_INIT,

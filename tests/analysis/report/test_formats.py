@@ -49,8 +49,8 @@ def test_an_empty_section_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     text = render({"wake_episodes": pl.DataFrame(schema={"hint_mode": pl.String, "metric": pl.String,
                                                          "count": pl.UInt32})}, "table")
-    assert text.splitlines() == ["Wake episodes per hint mode and wake path: hint, ready, observed, overshoot, "
-                                 "engine scheduled (s): none"]
+    assert text.splitlines() == ["Wake episodes per hint mode, wake path and attempt link (client: inferred from "
+                                 "the sender): hint, ready, observed, overshoot, engine scheduled (s): none"]
 
 
 def test_bounds_equal_to_their_point_are_left_out_of_the_text_only(monkeypatch: pytest.MonkeyPatch) -> None:
