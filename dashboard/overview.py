@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from restorelens.analysis import PHASE_VIEW, Analysis, Limit, Slo, check, parse_limit, percentiles_of
+from restorelens.analysis import PHASE_VIEW, Analysis, Limit, Slo, Violation, evaluate, parse_limit, percentiles_of
 from restorelens.analysis.report import with_no_gate
 from restorelens.dashboard.engine import distribution_curves
 from restorelens.dashboard.labels import NO_CLASS, with_unnamed_policy
@@ -51,6 +51,11 @@ class Overview:
     violations: tuple[str, ...]
     breaches: pl.DataFrame
     limits: tuple[str, ...] = field(default=())
+    #: Limits with nothing to check (``Evaluation.unchecked``, what fails ``restorelens check``),
+    #: each with why: ``wake.overshoot_s.p95=1: no values in 0 wake episodes``.
+    unchecked: tuple[str, ...] = field(default=())
+    #: Limits that rest on at least one value and hold.
+    held: tuple[str, ...] = field(default=())
     #: Rows in each view a limit names (``lending``, ``wake``, ``requests``, ``engine``): the page
     #: shows the limits whenever one of them has rows, episodes or none.
     limited_rows: dict[str, int] = field(default_factory=dict)
@@ -102,7 +107,9 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         rows, schema={"what": pl.String, "count": pl.Int64, "censored": pl.Int64, "clock_skew": pl.Int64},
         orient="row",
     )
-    violations = check(_Frames(frames), parsed, percentile=method)  # type: ignore[arg-type]
+    # one evaluation, as `restorelens check` makes it: broken, nothing to check, or holds
+    evaluations = evaluate(_Frames(frames), parsed, percentile=method)  # type: ignore[arg-type]
+    violations = [Violation(e.limit, e.value, e.count) for e in evaluations if e.violated]  # type: ignore[arg-type]
     named = with_unnamed_policy(lending)
     return Overview(
         counts=counts,
@@ -111,7 +118,9 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         request_stats=request_stats,
         violations=tuple(str(v) for v in violations),
         breaches=limit_breaches(frames, parsed),
-        limits=tuple(limit.name + f"={limit.maximum:g}" for limit in parsed),
+        limits=tuple(_named(limit) for limit in parsed),
+        unchecked=tuple(f"{_named(e.limit)}: {e.describe_unchecked()}" for e in evaluations if e.unchecked),
+        held=tuple(_named(e.limit) for e in evaluations if not e.unchecked and not e.violated),
         limited_rows={limit.view: frames[limit.view].height for limit in parsed},
         lending_segments=time_segments(lending, "lending"),
         wake_segments=time_segments(wakes, "wake", phases=frames[PHASE_VIEW] if PHASE_VIEW in frames
@@ -119,6 +128,10 @@ def overview(analysis: Analysis, limits: Sequence[str] = DEFAULT_LIMITS, *, incl
         lending_curves=distribution_curves(named, ("policy",), LENDING_METRICS),
         wake_curves=distribution_curves(wakes, ("wake_path",), WAKE_METRICS),
     )
+
+
+def _named(limit: Limit) -> str:
+    return limit.name + f"={limit.maximum:g}"
 
 
 class _Frames:

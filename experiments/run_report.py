@@ -30,8 +30,11 @@ class RunReport:
     t0_s: float | None = None
 
     def summary(self) -> dict[str, Any]:
-        """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s);
-        for a ModelClaim run, what the first request's client saw instead."""
+        """Counts per (class, outcome), interactive SLO goodput and batch completions (req/s) over
+        the whole run; for a ModelClaim run, what the first request's client saw instead.
+
+        The goodput is named ``..._whole_run_rps``: ``interactive_slo_goodput_rps`` is the study's
+        figure over the contention window alone (``restorelens experiment``, the policy summary)."""
         if self.t0_s is not None:
             return self._wake_summary()
         interactive = [r for r in self.results if r.traffic_class == "interactive"]
@@ -40,8 +43,8 @@ class RunReport:
         batch_ok = sum(1 for r in self.results if r.traffic_class == "batch" and r.outcome == "ok")
         return {
             **self._run_counts(),
-            "interactive_slo_goodput_rps": round(good / self.duration_s, 4),
-            "interactive_slo_met": f"{good}/{len(interactive)}",
+            "interactive_slo_goodput_whole_run_rps": round(good / self.duration_s, 4),
+            "interactive_slo_met_whole_run": f"{good}/{len(interactive)}",
             "interactive_ttft_p50_s": round(statistics.median(ttfts), 3) if ttfts else None,
             "batch_completions_rps": round(batch_ok / self.duration_s, 4),
         }

@@ -1,27 +1,32 @@
 """The first-request probe: how long a sleeping (or cold) model behind a gateway takes to serve.
 
 Point it at any OpenAI-compatible gateway (AIBrix, the restorelens gate, vLLM itself). It sends one
-request with the retrying traced client and, when given a readiness URL, polls it alongside, then
-decomposes the wait (docs/analysis.md, wake episodes), from the client's side:
+request with the retrying traced client and, when given a readiness URL, polls it alongside. What
+it measures from the client's side has names of its own, never a wake episode's (t0 is when the
+first attempt was sent):
 
-- ``first_status`` / ``retry_after_s``: what the first answer said (``t0`` is when it was sent);
-- ``ready_s``: the first readiness poll that said ready, after t0 (an upper bound on engine
-  readiness, within one poll interval; ``ready_after_s`` is the last poll that still said not ready).
-  What says ready is a ``restorelens.readiness`` check: by default the engine's own sleep state
-  (``GET /is_sleeping`` false), because vLLM answers ``/health`` 200 while asleep; ``readiness``
-  says which check answered, and whether the engine's sleep state was known;
-- ``observed_s``: when the client itself first got a success answer;
-- ``overshoot_s``: start of the successful attempt minus ``ready_s`` (ready, but the client was
-  still waiting out its Retry-After);
-- ``hint_error_s``: ``retry_after_s - ready_s`` (positive: the hint was pessimistic);
-- ``attempts`` and ``total_s`` (first chunk of the answer, or its end, after t0).
+- ``first_status`` / ``retry_after_s``: what the first answer said;
+- ``polled_ready_s``: the first readiness poll that said ready (an upper bound on engine
+  readiness, within one poll interval; ``polled_not_ready_s`` is the last poll that still said not
+  ready). What says ready is a ``restorelens.readiness`` check: by default the engine's own sleep
+  state (``GET /is_sleeping`` false), because vLLM answers ``/health`` 200 while asleep;
+  ``readiness`` says which check answered, and whether the engine's sleep state was known;
+- ``success_s``: when the client's successful attempt ended;
+- ``polled_overshoot_s``: start of the successful attempt minus ``polled_ready_s``;
+- ``polled_hint_error_s``: ``retry_after_s - polled_ready_s`` (positive: the hint was pessimistic);
+- ``attempts`` and ``first_chunk_s`` (first chunk of the answer, or its end).
+
+``ready_s``, ``observed_s``, ``overshoot_s``, ``hint_s`` and ``hint_error_s`` are the wake
+episode's (docs/analysis.md, ``wake_episodes``), filled by ``with_episode`` from the report's own
+row for this request when the span store holding the lifecycle's spans is given (``restorelens
+probe --db``): one definition, whichever command prints them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import httpx
@@ -31,11 +36,13 @@ from restorelens.loadgen.client import TracedClient
 from restorelens.loadgen.request import ClientRequest, RequestResult
 from restorelens.readiness import AUTO, JSON, ReadinessCheck, check_ready
 
-__all__ = ["ProbeReport", "ReadinessPoller", "decompose", "readiness_target", "run_probe"]
+__all__ = ["EPISODE_FIELDS", "ProbeReport", "ReadinessPoller", "decompose", "readiness_target", "run_probe"]
 
 DEFAULT_POLL_INTERVAL_S = 0.5
 #: Check paths a readiness URL may end in: the URL is then read as the engine's base URL.
 CHECK_PATHS = ("/health", "/is_sleeping", "/v1/completions")
+#: The wake episode's columns the probe shows, under the report's names.
+EPISODE_FIELDS = ("wake_path", "ready_s", "observed_s", "overshoot_s", "hint_s", "hint_error_s", "censored_reason")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,18 +52,35 @@ class ProbeReport:
     retry_after_s: float | None
     retry_after_raw: str | None
     retry_after_invalid: str | None
-    ready_s: float | None
-    ready_after_s: float | None
-    observed_s: float | None
-    overshoot_s: float | None
-    hint_error_s: float | None
+    polled_ready_s: float | None
+    polled_not_ready_s: float | None
+    success_s: float | None
+    polled_overshoot_s: float | None
+    polled_hint_error_s: float | None
     attempts: int
     statuses: tuple[int | None, ...]
-    total_s: float
+    first_chunk_s: float
     readiness: str | None = None
+    #: The wake episode of this request (``EPISODE_FIELDS``), when a span store was read.
+    wake_path: str | None = None
+    ready_s: float | None = None
+    observed_s: float | None = None
+    overshoot_s: float | None = None
+    hint_s: float | None = None
+    hint_error_s: float | None = None
+    censored_reason: str | None = None
+    #: Why the wake episode's figures are missing (no store given, no episode found), else None.
+    episode_note: str | None = "no span store read (--db)"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_episode(self, row: dict[str, Any] | None, note: str | None = None) -> ProbeReport:
+        """This report with the wake episode's figures from ``row`` (a ``wake_episodes`` row), or
+        with ``note`` saying why there are none."""
+        if row is None:
+            return replace(self, episode_note=note)
+        return replace(self, episode_note=None, **{name: row[name] for name in EPISODE_FIELDS})
 
     def lines(self) -> list[str]:
         def s(v: float | None) -> str:
@@ -69,13 +93,26 @@ class ProbeReport:
             f"outcome        {self.outcome}",
             f"first status   {self.first_status if self.first_status is not None else 'no answer'}",
             f"retry-after    {hint}",
-            f"ready          {s(self.ready_s)}" + (f" (not yet at {s(self.ready_after_s)})" if self.ready_after_s is not None else ""),
-            f"observed       {s(self.observed_s)}",
-            f"overshoot      {s(self.overshoot_s)}",
-            f"hint error     {s(self.hint_error_s)}",
+            f"polled ready   {s(self.polled_ready_s)}"
+            + (f" (not yet at {s(self.polled_not_ready_s)})" if self.polled_not_ready_s is not None else ""),
+            f"success        {s(self.success_s)}",
+            f"polled oversh. {s(self.polled_overshoot_s)}",
             f"attempts       {self.attempts} ({', '.join(str(x) if x is not None else 'failed' for x in self.statuses)})",
-            f"total          {s(self.total_s)}",
-        ] + ([f"readiness      {self.readiness}"] if self.readiness else [])
+            f"first chunk    {s(self.first_chunk_s)}",
+        ] + ([f"readiness      {self.readiness}"] if self.readiness else []) + self._episode_lines(s)
+
+    def _episode_lines(self, s: Callable[[float | None], str]) -> list[str]:
+        if self.episode_note is not None:
+            return [f"wake episode   - ({self.episode_note})"]
+        censored = f", censored: {self.censored_reason}" if self.censored_reason else ""
+        return [
+            f"wake episode   {self.wake_path} (the report's figures{censored})",
+            f"  ready        {s(self.ready_s)}",
+            f"  observed     {s(self.observed_s)}",
+            f"  overshoot    {s(self.overshoot_s)}",
+            f"  hint         {s(self.hint_s)}",
+            f"  hint error   {s(self.hint_error_s)}",
+        ]
 
 
 def readiness_target(url: str, check: ReadinessCheck) -> tuple[str, ReadinessCheck, str | None]:
@@ -144,14 +181,14 @@ def decompose(
         retry_after_s=hint.seconds,
         retry_after_raw=hint.raw,
         retry_after_invalid=hint.invalid,
-        ready_s=ready_s,
-        ready_after_s=None if not_ready_at_s is None or ready_at_s is None else max(0.0, not_ready_at_s - t0),
-        observed_s=None if success is None else success.end_s - t0,
-        overshoot_s=None if success is None or ready_s is None else max(0.0, success.start_s - t0 - ready_s),
-        hint_error_s=None if hint.seconds is None or ready_s is None else hint.seconds - ready_s,
+        polled_ready_s=ready_s,
+        polled_not_ready_s=None if not_ready_at_s is None or ready_at_s is None else max(0.0, not_ready_at_s - t0),
+        success_s=None if success is None else success.end_s - t0,
+        polled_overshoot_s=None if success is None or ready_s is None else max(0.0, success.start_s - t0 - ready_s),
+        polled_hint_error_s=None if hint.seconds is None or ready_s is None else hint.seconds - ready_s,
         attempts=len(result.attempts),
         statuses=result.statuses,
-        total_s=end_s - t0,
+        first_chunk_s=end_s - t0,
         readiness=readiness,
     )
 

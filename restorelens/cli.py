@@ -26,7 +26,7 @@ COMMAND_MODULES = (
     ("demo", "restorelens.experiments.cli"),
     ("sim", "restorelens.sim.cli"),
     ("gate", "restorelens.gate.cli"),
-    ("probe", "restorelens.loadgen.cli"),
+    ("probe", "restorelens.experiments.probe_cli"),
     ("run", "restorelens.experiments.cli"),
     ("experiment", "restorelens.experiments.cli"),
     ("collect", "restorelens.collector.cli"),

@@ -22,9 +22,6 @@ nothing = all(row["count"] == 0 for row in counts.values())
 if nothing:
     st.info("No restoration episodes (lending or wake) in the runs shown; the Engine page shows every "
             "request an engine served, with or without a gate.")
-    # the limits still hold or break on any view they name that has rows (engine.* on engine traffic)
-    if not any(result.limited_rows.values()) and not include_requests:
-        st.stop()
 
 episodes = (
     ("lending", counts["lending episodes"]["count"], result.lending_segments, result.lending_curves,
@@ -36,12 +33,19 @@ for kind, total, segments, curves, titles, group, known, stats in episodes:
     if total:
         ui.time_bars(segments, total, kind, f"overview-{kind}-bars")
 
+# the verdicts `restorelens check` gives on the same rows: a limit with no values to rest on is
+# not said to hold, on an empty store too
 st.subheader("Limits")
-if result.violations:
-    for violation in result.violations:
-        st.error(f"Limit broken: {ui.plain(violation)}")
-else:
-    st.success("Every limit holds: " + ui.plain(", ".join(result.limits)) if result.limits else "No limits configured.")
+for violation in result.violations:
+    st.error(f"Limit broken: {ui.plain(violation)}")
+for unchecked in result.unchecked:
+    st.warning(f"Nothing to check: {ui.plain(unchecked)} (`restorelens check` fails it unless --allow-empty)")
+if not result.limits:
+    st.success("No limits configured.")
+elif len(result.held) == len(result.limits):
+    st.success("Every limit holds: " + ui.plain(", ".join(result.held)))
+elif result.held:
+    st.success("Holds: " + ui.plain(", ".join(result.held)))
 if not result.breaches.is_empty():
     st.caption("Episodes and requests whose own value is over a limit (open them on their page):")
     ui.table(result.breaches)

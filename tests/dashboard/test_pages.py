@@ -380,7 +380,10 @@ def test_a_bad_label_mapping_in_the_environment_is_one_error_line(on_gateless_st
 def test_a_store_without_episodes_points_at_the_engine_page(on_gateless_store: Path) -> None:
     app = run_page("overview")
     assert any("the Engine page" in i.value for i in app.info)
-    assert not app.subheader  # the default limits name only episode views, which hold no rows
+    # the default limits name only episode views, which hold no rows: nothing to check, as
+    # `restorelens check` says, and no episode sections below
+    assert [s.value for s in app.subheader] == ["Limits"]
+    assert [seen(w.value).split(":")[0] for w in app.warning] == ["Nothing to check"] * 2 and not app.success
 
 
 def test_engine_limits_are_checked_on_a_store_without_episodes(on_gateless_store: Path,
@@ -391,6 +394,8 @@ def test_engine_limits_are_checked_on_a_store_without_episodes(on_gateless_store
     assert any("the Engine page" in i.value for i in app.info)
     assert [s.value for s in app.subheader] == ["Limits"]  # and no empty episode sections below
     (broken,) = [seen(e.value) for e in app.error]
+    (unchecked,) = [seen(w.value) for w in app.warning]
+    assert unchecked.startswith("Nothing to check: lending.ttft_s.p95=5: no values in 0 lending episodes")
     assert broken.startswith("Limit broken: engine.queue_s.p95 = 1.8") and broken.endswith("> 1 (n=5)")
     with Analysis.open(on_gateless_store) as analysis:
         over = analysis.engine_requests().filter(pl.col("queue_s") > 1)

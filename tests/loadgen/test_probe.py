@@ -29,17 +29,18 @@ def test_decompose_a_wake_where_the_hint_overshoots() -> None:
     )
     report = decompose(result, ready_at_s=104.0, not_ready_at_s=103.5)
     assert report.first_status == 503 and report.retry_after_s == 10.0
-    assert report.ready_s == 4.0 and report.ready_after_s == 3.5
-    assert abs(report.observed_s - 10.2) < 1e-9 and abs(report.overshoot_s - 6.01) < 1e-9
-    assert report.hint_error_s == 6.0 and report.attempts == 2 and report.statuses == (503, 200)
-    assert abs(report.total_s - 10.5) < 1e-9
+    assert report.polled_ready_s == 4.0 and report.polled_not_ready_s == 3.5
+    assert abs(report.success_s - 10.2) < 1e-9 and abs(report.polled_overshoot_s - 6.01) < 1e-9
+    assert report.polled_hint_error_s == 6.0 and report.attempts == 2 and report.statuses == (503, 200)
+    assert abs(report.first_chunk_s - 10.5) < 1e-9
+    assert report.ready_s is None and report.episode_note is not None  # the wake episode is the store's
 
 
 def test_decompose_without_readiness_or_success() -> None:
     result = RequestResult("p", "batch", "gave_up", 0.0, 30.0, (AttemptRecord(1, 0.0, 0.1, 503, RetryAfter(None, "x", "unparseable")),))
     report = decompose(result)
-    assert report.ready_s is None and report.observed_s is None and report.overshoot_s is None
-    assert report.retry_after_invalid == "unparseable" and report.total_s == 30.0
+    assert report.polled_ready_s is None and report.success_s is None and report.polled_overshoot_s is None
+    assert report.retry_after_invalid == "unparseable" and report.first_chunk_s == 30.0
 
 
 class SleepingModel:
@@ -88,10 +89,10 @@ def test_probe_polls_readiness_and_measures_the_overshoot(serve_asgi, tracer_pro
 
     report = asyncio.run(go())
     assert report.outcome == "ok" and report.statuses == (503, 200) and report.retry_after_s == 6.0
-    assert report.ready_after_s is not None and report.ready_after_s < report.ready_s
+    assert report.polled_not_ready_s is not None and report.polled_not_ready_s < report.polled_ready_s
     # readiness was seen before the client came back: the hint overshot it
-    assert 2.0 <= report.ready_s < report.observed_s and report.overshoot_s > 0
-    assert report.hint_error_s == 6.0 - report.ready_s
+    assert 2.0 <= report.polled_ready_s < report.success_s and report.polled_overshoot_s > 0
+    assert report.polled_hint_error_s == 6.0 - report.polled_ready_s
     names = sorted(s.name for s in span_exporter.get_finished_spans())
     assert names == [SPAN_HTTP_POST, SPAN_HTTP_POST, SPAN_CLIENT_REQUEST]  # polls are not traced
 
@@ -165,14 +166,14 @@ def test_the_probe_counts_ready_only_when_the_check_says_so(serve_asgi, tracer_p
     # The default check reads the URL ending in /health as the engine's base and asks /is_sleeping.
     report = probe_a_waking_engine(serve_asgi, tracer_provider, None)
     assert report.outcome == "ok" and report.statuses == (503, 200)
-    assert report.ready_after_s is not None and report.ready_s > 1.0  # protocol seconds, of a 2-s wake
+    assert report.polled_not_ready_s is not None and report.polled_ready_s > 1.0  # protocol seconds, of a 2-s wake
     assert report.readiness == ("GET /is_sleeping -> is_sleeping == false (else /health); "
                                 "ready when GET /is_sleeping: is_sleeping false")
     assert f"readiness      {report.readiness}" in report.lines()
     # what --readiness-url http://ENGINE/health used to report: ready at the first poll, before the
     # 2-s wake could have ended
     naive = probe_a_waking_engine(serve_asgi, tracer_provider, ReadinessCheck("health"))
-    assert naive.ready_after_s is None and naive.ready_s < 2.0
+    assert naive.polled_not_ready_s is None and naive.polled_ready_s < 2.0
 
 
 def test_probe_cli_takes_a_json_readiness_check(scripted_gateway, serve_asgi) -> None:  # noqa: ANN001
@@ -190,7 +191,7 @@ def test_probe_cli_takes_a_json_readiness_check(scripted_gateway, serve_asgi) ->
                                           "--poll-interval-s", "0.05"])
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
-        assert (report["ready_s"] is not None) is ready, (field, equals, report)
+        assert (report["polled_ready_s"] is not None) is ready, (field, equals, report)
         assert report["readiness"].startswith(f"GET /state -> {field} == ")
 
 
@@ -212,3 +213,9 @@ def test_probe_cli_refuses_readiness_options_that_do_not_fit_in_one_line() -> No
         assert len(result.output.strip().splitlines()) == 1, result.output
     bad = CliRunner().invoke(cli, base + ["--readiness", "json"])
     assert bad.exit_code == 2 and "--readiness" in bad.output  # json is --readiness-field's
+
+
+def test_probe_db_needs_the_probes_spans_in_that_store(tmp_path) -> None:  # noqa: ANN001
+    result = CliRunner().invoke(cli, ["probe", "http://127.0.0.1:9", "--model", "m", "--db", str(tmp_path / "s.duckdb")])
+    assert result.exit_code == 1 and "setting --db: needs --collector" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
