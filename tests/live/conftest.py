@@ -7,9 +7,11 @@ RESTORELENS_LIVE_PYTHON / RESTORELENS_LIVE_MODEL. Run outside it, the suite fail
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -164,4 +166,66 @@ def wait_for_spans(store: Path, span_name: str, count: int) -> int:
         if found >= count:
             return found
         time.sleep(1)
+    return found
+
+
+def modelclaim_table(live_python: str, model_dir: str, collector_url: str, **settings: object) -> dict:
+    """A `[modelclaim]` table whose one claim, `tiny`, starts vLLM through the process backend;
+    ``settings`` are further top-level keys (``retry_after_mode``, ``hold_s``, …)."""
+    argv = vllm_argv(live_python, model_dir, host="{host}", port="{port}", served_name="{model}")
+    argv += ["--otlp-traces-endpoint", f"{collector_url}/v1/traces"]
+    return {
+        "policy": {"sleepAfterSeconds": 3600},
+        "poll_interval_s": 0.5,
+        "start_timeout_s": VLLM_START_TIMEOUT_S,
+        "pods": [{"name": "pod-1", "gpus": ["24Gi"]}],
+        "claims": [
+            {
+                "model": "tiny",
+                "perGPU": {"maximumFootprint": "2Gi", "kvFloor": "1Gi"},
+                "command": argv,
+                "env": {k: v for k, v in vllm_env().items() if k not in os.environ or os.environ[k] != v},
+            }
+        ],
+        **settings,
+    }
+
+
+class EngineFailures:
+    """A lifecycle listener that ends the test as soon as an engine start fails.
+
+    A failed start is retried with backoff and the client keeps polling its 503s, so without this
+    an engine that refuses to start (say, vLLM's KV sizing) would only show as the client's
+    deadline running out, minutes later, without vLLM's reason.
+    """
+
+    def __init__(self) -> None:
+        # Set on the gate's server thread, waited on by the client's loop.
+        self.failed = threading.Event()
+        self.error = ""
+
+    async def wait(self) -> None:
+        while not self.failed.is_set():
+            await asyncio.sleep(0.2)
+
+    def on_state_interval(self, interval) -> None:  # noqa: ANN001 - the LifecycleListener protocol
+        pass
+
+    def on_wake_finished(self, record) -> None:  # noqa: ANN001
+        if record.outcome != "ready" and not self.failed.is_set():
+            self.error = f"{record.outcome}: {record.error}"
+            self.failed.set()
+
+
+def engine_pids() -> set[int]:
+    """The running vLLM servers' pids (a started engine's, not the template's `{port}`)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"vllm.entrypoints.openai.api_server" in cmdline and b"{port}" not in cmdline:
+                found.add(int(entry.name))
     return found
