@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import os
 import secrets
 import subprocess
 from collections.abc import Callable
@@ -200,20 +201,13 @@ def test_curl_held_by_the_gate_is_a_served_episode_of_one_attempt(
     assert (row["first_status"], row["hold_s"] > 0) == (200, True)
 
 
-@pytest.mark.parametrize(("name", "arm"), [(name, arm) for name in PATHS for arm in ("fixed", "calibrated")
-                                           if (name, arm) != ("modelclaim-cold-start", "fixed")])
-def test_the_untraced_sdk_s_wake_is_complete_from_the_gate_s_spans(
-        tmp_path: Path, scaled_sdk: Any, name: str, arm: str) -> None:
-    scenario = scenario_of(name, arm, 1)
+@pytest.mark.parametrize("name", [name for name in PATHS if name != "modelclaim-cold-start"])
+def test_the_untraced_sdk_through_the_fixed_table_is_complete_from_the_gate_s_spans(
+        tmp_path: Path, scaled_sdk: Any, name: str) -> None:
+    scenario = scenario_of(name, "fixed", 1)
     wakes = wakes_of(tmp_path, scenario, with_scaled(scaled_sdk, untraced_sdk), time_scale=SDK_SCALE)
     complete(wakes, scenario.wake_path, "client")
-
-
-@pytest.mark.parametrize("name", PATHS)
-def test_the_traced_sdk_s_retries_are_linked_by_their_trace(tmp_path: Path, scaled_sdk: Any, name: str) -> None:
-    scenario = scenario_of(name, "calibrated", 1)
-    wakes = wakes_of(tmp_path, scenario, with_scaled(scaled_sdk, traced_sdk), time_scale=SDK_SCALE)
-    complete(wakes, scenario.wake_path, "trace")
+    assert wakes["hint_s"].to_list() == [float(scenario.expected_retry_after_s)]
 
 
 def with_scaled(scaled_sdk: Any, send: Send) -> Send:
@@ -246,8 +240,9 @@ def test_with_the_fixed_table_the_sdk_gives_up_on_a_45_s_cold_start_and_the_epis
 
 # --- the figures (docs/modelclaim.md, "Hints per client"; benchmarks/RESULTS.md, "Wakes by client") ---
 
-#: Wakes per client and path for the figures: the first (nothing seen yet) is left out of the p95.
-FIGURE_CYCLES = 4
+#: Wakes per client and path: the first (nothing seen yet) is left out of the figure; in the suite
+#: two (a restarted gate hinting from what the first learnt), more for the published figures.
+FIGURE_CYCLES = int(os.environ.get("RESTORELENS_FIGURE_CYCLES", "2"))
 
 
 def figure(client: str, wake_path: str, wakes: pl.DataFrame) -> None:
@@ -258,7 +253,7 @@ def figure(client: str, wake_path: str, wakes: pl.DataFrame) -> None:
 
 @pytest.mark.parametrize("client", ["untraced", "traced"])
 @pytest.mark.parametrize("name", PATHS)
-def test_figures_the_sdk_s_overshoot_after_the_first_wake(tmp_path: Path, scaled_sdk: Any, name: str,
+def test_the_sdk_calibrated_untraced_or_traced_is_complete_on_every_path(tmp_path: Path, scaled_sdk: Any, name: str,
                                                           client: str) -> None:
     scenario = scenario_of(name, "calibrated", FIGURE_CYCLES)
     send = untraced_sdk if client == "untraced" else traced_sdk
@@ -268,7 +263,7 @@ def test_figures_the_sdk_s_overshoot_after_the_first_wake(tmp_path: Path, scaled
     figure(f"openai-sdk-{client}", scenario.wake_path, wakes)
 
 
-def test_figures_curl_s_overshoot_after_the_first_wake(serve_asgi, tracer_provider, span_exporter,  # noqa: ANN001
+def test_curl_calibrated_is_complete_at_every_wake(serve_asgi, tracer_provider, span_exporter,  # noqa: ANN001
                                                        tmp_path: Path) -> None:
     hints = {"retry_after_mode": "calibrated", "calibration_path": str(tmp_path / "calibration.json")}
     for _ in range(FIGURE_CYCLES):  # a restarted gate each time, reading what the last one learnt
