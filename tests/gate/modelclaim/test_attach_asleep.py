@@ -53,13 +53,15 @@ def status_of(gate_url: str) -> dict[str, Any]:
 
 
 def gate_in_front_of_a_sleeping_sim(serve_asgi: Callable[..., ServerThread], tracer_provider: Any,
+                                    hints: dict[str, Any] | None = None,
                                     **sim_config: float) -> tuple[ServerThread, ServerThread]:
     """The simulator started asleep, and a gate whose lifecycle attached to it (once it reports the
-    claim's phase: the attach has answered)."""
+    claim's phase: the attach has answered); ``hints``: more keys of its ``[modelclaim]`` table."""
     config = dataclasses.replace(get_preset("tiny-cpu"), **sim_config)
     sim = serve_asgi(create_app(config, model_name=MODEL, enable_sleep_mode=True, start_mode="asleep",
                                 tracer_provider=tracer_provider))
-    gate = serve_asgi(create_gate_app(GateSettings(modelclaim=lifecycle_table(sim.url)), tracer_provider=tracer_provider))
+    gate = serve_asgi(create_gate_app(GateSettings(modelclaim={**lifecycle_table(sim.url), **(hints or {})}),
+                                     tracer_provider=tracer_provider))
     wait_for(lambda: status_of(gate.url)["phase"] not in ("Pending", "Scheduling", "Loading"), "the attach")
     return sim, gate
 

@@ -12,12 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from types import SimpleNamespace
-
 import httpx
 import openai
-import openai._base_client as sdk_base
 import pytest
 
 from restorelens import spans as S
@@ -51,14 +47,6 @@ def gate_with(serve_asgi, tracer_provider, *, cold_start_s: float, declared_star
     router = ModelClaimRouter(core, backend, clock=clock, health_interval_s=3600, tracer_provider=tracer_provider)
     app = create_gate_app(GateSettings(modelclaim={}), router=router, tracer_provider=tracer_provider, clock=clock)
     return serve_asgi(app), clock
-
-
-@pytest.fixture
-def scaled_sdk(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
-    """Make the SDK wait on the gate's scale: ``scaled_sdk(clock)``."""
-    def scale(clock: ScaledClock) -> None:
-        monkeypatch.setattr(sdk_base, "time", SimpleNamespace(sleep=lambda s: time.sleep(s / SCALE), time=clock.now_s))
-    return scale
 
 
 def sdk(url: str) -> openai.OpenAI:
