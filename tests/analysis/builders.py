@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from restorelens import spans as sc
 from restorelens.clock import DEFAULT_VIRTUAL_EPOCH_S
+from restorelens.otlp_json import encode_value
 from restorelens.store import COLUMNS, TABLE, create_schema
 
 BASE_S = int(DEFAULT_VIRTUAL_EPOCH_S)
@@ -45,20 +46,8 @@ def _attributes(values: dict[str, Any]) -> list[tuple[str, str]]:
 _OTLP_KINDS = {"Internal": 1, "Server": 2, "Client": 3}
 
 
-def _otlp_value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, (list, tuple)):
-        return {"arrayValue": {"values": [_otlp_value(item) for item in value]}}
-    return {"stringValue": str(value)}
-
-
 def _otlp_attributes(values: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"key": key, "value": _otlp_value(value)} for key, value in values.items() if value is not None]
+    return [{"key": key, "value": encode_value(value)} for key, value in values.items() if value is not None]
 
 
 @dataclass
