@@ -57,6 +57,10 @@ def test_first_request_cold_starts_real_vllm_and_the_wake_is_decomposed(
     try:
         with ServerThread(app) as gate:
             result = asyncio.run(drive(gate.url))
+            # vLLM's processes export their startup spans in batches (every 5 s by default): the
+            # engine core's last batch must be stored before the gate's shutdown stops vLLM.
+            for name in (spans.SPAN_VLLM_ENGINE_CORE_PROC_INIT, spans.SPAN_VLLM_OVERALL_LOADING):
+                wait_for_spans(store, name, 1)
     finally:
         # The router stops the engines it started in the gate's lifespan; make sure nothing is left.
         for pid in engine_pids() - before:
