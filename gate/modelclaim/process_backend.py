@@ -121,6 +121,17 @@ class _Process:
     drain: asyncio.Task[None]
 
 
+def _exit_status(returncode: int | None) -> str:
+    """How the process ended: an engine killed by a signal (the kernel's OOM killer sends SIGKILL)
+    often writes nothing, so the signal is the only account of it."""
+    if returncode is not None and returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 def _failure_message(error: str, stderr: str) -> str:
     """``error`` with the engine's first exception line and the end of its stderr."""
     shown = stderr[-_TAIL_SHOWN_CHARS:].strip()
@@ -193,7 +204,8 @@ class ProcessBackend(VllmSleepBackend):
                 self._instances.pop(key, None)
                 if attempt == 1 and exited and _BIND_FAILURE in tail.lower():
                     continue  # the free port was taken before the engine bound it: once more, new port
-                raise EngineOperationError(_failure_message(str(exc), tail)) from None
+                error = f"{exc} ({_exit_status(proc.returncode)})" if exited else str(exc)
+                raise EngineOperationError(_failure_message(error, tail)) from None
             return EngineAnswer(ready_at_s, url)
         raise AssertionError("unreachable: the second attempt returns or raises")
 

@@ -47,6 +47,10 @@ if mode == "refuses":
         sys.stderr.write("(APIServer) shutting down the engine core after its failure\n")
     sys.stderr.write("RuntimeError: Engine core initialization failed. See root cause above.\n")
     sys.exit(1)
+if mode == "killed":
+    sys.stderr.write("Loading safetensors checkpoint shards: 100% Completed\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), 9)
 if mode == "port-taken-once" and starts == 1:
     sys.stderr.write("OSError: [Errno 98] Address already in use\n")
     sys.exit(1)
@@ -127,10 +131,27 @@ def test_an_engine_that_exits_fails_its_start_at_once_naming_its_first_exception
             with pytest.raises(EngineOperationError) as raised:
                 await backend.start(_start(), 0.0)
             message = str(raised.value)
-            assert "the engine process exited before it was healthy" in message  # not the start timeout
+            assert "the engine process exited before it was healthy (exit code 1)" in message  # not the timeout
             assert "raised ValueError: Available memory on node 0" in message
             assert message.endswith("RuntimeError: Engine core initialization failed. See root cause above.")
             assert (tmp_path / "starts").read_text() == "1"  # an engine's own refusal is not retried
+        finally:
+            await backend.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_engine_killed_by_a_signal_says_so(tmp_path: Path) -> None:
+    """An engine the kernel kills (the OOM killer's SIGKILL) writes no exception: the signal is
+    the only account of why it ended, so the failure names it."""
+    async def scenario() -> None:
+        backend = _backend(tmp_path, "killed", start_timeout_s=600)
+        try:
+            with pytest.raises(EngineOperationError) as raised:
+                await backend.start(_start(), 0.0)
+            message = str(raised.value)
+            assert "exited before it was healthy (killed by SIGKILL)" in message
+            assert message.endswith("Loading safetensors checkpoint shards: 100% Completed")
         finally:
             await backend.close()
 
